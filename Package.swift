@@ -1,0 +1,47 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "storebackup",
+    platforms: [.macOS(.v13)],
+    products: [
+        .library(name: "StoreBackup", targets: ["StoreBackup"]),
+        .executable(name: "storebackup", targets: ["storebackup"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+    ],
+    targets: [
+        // System libraries, found by pkg-config; the header shims hold static inline
+        // helpers where Swift cannot call the C API directly (variadic or function-pointer tables).
+        .systemLibrary(
+            name: "CSQLite", pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
+        .systemLibrary(
+            name: "CZip", pkgConfig: "libzip",
+            providers: [.apt(["libzip-dev", "zlib1g-dev"]), .brew(["libzip"])]),
+        .systemLibrary(
+            name: "CCurl", pkgConfig: "libcurl",
+            providers: [.apt(["libcurl4-openssl-dev"]), .brew(["curl"])]),
+        // Header-only shim for Linux calls Swift cannot reach (variadic syscall()).
+        .systemLibrary(name: "CPosix"),
+        .target(
+            name: "StoreBackup",
+            dependencies: [
+                "CSQLite", "CZip", "CCurl", "CPosix",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]),
+        .executableTarget(
+            name: "storebackup",
+            dependencies: [
+                "StoreBackup",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ]),
+        .testTarget(
+            name: "StoreBackupTests",
+            dependencies: ["StoreBackup"],
+            resources: [.copy("Fixtures")]),
+    ],
+    swiftLanguageModes: [.v6]
+)

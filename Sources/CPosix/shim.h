@@ -1,0 +1,21 @@
+#ifndef STOREBACKUP_CPOSIX_SHIM_H
+#define STOREBACKUP_CPOSIX_SHIM_H
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+
+/// rename() that fails with EEXIST instead of replacing the target (Linux renameat2).
+/// Returns 0, or -1 with errno set; ENOSYS/EINVAL when the filesystem lacks the flag.
+static inline int sb_rename_noreplace(const char *source, const char *target) {
+#ifdef SYS_renameat2
+    return (int)syscall(SYS_renameat2, AT_FDCWD, source, AT_FDCWD, target, 1u /* RENAME_NOREPLACE */);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+#endif

@@ -1,0 +1,150 @@
+import CZip
+import Foundation
+
+/// One entry of an archive as restore sees it.
+struct ArchiveEntry: Sendable {
+    enum Kind: Sendable { case directory, file, symlink }
+    let index: UInt64
+    /// Path relative to the stores directory, without a trailing slash.
+    let path: String
+    let kind: Kind
+    let permissions: UInt32
+    let modificationTime: Int64
+    let size: Int64
+}
+
+/// Opens a backup archive read-only and describes its entries. Every path is checked
+/// here, once: nothing may land outside the target (`..`, absolute paths, empty parts).
+final class ArchiveReader: @unchecked Sendable {
+    let path: String
+    let backupName: String
+    private(set) var entries: [ArchiveEntry] = []
+    private(set) var manifest: Manifest?
+    private let archive: OpaquePointer
+
+    init(path: String, backupName: String) throws {
+        self.path = path
+        self.backupName = backupName
+        archive = try Self.open(path: path, backupName: backupName)
+        do {
+            try readEntries()
+        } catch {
+            zip_discard(archive)
+            throw error
+        }
+    }
+
+    deinit { zip_discard(archive) }
+
+    /// Opens another handle on the same file; libzip handles are not shared between threads.
+    static func open(path: String, backupName: String) throws -> OpaquePointer {
+        var code: Int32 = 0
+        let handle = openLock.withLock { zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code) }
+        guard let handle else {
+            var error = zip_error_t()
+            zip_error_init_with_code(&error, code)
+            defer { zip_error_fini(&error) }
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "not a readable ZIP archive (\(String(cString: zip_error_strerror(&error))))")
+        }
+        return handle
+    }
+
+    /// libzip's zip_open is not safe to call from several threads at once (GUIDE §5).
+    private static let openLock = NSLock()
+
+    private func readEntries() throws {
+        let count = zip_get_num_entries(archive, 0)
+        guard count >= 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot read the entry list") }
+        var seen = Set<String>()
+        var manifestIndex: UInt64?
+        for index in 0..<UInt64(count) {
+            var stat = zip_stat_t()
+            guard zip_stat_index(archive, index, 0, &stat) == 0, let rawName = stat.name else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(index) is unreadable")
+            }
+            let name = String(cString: rawName)
+            if name == Manifest.archivePath { manifestIndex = index; continue }
+            if name == StoreScanner.reservedFolder + "/" { continue }
+            let isDirectoryName = name.hasSuffix("/")
+            let path = isDirectoryName ? String(name.dropLast()) : name
+            guard Self.isSafeRelativePath(path), !path.hasPrefix(StoreScanner.reservedFolder + "/") else {
+                throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
+            }
+            guard seen.insert(path).inserted else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "\(path) appears twice")
+            }
+            var opsys: UInt8 = 0
+            var attributes: UInt32 = 0
+            zip_file_get_external_attributes(archive, index, 0, &opsys, &attributes)
+            let unixMode: UInt32? = opsys == UInt8(ZIP_OPSYS_UNIX) && attributes >> 16 != 0 ? attributes >> 16 : nil
+            let kind: ArchiveEntry.Kind
+            switch unixMode.map({ $0 & UnixMode.typeMask }) {
+            case UnixMode.directory?: kind = .directory
+            case UnixMode.symlink?: kind = .symlink
+            default: kind = isDirectoryName ? .directory : .file
+            }
+            let permissions = unixMode.map { $0 & 0o7777 } ?? (kind == .directory ? 0o755 : 0o644)
+            entries.append(ArchiveEntry(
+                index: index, path: path, kind: kind, permissions: permissions,
+                modificationTime: modificationTime(index: index, stat: stat), size: Int64(stat.size)))
+        }
+        if let manifestIndex {
+            let data = try readSmallEntry(index: manifestIndex, limit: 64 << 20)
+            do { manifest = try Manifest.decode(data) } catch {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
+            }
+        }
+    }
+
+    private func modificationTime(index: UInt64, stat: zip_stat_t) -> Int64 {
+        var length: UInt16 = 0
+        if let bytes = zip_file_extra_field_get_by_id(archive, index, ZipTimestamp.fieldID, 0, &length, zip_flags_t(ZIP_FL_CENTRAL)),
+           let seconds = ZipTimestamp.decode(Array(UnsafeBufferPointer(start: bytes, count: Int(length)))) {
+            return seconds
+        }
+        return Int64(stat.mtime)
+    }
+
+    func readSmallEntry(index: UInt64, limit: Int) throws -> Data {
+        guard let file = zip_fopen_index(archive, index, 0) else {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
+        }
+        defer { zip_fclose(file) }
+        var data = Data()
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let got = zip_fread(file, &buffer, zip_uint64_t(buffer.count))
+            if got < 0 {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_file_strerror(file)))
+            }
+            if got == 0 { break }
+            data.append(contentsOf: buffer[0..<Int(got)])
+            guard data.count <= limit else { throw StoreBackupError.corruptArchive(name: backupName, reason: "entry too large") }
+        }
+        return data
+    }
+
+    /// True for a non-empty relative path with no empty, "." or ".." parts.
+    static func isSafeRelativePath(_ path: String) -> Bool {
+        guard !path.isEmpty, !path.hasPrefix("/"), !path.contains("\0"), !path.contains("\\") else { return false }
+        return path.split(separator: "/", omittingEmptySubsequences: false).allSatisfy { part in
+            !part.isEmpty && part != "." && part != ".."
+        }
+    }
+
+    /// True when a link at `linkPath` pointing to `target` stays inside the root.
+    static func isContainedLink(linkPath: String, target: String) -> Bool {
+        guard !target.isEmpty, !target.hasPrefix("/") else { return false }
+        var parts = linkPath.split(separator: "/").dropLast().map(String.init)
+        for part in target.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == ".." {
+                guard !parts.isEmpty else { return false }
+                parts.removeLast()
+            } else {
+                parts.append(String(part))
+            }
+        }
+        return true
+    }
+}

@@ -1,0 +1,209 @@
+import CZip
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes a stores directory into a ZIP file with libzip: folders (empty ones too),
+/// files, links and database snapshots, each with Unix mode and exact mtime, and the
+/// manifest last, once every checksum is known.
+struct ArchiveWriter {
+    struct Settings {
+        var compressionLevel: Int
+        var workers: Int = ProcessInfo.processInfo.activeProcessorCount
+        var sourcePath: String
+        var hostName: String = FileSystem.hostName
+        var createdAt: Date
+    }
+
+    let settings: Settings
+    let cancel: CancellationFlag
+    let progress: ProgressThrottle
+
+    /// Writes `archivePath` (which must not exist). On any failure nothing is left there.
+    func write(items: [StoreItem], snapshots: [String: DatabaseSnapshot], to archivePath: String) throws -> Manifest {
+        var errorCode: Int32 = 0
+        guard let archive = zip_open(archivePath, ZIP_CREATE | ZIP_EXCL, &errorCode) else {
+            var error = zip_error_t()
+            zip_error_init_with_code(&error, errorCode)
+            defer { zip_error_fini(&error) }
+            throw StoreBackupError.archiveWrite(reason: "\(archivePath): \(String(cString: zip_error_strerror(&error)))")
+        }
+        var closed = false
+        defer { if !closed { zip_discard(archive) } }
+
+        let jobs = planJobs(items: items, snapshots: snapshots)
+        let totalBytes = jobs.reduce(Int64(0)) { $0 + $1.plannedSize }
+        let counter = ByteCounter()
+        let progress = self.progress
+        let pipeline = CompressionPipeline(
+            jobs: jobs, level: settings.compressionLevel, workers: settings.workers, cancel: cancel
+        ) { bytes, file in
+            let done = counter.add(bytes)
+            progress.report(BackupProgress(phase: .archiving, bytesDone: done, bytesTotal: totalBytes, currentFile: file))
+        }
+        defer { pipeline.stop() }
+
+        var jobIndexByPath: [String: Int] = [:]
+        for (index, job) in jobs.enumerated() { jobIndexByPath[job.item.relativePath] = index }
+
+        for item in items {
+            let index: Int64
+            switch item.kind {
+            case .directory:
+                index = zip_dir_add(archive, item.relativePath, zip_flags_t(ZIP_FL_ENC_UTF_8))
+                guard index >= 0 else { throw libzipError(archive, "add folder \(item.relativePath)") }
+                try setAttributes(archive, index, type: UnixMode.directory, item: item)
+            case .file, .database:
+                let jobIndex = jobIndexByPath[item.relativePath]!
+                let source = try PipelineEntrySource(pipeline: pipeline, jobIndex: jobIndex).makeSource(in: archive)
+                index = zip_file_add(archive, item.relativePath, source, zip_flags_t(ZIP_FL_ENC_UTF_8))
+                guard index >= 0 else {
+                    zip_source_free(source)
+                    throw libzipError(archive, "add \(item.relativePath)")
+                }
+                if jobs[jobIndex].method == .store {
+                    zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
+                }
+                try setAttributes(archive, index, type: UnixMode.regular, item: item)
+            case .symlink:
+                let target = Data((item.linkTarget ?? "").utf8)
+                let source = try LazyDataSource(modificationTime: item.modificationTime) { target }.makeSource(in: archive)
+                index = zip_file_add(archive, item.relativePath, source, zip_flags_t(ZIP_FL_ENC_UTF_8))
+                guard index >= 0 else {
+                    zip_source_free(source)
+                    throw libzipError(archive, "add link \(item.relativePath)")
+                }
+                zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
+                try setAttributes(archive, index, type: UnixMode.symlink, item: item)
+            }
+        }
+
+        var manifest: Manifest?
+        let manifestSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
+            let built = try buildManifest(items: items, jobs: jobs, jobIndexByPath: jobIndexByPath, snapshots: snapshots, pipeline: pipeline)
+            manifest = built
+            return try built.encoded()
+        }.makeSource(in: archive)
+        let manifestIndex = zip_file_add(archive, Manifest.archivePath, manifestSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
+        guard manifestIndex >= 0 else {
+            zip_source_free(manifestSource)
+            throw libzipError(archive, "add manifest")
+        }
+        zip_file_set_external_attributes(archive, zip_uint64_t(manifestIndex), 0, UInt8(ZIP_OPSYS_UNIX), (UnixMode.regular | 0o644) << 16)
+
+        pipeline.start()
+        if zip_close(archive) != 0 {
+            if cancel.isCancelled { throw StoreBackupError.cancelled }
+            throw libzipError(archive, "write")
+        }
+        closed = true
+        guard let manifest else { throw StoreBackupError.archiveWrite(reason: "manifest was not written") }
+        progress.report(BackupProgress(phase: .archiving, bytesDone: totalBytes, bytesTotal: totalBytes), force: true)
+        return manifest
+    }
+
+    private func planJobs(items: [StoreItem], snapshots: [String: DatabaseSnapshot]) -> [CompressionPipeline.Job] {
+        var jobs: [CompressionPipeline.Job] = []
+        for item in items where item.kind == .file || item.kind == .database {
+            let snapshot = snapshots[item.relativePath]
+            let size = snapshot?.size ?? item.size
+            let method: CompressionPipeline.Method
+            if settings.compressionLevel == 0 || size == 0 {
+                method = .store
+            } else if snapshot == nil && IncompressibleSample.looksIncompressible(path: item.absolutePath, size: size) {
+                method = .store
+            } else {
+                method = .deflate
+            }
+            jobs.append(.init(entryIndex: jobs.count, item: item, snapshot: snapshot, method: method, plannedSize: size))
+        }
+        return jobs
+    }
+
+    private func setAttributes(_ archive: OpaquePointer, _ index: Int64, type: UInt32, item: StoreItem) throws {
+        let entry = zip_uint64_t(index)
+        let attributes = (type | (item.permissions & 0o7777)) << 16
+        guard zip_file_set_external_attributes(archive, entry, 0, UInt8(ZIP_OPSYS_UNIX), attributes) == 0,
+              zip_file_set_mtime(archive, entry, time_t(item.modificationTime), 0) == 0 else {
+            throw libzipError(archive, "set attributes of \(item.relativePath)")
+        }
+        let field = ZipTimestamp.encode(modificationTime: item.modificationTime)
+        let rc = field.withUnsafeBufferPointer {
+            zip_file_extra_field_set(archive, entry, ZipTimestamp.fieldID, zip_uint16_t(ZIP_EXTRA_FIELD_NEW),
+                                     $0.baseAddress, zip_uint16_t($0.count), zip_flags_t(ZIP_FL_LOCAL | ZIP_FL_CENTRAL))
+        }
+        guard rc == 0 else { throw libzipError(archive, "set timestamp of \(item.relativePath)") }
+    }
+
+    private func buildManifest(
+        items: [StoreItem], jobs: [CompressionPipeline.Job], jobIndexByPath: [String: Int],
+        snapshots: [String: DatabaseSnapshot], pipeline: CompressionPipeline
+    ) throws -> Manifest {
+        var files: [Manifest.File] = []
+        for item in items {
+            var file = Manifest.File(
+                path: item.relativePath, type: item.kind.rawValue, size: item.size, sha256: nil,
+                mode: item.permissions, mtime: item.modificationTime, linkTarget: item.linkTarget)
+            if let jobIndex = jobIndexByPath[item.relativePath] {
+                guard let result = pipeline.result(forJob: jobIndex) else {
+                    throw StoreBackupError.archiveWrite(reason: "checksum of \(item.relativePath) not ready")
+                }
+                file.size = result.size
+                file.sha256 = result.sha256
+            } else if item.kind == .directory {
+                file.size = 0
+            }
+            files.append(file)
+        }
+        let databases = items.compactMap { item -> Manifest.Database? in
+            guard let snapshot = snapshots[item.relativePath] else { return nil }
+            return Manifest.Database(
+                path: item.relativePath, pageSize: snapshot.pageSize, pageCount: snapshot.pageCount,
+                journalMode: snapshot.journalMode, snapshotMethod: snapshot.method.rawValue)
+        }
+        let root = try? FileSystem.lstatInfo(settings.sourcePath)
+        return Manifest(
+            format: Manifest.currentFormat, tool: "storebackup", toolVersion: StoreBackupVersion.current,
+            hostName: settings.hostName, sourcePath: settings.sourcePath, createdAt: settings.createdAt,
+            compressionLevel: settings.compressionLevel,
+            rootMode: root.map { UInt32($0.st_mode) & 0o7777 }, rootMtime: root.map { Int64($0.st_mtim.tv_sec) },
+            files: files, databases: databases)
+    }
+
+    private func libzipError(_ archive: OpaquePointer, _ what: String) -> StoreBackupError {
+        if cancel.isCancelled { return .cancelled }
+        return .archiveWrite(reason: "\(what): \(String(cString: zip_strerror(archive)))")
+    }
+}
+
+/// A thread-safe running total.
+final class ByteCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var total: Int64 = 0
+    func add(_ bytes: Int64) -> Int64 { lock.withLock { total += bytes; return total } }
+}
+
+/// Decides from a small sample whether a file is already compressed (JPEG, video, zip...).
+/// Deflating such files costs CPU and saves nothing, so they are stored.
+enum IncompressibleSample {
+    static func looksIncompressible(path: String, size: Int64) -> Bool {
+        guard size >= 4096 else { return false }
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var sample = [UInt8](repeating: 0, count: 8192)
+        let offset = off_t(max(0, size / 2 - 4096))
+        let got = pread(fd, &sample, sample.count, offset)
+        guard got > 1024 else { return false }
+        var counts = [Int](repeating: 0, count: 256)
+        for byte in sample[0..<got] { counts[Int(byte)] += 1 }
+        let total = Double(got)
+        let entropy = counts.reduce(0.0) { sum, count in
+            guard count > 0 else { return sum }
+            let p = Double(count) / total
+            return sum - p * log2(p)
+        }
+        return entropy > 7.8
+    }
+}

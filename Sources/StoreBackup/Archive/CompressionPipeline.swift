@@ -1,0 +1,298 @@
+import CZip
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads, hashes and compresses the archive's file contents ahead of libzip, on all cores.
+///
+/// libzip compresses entries one after another on the thread that calls `zip_close`.
+/// Instead, a reader thread cuts each entry into blocks (hashing as it goes, since
+/// SHA-256 is sequential), worker threads deflate blocks in parallel the way pigz does
+/// (each block primed with the previous 32 KiB as dictionary and ended with a sync flush,
+/// so the pieces concatenate into one valid deflate stream), and the `zip_close` thread
+/// takes finished blocks in order through `EntrySource`. libzip copies deflated data
+/// as-is when the source says it is already deflated (zip_close.c, add_data), and
+/// writes the archive itself. Memory stays bounded: at most `capacity` blocks exist.
+final class CompressionPipeline: @unchecked Sendable {
+    enum Method { case deflate, store }
+
+    struct Job {
+        let entryIndex: Int
+        let item: StoreItem
+        let snapshot: DatabaseSnapshot?
+        let method: Method
+        let plannedSize: Int64
+    }
+
+    struct FileResult {
+        var size: Int64
+        var sha256: String
+    }
+
+    final class Block {
+        let jobIndex: Int
+        let isLast: Bool
+        var input: [UInt8]
+        var dictionary: ArraySlice<UInt8>
+        var output: [UInt8] = []
+        var crc: UInt32 = 0
+        let uncompressedCount: Int
+        var claimed = false
+        var done = false
+
+        init(jobIndex: Int, isLast: Bool, input: [UInt8], dictionary: ArraySlice<UInt8>) {
+            self.jobIndex = jobIndex
+            self.isLast = isLast
+            self.input = input
+            self.uncompressedCount = input.count
+            self.dictionary = dictionary
+        }
+    }
+
+    static let blockSize = 1 << 20
+    private static let dictionarySize = 32 << 10
+
+    let jobs: [Job]
+    private let level: Int32
+    private let workerCount: Int
+    private let capacity: Int
+    private let cancel: CancellationFlag
+    private let onBytesRead: @Sendable (Int64, String) -> Void
+
+    private let condition = NSCondition()
+    private var queue: [Block] = []
+    private var readerFinished = false
+    private var failure: Error?
+    private var stopped = false
+    private var results: [Int: FileResult] = [:]
+    private var threads: [Thread] = []
+
+    init(jobs: [Job], level: Int, workers: Int, cancel: CancellationFlag,
+         onBytesRead: @escaping @Sendable (Int64, String) -> Void) {
+        self.jobs = jobs
+        self.level = Int32(max(1, min(9, level)))
+        self.workerCount = max(1, workers)
+        self.capacity = max(4, workers * 2 + 2)
+        self.cancel = cancel
+        self.onBytesRead = onBytesRead
+    }
+
+    func start() {
+        let reader = Thread { [self] in runReader() }
+        reader.name = "storebackup-reader"
+        threads.append(reader)
+        for number in 0..<workerCount {
+            let worker = Thread { [self] in runWorker() }
+            worker.name = "storebackup-deflate-\(number)"
+            threads.append(worker)
+        }
+        threads.forEach { $0.start() }
+    }
+
+    /// Stops every thread; blocks already queued are dropped.
+    func stop() {
+        condition.lock()
+        stopped = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// The next finished block of job `jobIndex`, in order. Throws the first failure.
+    func nextBlock(forJob jobIndex: Int) throws -> Block {
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if let failure { throw failure }
+            if cancel.isCancelled { throw StoreBackupError.cancelled }
+            if let head = queue.first, head.done {
+                guard head.jobIndex == jobIndex else {
+                    throw StoreBackupError.archiveWrite(reason: "internal error: blocks out of order")
+                }
+                queue.removeFirst()
+                condition.broadcast()
+                return head
+            }
+            if readerFinished && queue.isEmpty {
+                throw StoreBackupError.archiveWrite(reason: "internal error: entry data ended early")
+            }
+            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+        }
+    }
+
+    func result(forJob jobIndex: Int) -> FileResult? {
+        condition.lock()
+        defer { condition.unlock() }
+        return results[jobIndex]
+    }
+
+    // MARK: Reader
+
+    private func runReader() {
+        do {
+            for (jobIndex, job) in jobs.enumerated() {
+                try readJob(jobIndex, job)
+            }
+            condition.lock()
+            readerFinished = true
+            condition.broadcast()
+            condition.unlock()
+        } catch {
+            fail(error)
+        }
+    }
+
+    private func readJob(_ jobIndex: Int, _ job: Job) throws {
+        var hasher = SHA256()
+        var offset: Int64 = 0
+        var descriptor: Int32 = -1
+        if job.snapshot == nil {
+            descriptor = open(job.item.absolutePath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            guard descriptor >= 0 else {
+                throw StoreBackupError.io(path: job.item.absolutePath, operation: "open", errno: errno)
+            }
+            posix_fadvise(descriptor, 0, 0, POSIX_FADV_SEQUENTIAL)
+        }
+        defer { if descriptor >= 0 { close(descriptor) } }
+
+        var previousTail = ArraySlice<UInt8>()
+        repeat {
+            let wanted = Int(min(Int64(Self.blockSize), max(0, job.plannedSize - offset)))
+            var input = [UInt8](repeating: 0, count: wanted)
+            let got = try input.withUnsafeMutableBytes { buffer -> Int in
+                guard wanted > 0 else { return 0 }
+                if let snapshot = job.snapshot {
+                    return try snapshot.read(into: buffer.baseAddress!, count: wanted, offset: offset)
+                }
+                return try Self.readFully(descriptor, into: buffer.baseAddress!, count: wanted, path: job.item.absolutePath)
+            }
+            if got < wanted { input.removeSubrange(got...) }
+            input.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+            offset += Int64(got)
+            let isLast = got < Self.blockSize || offset >= job.plannedSize
+            let block = Block(jobIndex: jobIndex, isLast: isLast, input: input, dictionary: previousTail)
+            if job.method == .deflate && !isLast {
+                previousTail = input.suffix(Self.dictionarySize)
+            }
+            if isLast {
+                // Recorded before the last block is queued, so it is known once that block is consumed.
+                let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+                condition.lock()
+                results[jobIndex] = FileResult(size: offset, sha256: digest)
+                condition.unlock()
+                job.snapshot?.finish()
+            }
+            try enqueue(block)
+            onBytesRead(Int64(got), job.item.relativePath)
+            if isLast { break }
+        } while true
+    }
+
+    private static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawPointer, count: Int, path: String) throws -> Int {
+        var total = 0
+        while total < count {
+            let got = read(fd, buffer + total, count - total)
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw StoreBackupError.io(path: path, operation: "read", errno: errno)
+            }
+            if got == 0 { break }
+            total += got
+        }
+        return total
+    }
+
+    private func enqueue(_ block: Block) throws {
+        condition.lock()
+        defer { condition.unlock() }
+        while queue.count >= capacity && !stopped && failure == nil && !cancel.isCancelled {
+            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+        }
+        if cancel.isCancelled { throw StoreBackupError.cancelled }
+        if stopped || failure != nil { throw StoreBackupError.cancelled }
+        queue.append(block)
+        condition.broadcast()
+    }
+
+    private func fail(_ error: Error) {
+        condition.lock()
+        if failure == nil { failure = error }
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    // MARK: Workers
+
+    private func runWorker() {
+        var stream = z_stream()
+        guard sb_deflate_init_raw(&stream, level) == Z_OK else {
+            fail(StoreBackupError.archiveWrite(reason: "zlib deflateInit failed"))
+            return
+        }
+        defer { deflateEnd(&stream) }
+        while let block = claimNextBlock() {
+            do {
+                try process(block, stream: &stream)
+                condition.lock()
+                block.done = true
+                condition.broadcast()
+                condition.unlock()
+            } catch {
+                fail(error)
+                return
+            }
+        }
+    }
+
+    private func claimNextBlock() -> Block? {
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            if stopped || failure != nil || cancel.isCancelled { return nil }
+            if let block = queue.first(where: { !$0.claimed }) {
+                block.claimed = true
+                return block
+            }
+            if readerFinished { return nil }
+            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+        }
+    }
+
+    private func process(_ block: Block, stream: inout z_stream) throws {
+        block.crc = block.input.withUnsafeBytes { buffer in
+            UInt32(crc32(0, buffer.bindMemory(to: Bytef.self).baseAddress, uInt(buffer.count)))
+        }
+        guard jobs[block.jobIndex].method == .deflate else {
+            block.output = block.input
+            block.input = []
+            return
+        }
+        guard deflateReset(&stream) == Z_OK else { throw StoreBackupError.archiveWrite(reason: "zlib deflateReset failed") }
+        if !block.dictionary.isEmpty {
+            let rc = block.dictionary.withUnsafeBytes { buffer in
+                deflateSetDictionary(&stream, buffer.bindMemory(to: Bytef.self).baseAddress, uInt(buffer.count))
+            }
+            guard rc == Z_OK else { throw StoreBackupError.archiveWrite(reason: "zlib deflateSetDictionary failed") }
+        }
+        let bound = Int(deflateBound(&stream, uLong(block.input.count))) + 64
+        var output = [UInt8](repeating: 0, count: bound)
+        let flush = block.isLast ? Z_FINISH : Z_SYNC_FLUSH
+        let produced: Int = try block.input.withUnsafeMutableBytes { input in
+            try output.withUnsafeMutableBytes { out in
+                stream.next_in = input.bindMemory(to: Bytef.self).baseAddress
+                stream.avail_in = uInt(input.count)
+                stream.next_out = out.bindMemory(to: Bytef.self).baseAddress
+                stream.avail_out = uInt(out.count)
+                let rc = deflate(&stream, flush)
+                let finished = block.isLast ? rc == Z_STREAM_END : (rc == Z_OK && stream.avail_in == 0 && stream.avail_out > 0)
+                guard finished else { throw StoreBackupError.archiveWrite(reason: "zlib deflate failed (\(rc))") }
+                return out.count - Int(stream.avail_out)
+            }
+        }
+        output.removeSubrange(produced...)
+        block.output = output
+        block.input = []
+        block.dictionary = []
+    }
+}

@@ -1,0 +1,63 @@
+import Foundation
+
+/// A backup as a destination lists it.
+public struct BackupListing: Sendable, Equatable, Codable {
+    public var name: String
+    public var size: Int64
+    /// The date in the name, or the file's modification time when the name has none.
+    public var date: Date
+    public var modified: Date?
+
+    public init(name: String, size: Int64, date: Date, modified: Date?) {
+        self.name = name
+        self.size = size
+        self.date = date
+        self.modified = modified
+    }
+}
+
+/// Where backups are kept. Deliberately narrow (put, get, list, delete), so a new
+/// service is one file; retries and similar concerns wrap a destination from outside.
+public protocol BackupDestination: Sendable {
+    /// Names the destination in messages; never contains secrets.
+    var displayName: String { get }
+
+    /// A local folder where create should build the archive, when building it there
+    /// makes publishing a cheap rename (the local folder destination). nil: a temp folder.
+    var stagingDirectory: String? { get }
+
+    /// Every object whose name ends in " Stores.zip", in no particular order.
+    func listBackups() async throws -> [BackupListing]
+
+    /// Publishes the local file `file` under `name` atomically: the name never shows a
+    /// partial file, and an existing backup is never overwritten (`backupExists`).
+    /// The local file may be moved away by this call.
+    func upload(file: String, as name: String, progress: ProgressHandler?) async throws
+
+    /// Downloads `name` into the local path `file` (which does not exist yet).
+    func download(_ name: String, to file: String, progress: ProgressHandler?) async throws
+
+    /// Removes `name`; throws `backupNotFound` when there is no such backup.
+    func delete(_ name: String) async throws
+}
+
+extension BackupDestination {
+    /// Backups newest first (by the date in the name, then by name).
+    public func sortedBackups() async throws -> [BackupListing] {
+        try await listBackups().sorted { ($0.date, $0.name) > ($1.date, $1.name) }
+    }
+
+    /// Resolves "latest" or a name to an existing backup.
+    public func resolve(_ nameOrLatest: String) async throws -> BackupListing {
+        let backups = try await sortedBackups()
+        if nameOrLatest == "latest" {
+            guard let newest = backups.first else { throw StoreBackupError.noBackups(destination: displayName) }
+            return newest
+        }
+        try BackupName.validate(nameOrLatest)
+        guard let match = backups.first(where: { $0.name == nameOrLatest }) else {
+            throw StoreBackupError.backupNotFound(name: nameOrLatest, destination: displayName)
+        }
+        return match
+    }
+}

@@ -1,0 +1,47 @@
+import Foundation
+
+/// Backup file names: `<date> Stores.zip`.
+///
+/// storebackup writes a sortable UTC date to the second, e.g. `2026-11-22 031507 Stores.zip`.
+/// The seed app named its backups like `[2026-Nov-21] 10.15 PM Stores.zip` (local time);
+/// those are listed and restorable too.
+public enum BackupName {
+    public static let suffix = " Stores.zip"
+
+    public static func isBackup(_ name: String) -> Bool {
+        name.hasSuffix(suffix) && !name.hasPrefix(".") && name.count > suffix.count
+    }
+
+    public static func make(for date: Date) -> String {
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyy-MM-dd HHmmss"
+        return formatter.string(from: date) + suffix
+    }
+
+    /// The date a name carries, or nil when it carries none we know.
+    public static func date(of name: String) -> Date? {
+        guard isBackup(name) else { return nil }
+        let stem = String(name.dropLast(suffix.count))
+        let patterns: [(String, TimeZone?)] = [
+            ("yyyy-MM-dd HHmmss", TimeZone(identifier: "UTC")),
+            ("'['yyyy-MMM-dd']' hh.mm a", nil),
+        ]
+        for (pattern, zone) in patterns {
+            let formatter = DateFormatter()
+            formatter.locale = Locale(identifier: "en_US_POSIX")
+            formatter.timeZone = zone ?? TimeZone.current
+            formatter.dateFormat = pattern
+            if let date = formatter.date(from: stem) { return date }
+        }
+        return nil
+    }
+
+    /// A name that is safe to use as a single file name anywhere.
+    public static func validate(_ name: String) throws {
+        guard isBackup(name), !name.contains("/"), !name.contains("\0"), name != "..", name.utf8.count < 255 else {
+            throw StoreBackupError.invalidBackupName(name: name)
+        }
+    }
+}

@@ -1,0 +1,30 @@
+import Foundation
+
+/// Turns a `--to`/`--from` value into a destination. Local paths and `file://` URLs
+/// are local folders; other schemes are added here as their backends arrive.
+public enum DestinationResolver {
+    /// The default when no destination is given: `$STOREBACKUP_DESTINATION`, else
+    /// `$XDG_DATA_HOME/storebackup/backups`, else `~/.local/share/storebackup/backups`.
+    public static func defaultFolder(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let explicit = environment["STOREBACKUP_DESTINATION"], !explicit.isEmpty { return explicit }
+        if let data = environment["XDG_DATA_HOME"], !data.isEmpty { return data + "/storebackup/backups" }
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        return home + "/.local/share/storebackup/backups"
+    }
+
+    public static func resolve(_ value: String?, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> any BackupDestination {
+        let text = value ?? defaultFolder(environment: environment)
+        if text.hasPrefix("file://") {
+            guard let url = URL(string: text), url.host == nil || url.host == "" || url.host == "localhost" else {
+                throw StoreBackupError.invalidDestination(url: text, reason: "a file:// URL needs an absolute path, e.g. file:///var/backups")
+            }
+            return LocalFolderDestination(folder: url.path)
+        }
+        if let schemeEnd = text.range(of: "://") {
+            let scheme = String(text[..<schemeEnd.lowerBound])
+            throw StoreBackupError.invalidDestination(url: text, reason: "the \(scheme):// scheme is not supported yet (supported: a local path or file://)")
+        }
+        guard !text.isEmpty else { throw StoreBackupError.invalidDestination(url: text, reason: "empty path") }
+        return LocalFolderDestination(folder: text)
+    }
+}

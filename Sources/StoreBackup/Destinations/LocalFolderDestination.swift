@@ -1,0 +1,127 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Backups in a folder on this machine (the default destination).
+///
+/// Archives are built inside the folder under a hidden temporary name, then published
+/// with fsync + rename-without-replace, so `list` never sees a partial file and no
+/// backup is ever overwritten. Temporary names carry the writer's pid so leftovers
+/// from a crashed run can be told from a running one and cleaned up.
+public struct LocalFolderDestination: BackupDestination {
+    public let folder: String
+    static let temporaryPrefix = ".storebackup-tmp-"
+
+    public init(folder: String) {
+        self.folder = FileSystem.absolutePath(folder)
+    }
+
+    public var displayName: String { folder }
+
+    public var stagingDirectory: String? {
+        try? FileSystem.createDirectories(folder)
+        removeStaleTemporaryFiles()
+        return FileSystem.isDirectory(folder) ? folder : nil
+    }
+
+    public func listBackups() async throws -> [BackupListing] {
+        guard FileSystem.isDirectory(folder) else { return [] }
+        let names: [String]
+        do { names = try FileManager.default.contentsOfDirectory(atPath: folder) } catch {
+            throw StoreBackupError.destination(destination: folder, reason: "cannot list the folder: \(error.localizedDescription)")
+        }
+        return names.filter(BackupName.isBackup).compactMap { name in
+            var info = stat()
+            guard stat(folder + "/" + name, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+            let modified = Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec))
+            return BackupListing(name: name, size: Int64(info.st_size), date: BackupName.date(of: name) ?? modified, modified: modified)
+        }
+    }
+
+    public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
+        try BackupName.validate(name)
+        try FileSystem.createDirectories(folder)
+        let target = folder + "/" + name
+        var source = file
+        if FileSystem.parentDirectory(of: file) != folder {
+            // Built elsewhere: copy next to the target first so the final step is a rename.
+            source = folder + "/" + Self.temporaryPrefix + "\(getpid())-" + UUID().uuidString + ".zip"
+            try copy(from: file, to: source, progress: progress)
+        }
+        do {
+            try FileSystem.fsync(path: source)
+            try FileSystem.renameNoReplace(from: source, to: target)
+            try FileSystem.fsync(path: folder)
+        } catch StoreBackupError.io(_, _, let code) where code == EEXIST {
+            if source != file { unlink(source) }
+            throw StoreBackupError.backupExists(name: name, destination: folder)
+        }
+    }
+
+    public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
+        try BackupName.validate(name)
+        let source = folder + "/" + name
+        guard FileSystem.fileExists(source) else { throw StoreBackupError.backupNotFound(name: name, destination: folder) }
+        try copy(from: source, to: file, progress: progress)
+    }
+
+    /// A local backup needs no download: restore reads it in place.
+    public func localPath(of name: String) -> String? {
+        let path = folder + "/" + name
+        return FileSystem.fileExists(path) ? path : nil
+    }
+
+    public func delete(_ name: String) async throws {
+        try BackupName.validate(name)
+        let path = folder + "/" + name
+        guard unlink(path) == 0 else {
+            if errno == ENOENT { throw StoreBackupError.backupNotFound(name: name, destination: folder) }
+            throw StoreBackupError.io(path: path, operation: "delete", errno: errno)
+        }
+        try? FileSystem.fsync(path: folder)
+    }
+
+    /// Name for a temporary archive built in this folder by this process.
+    func temporaryArchivePath() -> String {
+        folder + "/" + Self.temporaryPrefix + "\(getpid())-" + UUID().uuidString + ".zip"
+    }
+
+    /// Removes temporary files whose writing process is gone (a crash or kill -9).
+    func removeStaleTemporaryFiles() {
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return }
+        for name in names where name.hasPrefix(Self.temporaryPrefix) {
+            let rest = name.dropFirst(Self.temporaryPrefix.count)
+            guard let pid = Int32(rest.prefix(while: { $0.isNumber })) else { continue }
+            if kill(pid, 0) != 0 && errno == ESRCH { unlink(folder + "/" + name) }
+        }
+    }
+
+    private func copy(from source: String, to target: String, progress: ProgressHandler?) throws {
+        let input = open(source, O_RDONLY | O_CLOEXEC)
+        guard input >= 0 else { throw StoreBackupError.io(path: source, operation: "open", errno: errno) }
+        defer { close(input) }
+        let output = open(target, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard output >= 0 else { throw StoreBackupError.io(path: target, operation: "create", errno: errno) }
+        defer { close(output) }
+        var info = stat()
+        fstat(input, &info)
+        let total = Int64(info.st_size)
+        var done: Int64 = 0
+        var buffer = [UInt8](repeating: 0, count: 1 << 20)
+        while true {
+            let got = read(input, &buffer, buffer.count)
+            if got < 0 { if errno == EINTR { continue }; throw StoreBackupError.io(path: source, operation: "read", errno: errno) }
+            if got == 0 { break }
+            var offset = 0
+            while offset < got {
+                let wrote = buffer.withUnsafeBytes { write(output, $0.baseAddress! + offset, got - offset) }
+                if wrote < 0 { if errno == EINTR { continue }; throw StoreBackupError.io(path: target, operation: "write", errno: errno) }
+                offset += wrote
+            }
+            done += Int64(got)
+            progress?(BackupProgress(phase: .uploading, bytesDone: done, bytesTotal: total))
+        }
+        guard fsync(output) == 0 else { throw StoreBackupError.io(path: target, operation: "fsync", errno: errno) }
+    }
+}

@@ -1,0 +1,65 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What a restore was doing, written (atomically, fsynced) before each step, so a
+/// restore killed at any moment can be finished or undone by the next command.
+struct RestoreJournal: Codable, Sendable {
+    enum Phase: String, Codable, Sendable {
+        /// Unpacking into `_New`; the live store is untouched.
+        case extracting
+        /// Renaming live → `_Old` and `_New` → live.
+        case swapping
+        /// The new store is live; the app is reloading it.
+        case reloading
+        /// The reload failed: new → `_FailedRestore`, `_Old` → live.
+        case rollingBack
+        /// The restore succeeded; removing `_Old`.
+        case committing
+    }
+
+    var phase: Phase
+    var backupName: String
+    var hadLiveStore: Bool
+    var pid: Int32 = getpid()
+    var updatedAt = Date()
+
+    static func load(from path: String) -> RestoreJournal? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return try? decoder.decode(RestoreJournal.self, from: data)
+    }
+
+    func save(to path: String) throws {
+        var copy = self
+        copy.updatedAt = Date()
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        let data = try encoder.encode(copy)
+        let temporary = path + ".tmp"
+        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
+            throw StoreBackupError.io(path: temporary, operation: "write journal", errno: errno)
+        }
+        try FileSystem.fsync(path: temporary)
+        try FileSystem.rename(from: temporary, to: path)
+        try FileSystem.fsync(path: FileSystem.parentDirectory(of: path))
+    }
+
+    static func remove(at path: String) {
+        unlink(path)
+        try? FileSystem.fsync(path: FileSystem.parentDirectory(of: path))
+    }
+}
+
+/// Lets tests stop a restore between two steps and kill it there
+/// (`STOREBACKUP_TEST_PAUSE_AT=<step>`): the process says where it is on stderr and
+/// waits to be killed. Unset in normal use.
+enum TestPausePoint {
+    static func reach(_ step: String) {
+        guard ProcessInfo.processInfo.environment["STOREBACKUP_TEST_PAUSE_AT"] == step else { return }
+        FileHandle.standardError.write(Data("storebackup: test pause at \(step)\n".utf8))
+        while true { pause() }
+    }
+}

@@ -1,0 +1,157 @@
+import CSQLite
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One database frozen at one moment while other connections keep writing.
+///
+/// How (GUIDE §3, SQLite's wal.c):
+/// - WAL databases: checkpoint the WAL to empty, then start a read transaction at
+///   once. A reader that begins on an empty WAL holds read-lock 0 and reads only the
+///   main file; no checkpoint may write into the main file while that lock is held,
+///   so the file's first `pageCount` pages stay exactly this snapshot while writers
+///   append to the WAL. We then stream those pages through SQLite's own file handle:
+///   one read pass, no extra copy. If the WAL was not empty when the read began
+///   (a writer slipped in), we retry a few times and then fall back to the backup API.
+/// - Rollback-journal databases: a read transaction holds a SHARED lock, which keeps
+///   writers out until the copy is done.
+final class DatabaseSnapshot: @unchecked Sendable {
+    enum Method: String, Codable, Sendable {
+        case walReadLock = "wal-read-lock"
+        case sharedLock = "shared-lock"
+        case backupCopy = "backup-api-copy"
+    }
+
+    let path: String
+    let relativePath: String
+    let pageSize: Int
+    let pageCount: Int
+    let journalMode: String
+    let method: Method
+    var size: Int64 { Int64(pageSize) * Int64(pageCount) }
+
+    private var connection: SQLiteConnection?
+    private var mainFile: UnsafeMutablePointer<sqlite3_file>?
+    private var copyDescriptor: Int32 = -1
+    private var copyPath: String?
+
+    init(path: String, relativePath: String, scratchDirectory: String) throws {
+        self.path = path
+        self.relativePath = relativePath
+        let connection = try Self.openForSnapshot(path: path)
+        connection.setBusyTimeout(milliseconds: 200)
+        let mode = try connection.scalar("PRAGMA journal_mode", operation: "read journal mode").lowercased()
+        journalMode = mode
+
+        let forced = ProcessInfo.processInfo.environment["STOREBACKUP_SNAPSHOT_METHOD"]
+        var chosen: Method?
+        if mode == "wal" && forced != Method.backupCopy.rawValue {
+            for _ in 0..<8 where chosen == nil {
+                if try Self.beginReadOnEmptyWAL(connection: connection, path: path) { chosen = .walReadLock }
+            }
+        } else if mode != "wal" {
+            try connection.execute("BEGIN", operation: "begin read transaction")
+            _ = try connection.scalar("SELECT count(*) FROM sqlite_master", operation: "start read transaction")
+            chosen = .sharedLock
+        }
+
+        if let chosen {
+            method = chosen
+            pageSize = Int(try connection.scalar("PRAGMA page_size", operation: "read page size")) ?? 4096
+            pageCount = Int(try connection.scalar("PRAGMA page_count", operation: "read page count")) ?? 0
+            guard let file = sb_sqlite_main_file(connection.handle) else {
+                throw StoreBackupError.sqlite(path: path, operation: "get file handle", message: "no file handle")
+            }
+            mainFile = file
+            self.connection = connection
+        } else {
+            method = .backupCopy
+            let copy = scratchDirectory + "/.storebackup-\(getpid())-snapshot-\(UUID().uuidString).sqlite"
+            try Self.backupCopy(from: connection, to: copy)
+            connection.close()
+            copyPath = copy
+            let reader = try SQLiteConnection(path: copy, mode: .readOnly)
+            pageSize = Int(try reader.scalar("PRAGMA page_size", operation: "read page size")) ?? 4096
+            pageCount = Int(try reader.scalar("PRAGMA page_count", operation: "read page count")) ?? 0
+            reader.close()
+            copyDescriptor = open(copy, O_RDONLY | O_CLOEXEC)
+            guard copyDescriptor >= 0 else { throw StoreBackupError.io(path: copy, operation: "open", errno: errno) }
+        }
+    }
+
+    deinit { finish() }
+
+    /// Reads snapshot bytes; returns the count read (0 at the end).
+    func read(into buffer: UnsafeMutableRawPointer, count: Int, offset: Int64) throws -> Int {
+        let available = size - offset
+        guard available > 0 else { return 0 }
+        let amount = Int(min(Int64(count), available))
+        if let mainFile {
+            let rc = sb_sqlite_file_read(mainFile, buffer, Int32(amount), offset)
+            guard rc == SQLITE_OK else {
+                throw StoreBackupError.sqlite(path: path, operation: "read snapshot", message: "I/O error \(rc)")
+            }
+            return amount
+        }
+        let got = pread(copyDescriptor, buffer, amount, off_t(offset))
+        guard got == amount else { throw StoreBackupError.io(path: copyPath ?? path, operation: "read", errno: errno) }
+        return amount
+    }
+
+    /// Ends the read transaction (writers and checkpoints proceed) and removes any copy.
+    func finish() {
+        if let connection {
+            try? connection.execute("COMMIT", operation: "end read transaction")
+            connection.close()
+        }
+        connection = nil
+        mainFile = nil
+        if copyDescriptor >= 0 { close(copyDescriptor); copyDescriptor = -1 }
+        if let copyPath { unlink(copyPath); self.copyPath = nil }
+    }
+
+    private static func openForSnapshot(path: String) throws -> SQLiteConnection {
+        do {
+            return try SQLiteConnection(path: path, mode: .readWrite)
+        } catch {
+            // A read-only store can still be backed up; it just cannot be checkpointed.
+            return try SQLiteConnection(path: path, mode: .readOnly)
+        }
+    }
+
+    /// Checkpoints, begins a read, and tells whether the read started on an empty WAL.
+    /// When it did not, the read transaction is ended again.
+    private static func beginReadOnEmptyWAL(connection: SQLiteConnection, path: String) throws -> Bool {
+        // PASSIVE first copies most frames without taking the writer lock, so the
+        // TRUNCATE that follows (which does take it) holds it only briefly.
+        _ = try? connection.checkpoint(mode: "PASSIVE")
+        _ = try? connection.checkpoint(mode: "TRUNCATE")
+        try connection.execute("BEGIN", operation: "begin read transaction")
+        _ = try connection.scalar("SELECT count(*) FROM sqlite_master", operation: "start read transaction")
+        var info = stat()
+        let walIsEmpty = stat(path + "-wal", &info) != 0 || info.st_size == 0
+        if walIsEmpty { return true }
+        try connection.execute("COMMIT", operation: "end read transaction")
+        return false
+    }
+
+    /// The fallback: SQLite's online backup in a single step is one read transaction
+    /// on the source, so it is consistent, and WAL writers are not blocked by it.
+    private static func backupCopy(from source: SQLiteConnection, to copy: String) throws {
+        let destination = try SQLiteConnection(path: copy, mode: .create)
+        defer { destination.close() }
+        guard let backup = sqlite3_backup_init(destination.handle, "main", source.handle, "main") else {
+            throw StoreBackupError.sqlite(path: source.path, operation: "backup", message: destination.lastError)
+        }
+        var rc: Int32
+        repeat {
+            rc = sqlite3_backup_step(backup, -1)
+            if rc == SQLITE_BUSY || rc == SQLITE_LOCKED { usleep(10_000) }  // a writer holds a lock; retry
+        } while rc == SQLITE_BUSY || rc == SQLITE_LOCKED
+        sqlite3_backup_finish(backup)
+        guard rc == SQLITE_DONE else {
+            throw StoreBackupError.sqlite(path: source.path, operation: "backup", message: String(cString: sqlite3_errstr(rc)))
+        }
+    }
+}

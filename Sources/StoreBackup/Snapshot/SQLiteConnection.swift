@@ -1,0 +1,132 @@
+import CSQLite
+import Foundation
+
+/// A minimal SQLite connection: enough to checkpoint, hold a read transaction,
+/// read pragmas and run integrity checks. Not shared between threads at the same time.
+final class SQLiteConnection: @unchecked Sendable {
+    let path: String
+    private(set) var handle: OpaquePointer?
+
+    enum Mode { case readWrite, create, readOnly, immutable }
+
+    init(path: String, mode: Mode) throws {
+        self.path = path
+        var flags: Int32 = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
+        let filename: String
+        switch mode {
+        case .readWrite:
+            flags |= SQLITE_OPEN_READWRITE
+            filename = path
+        case .create:
+            flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
+            filename = path
+        case .readOnly:
+            flags |= SQLITE_OPEN_READONLY
+            filename = path
+        case .immutable:
+            // A database nobody else can be using (an extracted copy): no locks, no -shm file.
+            flags |= SQLITE_OPEN_READONLY
+            filename = "file:" + Self.uriEscaped(path) + "?immutable=1"
+        }
+        var db: OpaquePointer?
+        let rc = sqlite3_open_v2(filename, &db, flags, nil)
+        handle = db
+        guard rc == SQLITE_OK else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(db)
+            handle = nil
+            throw StoreBackupError.sqlite(path: path, operation: "open", message: message)
+        }
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit { close() }
+
+    func close() {
+        if let handle { sqlite3_close_v2(handle) }
+        handle = nil
+    }
+
+    func setBusyTimeout(milliseconds: Int32) {
+        sqlite3_busy_timeout(handle, milliseconds)
+    }
+
+    var lastError: String { handle.map { String(cString: sqlite3_errmsg($0)) } ?? "closed" }
+
+    func execute(_ sql: String, operation: String) throws {
+        var message: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &message)
+        if rc != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? lastError
+            sqlite3_free(message)
+            throw StoreBackupError.sqlite(path: path, operation: operation, message: text)
+        }
+    }
+
+    /// Runs a statement and returns every row as text columns.
+    func rows(_ sql: String, operation: String) throws -> [[String]] {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK else {
+            throw StoreBackupError.sqlite(path: path, operation: operation, message: lastError)
+        }
+        defer { sqlite3_finalize(statement) }
+        var result: [[String]] = []
+        while true {
+            let rc = sqlite3_step(statement)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else {
+                throw StoreBackupError.sqlite(path: path, operation: operation, message: lastError)
+            }
+            let count = sqlite3_column_count(statement)
+            result.append((0..<count).map { column in
+                sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""
+            })
+        }
+        return result
+    }
+
+    func scalar(_ sql: String, operation: String) throws -> String {
+        try rows(sql, operation: operation).first?.first ?? ""
+    }
+
+    /// `PRAGMA wal_checkpoint(MODE)`; returns (busy, frames in log, frames checkpointed).
+    func checkpoint(mode: String) throws -> (busy: Bool, logFrames: Int, checkpointedFrames: Int) {
+        let row = try rows("PRAGMA wal_checkpoint(\(mode))", operation: "checkpoint").first ?? []
+        let numbers = row.map { Int($0) ?? -1 }
+        guard numbers.count == 3 else { return (true, -1, -1) }
+        return (numbers[0] != 0, numbers[1], numbers[2])
+    }
+
+    /// Runs `PRAGMA integrity_check` (or quick_check) and throws with the first problems it lists.
+    func check(quick: Bool) throws {
+        let pragma = quick ? "quick_check" : "integrity_check"
+        let lines = try rows("PRAGMA \(pragma)(20)", operation: pragma).map { $0.first ?? "" }
+        guard lines == ["ok"] else {
+            throw StoreBackupError.databaseCheckFailed(path: path, result: lines.prefix(3).joined(separator: "; "))
+        }
+    }
+
+    private static func uriEscaped(_ path: String) -> String {
+        var allowed = CharacterSet.urlPathAllowed
+        allowed.remove(charactersIn: "?#%")
+        return path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path
+    }
+}
+
+/// SQLite files begin with this 16-byte string; that, not the extension, is how we find them.
+enum SQLiteHeader {
+    static let magic: [UInt8] = Array("SQLite format 3\0".utf8)
+
+    /// Reads the header through SQLite's own VFS rather than a plain descriptor: when an
+    /// app in this process has the database open, SQLite defers closing the file while
+    /// locks are held, whereas closing our own descriptor would drop the app's locks.
+    static func isDatabase(path: String) -> Bool {
+        var db: OpaquePointer?
+        defer { sqlite3_close_v2(db) }
+        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK,
+              let file = sb_sqlite_main_file(db) else { return false }
+        var header = [UInt8](repeating: 0, count: 16)
+        let rc = header.withUnsafeMutableBytes { sb_sqlite_file_read(file, $0.baseAddress!, 16, 0) }
+        return rc == SQLITE_OK && header == magic
+    }
+}

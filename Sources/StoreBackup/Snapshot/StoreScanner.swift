@@ -1,0 +1,107 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One thing in the stores directory that goes into the archive.
+struct StoreItem: Sendable {
+    enum Kind: String, Codable, Sendable { case directory, file, symlink, database }
+
+    /// Path relative to the stores directory, "/"-separated, never starting with "/".
+    let relativePath: String
+    let absolutePath: String
+    let kind: Kind
+    /// Permission bits only (no file-type bits).
+    let permissions: UInt32
+    /// Modification time in whole seconds since 1970, UTC.
+    let modificationTime: Int64
+    /// Bytes on disk when scanned (for a database, the snapshot's size replaces it).
+    let size: Int64
+    let linkTarget: String?
+}
+
+/// Walks a stores directory: everything, hidden files and empty folders included,
+/// without following symbolic links. SQLite files are recognised by their header;
+/// their `-wal`, `-shm` and `-journal` companions are left out because the snapshot
+/// of each database is already consistent without them.
+enum StoreScanner {
+    /// The archive folder reserved for storebackup's own manifest.
+    static let reservedFolder = ".storebackup"
+
+    struct Result: Sendable {
+        var items: [StoreItem]
+        var skipped: [String]
+    }
+
+    static func scan(storesDirectory root: String) throws -> Result {
+        var info = stat()
+        guard stat(root, &info) == 0 else {
+            if errno == ENOENT { throw StoreBackupError.storesDirectoryMissing(path: root) }
+            throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: String(cString: strerror(errno)))
+        }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: "not a directory")
+        }
+        guard access(root, R_OK | X_OK) == 0 else {
+            throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: String(cString: strerror(errno)))
+        }
+        var result = Result(items: [], skipped: [])
+        try walk(root: root, relative: "", into: &result)
+
+        let databases = Set(result.items.filter { $0.kind == .database }.map(\.relativePath))
+        result.items.removeAll { item in
+            guard item.kind == .file else { return false }
+            for suffix in ["-wal", "-shm", "-journal"] where item.relativePath.hasSuffix(suffix) {
+                if databases.contains(String(item.relativePath.dropLast(suffix.count))) { return true }
+            }
+            return false
+        }
+        return result
+    }
+
+    private static func walk(root: String, relative: String, into result: inout Result) throws {
+        let directory = relative.isEmpty ? root : root + "/" + relative
+        guard let handle = opendir(directory) else {
+            throw StoreBackupError.storesDirectoryUnreadable(path: directory, reason: String(cString: strerror(errno)))
+        }
+        var names: [String] = []
+        while let entry = readdir(handle) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        closedir(handle)
+
+        for name in names.sorted() {
+            let childRelative = relative.isEmpty ? name : relative + "/" + name
+            let childPath = root + "/" + childRelative
+            if relative.isEmpty && name == reservedFolder {
+                result.skipped.append(childRelative + " (reserved for storebackup's manifest)")
+                continue
+            }
+            let info = try FileSystem.lstatInfo(childPath)
+            let permissions = UInt32(info.st_mode) & 0o7777
+            let mtime = Int64(info.st_mtim.tv_sec)
+            switch info.st_mode & S_IFMT {
+            case S_IFDIR:
+                result.items.append(StoreItem(
+                    relativePath: childRelative, absolutePath: childPath, kind: .directory,
+                    permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
+                try walk(root: root, relative: childRelative, into: &result)
+            case S_IFREG:
+                let isDatabase = info.st_size >= 512 && SQLiteHeader.isDatabase(path: childPath)
+                result.items.append(StoreItem(
+                    relativePath: childRelative, absolutePath: childPath, kind: isDatabase ? .database : .file,
+                    permissions: permissions, modificationTime: mtime, size: Int64(info.st_size), linkTarget: nil))
+            case S_IFLNK:
+                let target = (try? FileManager.default.destinationOfSymbolicLink(atPath: childPath)) ?? ""
+                result.items.append(StoreItem(
+                    relativePath: childRelative, absolutePath: childPath, kind: .symlink,
+                    permissions: permissions, modificationTime: mtime, size: Int64(target.utf8.count), linkTarget: target))
+            default:
+                result.skipped.append(childRelative + " (not a regular file, folder or link)")
+            }
+        }
+    }
+}

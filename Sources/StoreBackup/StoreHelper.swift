@@ -1,0 +1,234 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Compression levels by name, as the command line takes them.
+public enum CompressionLevel {
+    public static let fast = 1
+    /// Level 1 deflate (with incompressible files stored) keeps create fast; see README.
+    public static let `default` = 1
+    public static let best = 9
+
+    /// "fast", "default", "best" or a digit 0-9 (0 stores without compressing).
+    public static func parse(_ text: String) -> Int? {
+        switch text.lowercased() {
+        case "fast": return fast
+        case "default": return `default`
+        case "best": return best
+        default:
+            guard let value = Int(text), (0...9).contains(value) else { return nil }
+            return value
+        }
+    }
+}
+
+/// A finished backup.
+public struct BackupResult: Sendable {
+    public var name: String
+    public var size: Int64
+    public var destination: String
+    public var manifest: Manifest
+}
+
+/// A finished restore.
+public struct RestoreResult: Sendable {
+    public var backupName: String
+    public var storesDirectory: String
+    public var databasesChecked: [String]
+    public var fileCount: Int
+}
+
+/// The front door: back up, list, restore and delete one stores directory's backups.
+///
+/// Every operation that touches the store takes the store's lock first and finishes
+/// any restore a crash left half-done. Long work runs on its own threads; cancelling
+/// the calling task cancels it and leaves no partial backup and an untouched store.
+public struct StoreHelper: Sendable {
+    public let storesDirectory: String
+    public let destination: any BackupDestination
+    public var compressionLevel: Int
+
+    public init(storesDirectory: String, destination: any BackupDestination, compressionLevel: Int = CompressionLevel.default) {
+        self.storesDirectory = FileSystem.absolutePath(storesDirectory)
+        self.destination = destination
+        self.compressionLevel = compressionLevel
+    }
+
+    var layout: StoreLayout { StoreLayout(storesDirectory: storesDirectory) }
+
+    // MARK: create
+
+    /// Takes a consistent snapshot of every database, archives the whole directory and
+    /// publishes it to the destination as `<UTC date> Stores.zip`.
+    public func createBackup(progress: ProgressHandler? = nil) async throws -> BackupResult {
+        let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
+        defer { withExtendedLifetime(lock) {} }
+        _ = try layout.recoverIfNeeded()
+
+        let staging = destination.stagingDirectory
+        let localFolder = destination as? LocalFolderDestination
+        let createdAt = Date()
+        let throttle = ProgressThrottle(progress)
+        let storesDirectory = self.storesDirectory
+        let level = compressionLevel
+        let archivePath = localFolder?.temporaryArchivePath()
+            ?? (staging ?? NSTemporaryDirectory()) + "/.storebackup-tmp-\(getpid())-\(UUID().uuidString).zip"
+
+        let manifest: Manifest
+        do {
+            manifest = try await runBlocking(name: "storebackup-create") { cancel in
+                throttle.report(BackupProgress(phase: .scanning), force: true)
+                let scan = try StoreScanner.scan(storesDirectory: storesDirectory)
+                guard scan.items.contains(where: { $0.kind == .database }) else {
+                    throw StoreBackupError.noDatabases(path: storesDirectory)
+                }
+                try cancel.throwIfCancelled()
+                throttle.report(BackupProgress(phase: .snapshotting), force: true)
+                var snapshots: [String: DatabaseSnapshot] = [:]
+                defer { snapshots.values.forEach { $0.finish() } }
+                let scratch = FileSystem.parentDirectory(of: archivePath)
+                for item in scan.items where item.kind == .database {
+                    snapshots[item.relativePath] = try DatabaseSnapshot(
+                        path: item.absolutePath, relativePath: item.relativePath, scratchDirectory: scratch)
+                }
+                let writer = ArchiveWriter(
+                    settings: .init(compressionLevel: level, sourcePath: storesDirectory, createdAt: createdAt),
+                    cancel: cancel, progress: throttle)
+                return try writer.write(items: scan.items, snapshots: snapshots, to: archivePath)
+            }
+        } catch {
+            unlink(archivePath)
+            throw error
+        }
+
+        defer { unlink(archivePath) }
+        let size = (try? FileSystem.lstatInfo(archivePath)).map { Int64($0.st_size) } ?? 0
+        var name = BackupName.make(for: createdAt)
+        // Names are to the second; another store sharing the destination may have taken this one.
+        for attempt in 1...10 {
+            do {
+                try Task.checkCancellation()
+                try await destination.upload(file: archivePath, as: name, progress: progress)
+                break
+            } catch StoreBackupError.backupExists where attempt < 10 {
+                name = BackupName.make(for: createdAt.addingTimeInterval(TimeInterval(attempt)))
+            } catch is CancellationError {
+                throw StoreBackupError.cancelled
+            }
+        }
+        throttle.report(BackupProgress(phase: .done, bytesDone: size, bytesTotal: size), force: true)
+        return BackupResult(name: name, size: size, destination: destination.displayName, manifest: manifest)
+    }
+
+    // MARK: list and delete
+
+    /// The destination's backups, newest first.
+    public func listBackups() async throws -> [BackupListing] {
+        try await destination.sortedBackups()
+    }
+
+    public func deleteBackup(_ name: String) async throws {
+        let backup = try await destination.resolve(name)
+        try await destination.delete(backup.name)
+    }
+
+    // MARK: restore
+
+    /// Restores `nameOrLatest` into the stores directory (which may not exist yet).
+    ///
+    /// Downloads, then unpacks into `<store>_New` checking every checksum and running
+    /// `PRAGMA integrity_check` on each database; only then swaps it in, keeping the
+    /// previous store as `<store>_Old` until `hooks.reload` accepts the new one. If the
+    /// reload throws, the new store goes to `<store>_FailedRestore` and the old one is
+    /// put back (and reloaded). Each step is journaled, so a crash at any point is
+    /// repaired by the next command on this store.
+    public func restore(
+        _ nameOrLatest: String, hooks: ReloadHooks = .checkDatabases, progress: ProgressHandler? = nil
+    ) async throws -> RestoreResult {
+        let layout = self.layout
+        try FileSystem.createDirectories(layout.parent)
+        let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "restore")
+        defer { withExtendedLifetime(lock) {} }
+        _ = try layout.recoverIfNeeded()
+
+        let backup = try await destination.resolve(nameOrLatest)
+        if FileSystem.fileExists(layout.new) {
+            throw StoreBackupError.restoreRefused(reason: "\(layout.new) already exists and is not from an interrupted restore; move it away first")
+        }
+        let throttle = ProgressThrottle(progress)
+        var archivePath = (destination as? LocalFolderDestination)?.localPath(of: backup.name)
+        var downloaded: String?
+        defer { if let downloaded { unlink(downloaded) } }
+        if archivePath == nil {
+            let target = layout.downloadPath()
+            unlink(target)
+            downloaded = target
+            try await destination.download(backup.name, to: target, progress: progress)
+            archivePath = target
+        }
+        let archive = archivePath!
+        let hadLiveStore = FileSystem.fileExists(layout.live)
+        let swapper = StoreSwapper(layout: layout)
+
+        // 1. Unpack and verify beside the live store; any failure leaves it untouched.
+        let extracted: (databases: [String], files: Int)
+        do {
+            extracted = try await runBlocking(name: "storebackup-restore") { cancel in
+                let reader = try ArchiveReader(path: archive, backupName: backup.name)
+                try swapper.journal(.extracting, backup: backup.name, hadLiveStore: hadLiveStore)
+                TestPausePoint.reach("extracting")
+                let databases = try Extractor(reader: reader, cancel: cancel, progress: throttle).extract(into: layout.new)
+                return (databases, reader.entries.count)
+            }
+        } catch {
+            try? FileSystem.removeTree(layout.new)
+            RestoreJournal.remove(at: layout.journal)
+            throw error
+        }
+
+        // 2. Swap, then let the app reload; roll back if it refuses the new store.
+        try await hooks.willSwap()
+        try swapper.swapIn(backup: backup.name, hadLiveStore: hadLiveStore)
+        throttle.report(BackupProgress(phase: .reloading), force: true)
+        do {
+            try await hooks.reload(layout.live)
+        } catch {
+            let reloadError = error
+            try swapper.rollBack(backup: backup.name, hadLiveStore: hadLiveStore)
+            if hadLiveStore {
+                do { try await hooks.reload(layout.live) } catch {
+                    await hooks.didRollback(reloadError)
+                    throw StoreBackupError.reloadFailed(reason: "\(reloadError); reloading the previous store also failed: \(error)", rolledBack: true)
+                }
+            }
+            await hooks.didRollback(reloadError)
+            throw StoreBackupError.reloadFailed(reason: "\(reloadError)", rolledBack: hadLiveStore)
+        }
+        try swapper.commit(backup: backup.name, hadLiveStore: hadLiveStore)
+        throttle.report(BackupProgress(phase: .done), force: true)
+        return RestoreResult(backupName: backup.name, storesDirectory: layout.live,
+                             databasesChecked: extracted.databases, fileCount: extracted.files)
+    }
+
+    // MARK: recover
+
+    /// Finishes or undoes a restore that was interrupted (crash, kill -9, power loss).
+    public func recover() throws -> RecoveryOutcome {
+        let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "recover")
+        defer { withExtendedLifetime(lock) {} }
+        return try layout.recoverIfNeeded()
+    }
+}
+
+extension StoreLayout {
+    /// Runs recovery when a restore journal is present. Callers hold the store lock.
+    func recoverIfNeeded() throws -> RecoveryOutcome {
+        guard FileSystem.fileExists(journal) else { return .nothingToDo }
+        let outcome = try StoreSwapper(layout: self).recover()
+        if let message = outcome.message {
+            FileHandle.standardError.write(Data("storebackup: \(message)\n".utf8))
+        }
+        return outcome
+    }
+}

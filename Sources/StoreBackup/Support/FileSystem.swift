@@ -1,0 +1,103 @@
+import CPosix
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Small POSIX helpers the rest of the library shares. They throw `StoreBackupError.io`
+/// with the errno so messages say exactly what failed and where.
+enum FileSystem {
+    static func fileExists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
+    }
+
+    static func isDirectory(_ path: String) -> Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    static func lstatInfo(_ path: String) throws -> stat {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { throw StoreBackupError.io(path: path, operation: "stat", errno: errno) }
+        return info
+    }
+
+    /// Flushes a file or directory to stable storage.
+    static func fsync(path: String) throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
+        defer { close(fd) }
+        guard Glibc.fsync(fd) == 0 else { throw StoreBackupError.io(path: path, operation: "fsync", errno: errno) }
+    }
+
+    /// Renames without ever replacing an existing target (renameat2 RENAME_NOREPLACE),
+    /// so publishing a backup can never overwrite another one.
+    static func renameNoReplace(from source: String, to target: String) throws {
+        let result = sb_rename_noreplace(source, target)
+        if result == 0 { return }
+        let code = errno
+        if code == EINVAL || code == ENOSYS {
+            // Filesystems without renameat2 flags: link() also refuses an existing target.
+            guard link(source, target) == 0 else { throw StoreBackupError.io(path: target, operation: "link", errno: errno) }
+            unlink(source)
+            return
+        }
+        throw StoreBackupError.io(path: target, operation: "rename", errno: code)
+    }
+
+    static func rename(from source: String, to target: String) throws {
+        guard Glibc.rename(source, target) == 0 else {
+            throw StoreBackupError.io(path: source, operation: "rename to \(target)", errno: errno)
+        }
+    }
+
+    static func createDirectories(_ path: String, mode: mode_t = 0o755) throws {
+        do {
+            try FileManager.default.createDirectory(
+                atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: Int(mode)])
+        } catch {
+            throw StoreBackupError.io(path: path, operation: "create directory", errno: errno == 0 ? EIO : errno)
+        }
+    }
+
+    static func removeTree(_ path: String) throws {
+        guard fileExists(path) else { return }
+        // Make read-only folders writable first so a restored tree with 0500 folders can go.
+        if let enumerator = FileManager.default.enumerator(atPath: path) {
+            chmod(path, 0o700)
+            for case let relative as String in enumerator {
+                let full = path + "/" + relative
+                if isDirectory(full), (try? lstatInfo(full)).map({ ($0.st_mode & S_IFMT) == S_IFDIR }) == true {
+                    chmod(full, 0o700)
+                }
+            }
+        }
+        do { try FileManager.default.removeItem(atPath: path) } catch {
+            throw StoreBackupError.io(path: path, operation: "remove", errno: EIO)
+        }
+    }
+
+    static func parentDirectory(of path: String) -> String {
+        (path as NSString).deletingLastPathComponent
+    }
+
+    static func lastComponent(of path: String) -> String {
+        (path as NSString).lastPathComponent
+    }
+
+    /// An absolute, standardized path without a trailing slash.
+    static func absolutePath(_ path: String) -> String {
+        let expanded = (path as NSString).expandingTildeInPath
+        let absolute = expanded.hasPrefix("/") ? expanded : FileManager.default.currentDirectoryPath + "/" + expanded
+        var standardized = (absolute as NSString).standardizingPath
+        while standardized.count > 1 && standardized.hasSuffix("/") { standardized.removeLast() }
+        return standardized
+    }
+
+    static var hostName: String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count) == 0 else { return "unknown" }
+        return String(cString: buffer)
+    }
+}

@@ -1,0 +1,52 @@
+import ArgumentParser
+import Foundation
+import StoreBackup
+
+struct CreateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "create",
+        abstract: "Back up a stores directory into \"<date> Stores.zip\".",
+        discussion: """
+            Every SQLite database (found by its file header) is checkpointed and read as one \
+            consistent snapshot while other processes keep writing; everything else in the \
+            directory (hidden folders, empty folders, modes, times) goes in as it is. The archive \
+            is written under a temporary name and published atomically; its name is printed on stdout.
+            """)
+
+    @Argument(help: ArgumentHelp("The stores directory to back up.", valueName: "stores-dir"))
+    var storesDirectory: String
+
+    @OptionGroup var destination: DestinationOption
+
+    @Option(help: ArgumentHelp("Compression: fast, default, best, or 0-9 (0 stores without compressing).", valueName: "level"))
+    var level: String = "default"
+
+    @Flag(help: "Print the result as JSON.")
+    var json = false
+
+    func validate() throws {
+        guard CompressionLevel.parse(level) != nil else {
+            throw ValidationError("--level must be fast, default, best or a number from 0 to 9")
+        }
+    }
+
+    func run() async throws {
+        let helper = StoreHelper(
+            storesDirectory: storesDirectory, destination: try destination.resolve(),
+            compressionLevel: CompressionLevel.parse(level)!)
+        let printer = ProgressPrinter.shared
+        let result = await Terminal.runCancellable { try await helper.createBackup(progress: printer.handler()) }
+        printer.finishLine()
+        if json {
+            let summary: [String: Any] = [
+                "name": result.name, "size": result.size, "destination": result.destination,
+                "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
+            ]
+            let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
+            Terminal.output(String(decoding: data, as: UTF8.self))
+        } else {
+            Terminal.info("storebackup: created \"\(result.name)\" (\(Terminal.formatBytes(result.size))) in \(result.destination)")
+            Terminal.output(result.name)
+        }
+    }
+}

@@ -1,0 +1,18 @@
+import ArgumentParser
+import StoreBackup
+
+struct RecoverCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recover",
+        abstract: "Repair a stores directory after a restore was interrupted.",
+        discussion: "Every other command on the store does this first by itself; this one only does that.")
+
+    @Argument(help: ArgumentHelp("The stores directory.", valueName: "stores-dir"))
+    var storesDirectory: String
+
+    func run() async throws {
+        let helper = StoreHelper(storesDirectory: storesDirectory, destination: LocalFolderDestination(folder: "/"))
+        let outcome = await Terminal.runCancellable { try helper.recover() }
+        if outcome == .nothingToDo { Terminal.info("storebackup: \(helper.storesDirectory) needs no recovery") }
+    }
+}

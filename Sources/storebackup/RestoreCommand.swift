@@ -1,0 +1,47 @@
+import ArgumentParser
+import Foundation
+import StoreBackup
+
+struct RestoreCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "restore",
+        abstract: "Replace a stores directory with a backup, verified first, with rollback.",
+        discussion: """
+            The backup is unpacked beside the store into <dir>_New while every checksum is checked \
+            and every database passes PRAGMA integrity_check; only then is the live directory moved \
+            to <dir>_Old and the new one moved in. Each database is then opened and quick-checked; \
+            if that fails, the new store goes to <dir>_FailedRestore and the old one is put back. \
+            A restore killed at any point is repaired by the next command on the store (or `recover`). \
+            The stores directory does not need to exist.
+            """)
+
+    @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
+    var name: String
+
+    @Argument(help: ArgumentHelp("The stores directory to replace (or create).", valueName: "stores-dir"))
+    var storesDirectory: String
+
+    @OptionGroup var destination: DestinationOption
+
+    @Flag(help: "Do not ask for confirmation (required when not on a terminal).")
+    var yes = false
+
+    func run() async throws {
+        let helper = StoreHelper(storesDirectory: storesDirectory, destination: try destination.resolve())
+        if !yes {
+            guard Terminal.standardInputIsTerminal else {
+                Terminal.fail(StoreBackupError.restoreRefused(
+                    reason: "restore replaces \(helper.storesDirectory); pass --yes to confirm when not running on a terminal"))
+            }
+            guard Terminal.confirm("Replace \(helper.storesDirectory) with backup \"\(name)\"?") else {
+                Terminal.fail(StoreBackupError.restoreRefused(reason: "restore not confirmed; nothing was changed"))
+            }
+        }
+        let printer = ProgressPrinter.shared
+        let result = await Terminal.runCancellable {
+            try await helper.restore(name, hooks: .checkDatabases, progress: printer.handler())
+        }
+        printer.finishLine()
+        Terminal.info("storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)")
+    }
+}
