@@ -40,7 +40,7 @@ let package = Package(
             ]),
         .testTarget(
             name: "StoreBackupTests",
-            dependencies: ["StoreBackup"],
+            dependencies: ["StoreBackup", .product(name: "Crypto", package: "swift-crypto")],
             resources: [.copy("Fixtures")]),
     ],
     swiftLanguageModes: [.v6]

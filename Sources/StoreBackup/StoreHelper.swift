@@ -65,6 +65,7 @@ public struct StoreHelper: Sendable {
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
         defer { withExtendedLifetime(lock) {} }
         _ = try layout.recoverIfNeeded()
+        TestPausePoint.reach("create-locked")
 
         let staging = destination.stagingDirectory
         let localFolder = destination as? LocalFolderDestination

@@ -38,10 +38,29 @@ struct RestoreCommand: AsyncParsableCommand {
             }
         }
         let printer = ProgressPrinter.shared
+        let hooks = Self.reloadHooks()
         let result = await Terminal.runCancellable {
-            try await helper.restore(name, hooks: .checkDatabases, progress: printer.handler())
+            try await helper.restore(name, hooks: hooks, progress: printer.handler())
         }
         printer.finishLine()
         Terminal.info("storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)")
     }
+
+    /// The command line reloads by quick-checking every database. Tests can make the
+    /// reload of a restored store fail (STOREBACKUP_TEST_FAIL_RELOAD=1) to exercise rollback.
+    static func reloadHooks() -> ReloadHooks {
+        guard ProcessInfo.processInfo.environment["STOREBACKUP_TEST_FAIL_RELOAD"] == "1" else { return .checkDatabases }
+        let attempts = ReloadAttempts()
+        return ReloadHooks(reload: { directory in
+            if attempts.next() == 1 { throw StoreBackupError.restoreRefused(reason: "reload rejected by STOREBACKUP_TEST_FAIL_RELOAD") }
+            try DatabaseCheck.quickCheckAll(in: directory)
+        })
+    }
+}
+
+/// Counts reload calls so only the first (on the restored store) fails.
+final class ReloadAttempts: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func next() -> Int { lock.withLock { count += 1; return count } }
 }

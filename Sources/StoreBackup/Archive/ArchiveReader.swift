@@ -26,12 +26,8 @@ final class ArchiveReader: @unchecked Sendable {
         self.path = path
         self.backupName = backupName
         archive = try Self.open(path: path, backupName: backupName)
-        do {
-            try readEntries()
-        } catch {
-            zip_discard(archive)
-            throw error
-        }
+        // If this throws, deinit still runs (every property is set) and discards the handle.
+        try readEntries()
     }
 
     deinit { zip_discard(archive) }

@@ -1,0 +1,141 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// Acceptance: a backup taken while another process keeps writing restores to a
+/// consistent store with everything else in the directory intact.
+final class LiveBackupTests: XCTestCase {
+    func testBackupWhileAnotherProcessWritesRestoresConsistentStore() throws {
+        try backUpWhileWriting(environment: [:], expectedMethod: "wal-read-lock")
+    }
+
+    /// The fallback path (SQLite's backup API) must be just as consistent.
+    func testBackupAPIFallbackIsConsistentToo() throws {
+        try backUpWhileWriting(environment: ["STOREBACKUP_SNAPSHOT_METHOD": "backup-api-copy"], expectedMethod: "backup-api-copy")
+    }
+
+    private func backUpWhileWriting(environment: [String: String], expectedMethod: String) throws {
+        let work = try TestEnvironment.temporaryDirectory("live")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let store = work + "/Stores", backups = work + "/backups", restored = work + "/Restored"
+        try StoreFixture.make(at: store, logRows: 20_000)
+        let before = try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false)
+
+        let writer = try startWriter(database: store + "/App.sqlite")
+        let rowsBefore = Int(try StoreFixture.query(store + "/App.sqlite", "SELECT count(*) FROM log"))!
+        let created = try runStoreBackup(["create", store, "--to", backups, "--json"], environment: environment)
+        let rowsAfter = Int(try StoreFixture.query(store + "/App.sqlite", "SELECT count(*) FROM log"))!
+        let commits = stopWriter(writer)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        XCTAssertGreaterThan(commits, 0)
+        XCTAssertGreaterThan(rowsAfter, rowsBefore, "the writer must keep committing while create runs")
+
+        let restoredRun = try runStoreBackup(["restore", "latest", restored, "--from", backups, "--yes"])
+        XCTAssertEqual(restoredRun.status, 0, restoredRun.stderr)
+
+        let database = restored + "/App.sqlite"
+        XCTAssertEqual(try StoreFixture.query(database, "PRAGMA integrity_check"), "ok")
+        XCTAssertEqual(Int(try StoreFixture.query(database, "SELECT sum(balance) FROM accounts")),
+                       StoreFixture.accountCount * StoreFixture.startingBalance)
+        let count = Int(try StoreFixture.query(database, "SELECT count(*) FROM log"))!
+        let maxID = Int(try StoreFixture.query(database, "SELECT max(id) FROM log"))!
+        XCTAssertEqual(count, maxID, "log ids must be gap-free")
+        XCTAssertGreaterThanOrEqual(count, rowsBefore)
+        XCTAssertEqual(try StoreFixture.query(restored + "/Settings.sqlite", "SELECT v FROM kv WHERE k='theme'"), "dark")
+
+        let after = try StoreFixture.describe(restored, includeJournals: false, includeDatabaseContent: false)
+        XCTAssertEqual(after, before, "every file, hidden folder, empty folder, mode and mtime must come back")
+        XCTAssertEqual(after["Caches/Empty"]?.type, "dir")
+        XCTAssertEqual(after[".secret-config"]?.mode, 0o600)
+
+        let reader = try ArchiveReader(path: try onlyBackup(in: backups), backupName: "test")
+        XCTAssertEqual(reader.manifest?.databases.first { $0.path == "App.sqlite" }?.snapshotMethod, expectedMethod)
+    }
+
+    /// Proof that a snapshot does not block writers: while a snapshot holds its read
+    /// transaction, another process commits with no busy timeout at all, and the
+    /// snapshot still reads the state from before that commit.
+    func testSnapshotDoesNotBlockWritersAndStaysFrozen() throws {
+        let work = try TestEnvironment.temporaryDirectory("frozen")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store, logRows: 500)
+        let path = store + "/App.sqlite"
+        let snapshot = try DatabaseSnapshot(path: path, relativePath: "App.sqlite", scratchDirectory: work)
+        XCTAssertEqual(snapshot.method, .walReadLock)
+
+        let script = """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)
+            for i in range(200):
+                db.execute("BEGIN IMMEDIATE"); db.execute("INSERT INTO log(note) VALUES ('during snapshot')"); db.execute("COMMIT")
+            db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            print(db.execute("SELECT count(*) FROM log").fetchone()[0])
+            """
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        writer.arguments = ["python3", "-c", script, path]
+        let output = Pipe()
+        writer.standardOutput = output
+        try writer.run()
+        writer.waitUntilExit()
+        XCTAssertEqual(writer.terminationStatus, 0, "a writer with busy timeout 0 must not be blocked by the snapshot")
+        XCTAssertEqual(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines), "700")
+
+        // Copy the snapshot bytes out and check they hold the old state.
+        let copy = work + "/copy.sqlite"
+        FileManager.default.createFile(atPath: copy, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: copy))
+        var offset: Int64 = 0
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let got = try buffer.withUnsafeMutableBytes { try snapshot.read(into: $0.baseAddress!, count: $0.count, offset: offset) }
+            if got == 0 { break }
+            handle.write(Data(buffer[0..<got]))
+            offset += Int64(got)
+        }
+        try handle.close()
+        snapshot.finish()
+        XCTAssertEqual(try StoreFixture.query(copy, "SELECT count(*) FROM log"), "500")
+        XCTAssertEqual(try StoreFixture.query(copy, "PRAGMA integrity_check"), "ok")
+    }
+
+    // MARK: helpers
+
+    private func startWriter(database: String) throws -> (Process, Pipe, Pipe) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", TestEnvironment.packageRoot + "/Tests/Support/bank_writer.py", database]
+        let input = Pipe(), output = Pipe()
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+        let ready = readLine(from: output.fileHandleForReading)
+        XCTAssertEqual(ready, "ready")
+        return (process, input, output)
+    }
+
+    private func stopWriter(_ writer: (Process, Pipe, Pipe)) -> Int {
+        try? writer.1.fileHandleForWriting.close()
+        let count = readLine(from: writer.2.fileHandleForReading)
+        writer.0.waitUntilExit()
+        return Int(count ?? "") ?? -1
+    }
+
+    private func readLine(from handle: FileHandle) -> String? {
+        var bytes = Data()
+        while true {
+            let byte = handle.readData(ofLength: 1)
+            if byte.isEmpty { return bytes.isEmpty ? nil : String(decoding: bytes, as: UTF8.self) }
+            if byte == Data("\n".utf8) { return String(decoding: bytes, as: UTF8.self) }
+            bytes.append(byte)
+        }
+    }
+}
+
+func onlyBackup(in folder: String) throws -> String {
+    let names = try FileManager.default.contentsOfDirectory(atPath: folder).filter { $0.hasSuffix(" Stores.zip") }
+    XCTAssertEqual(names.count, 1, "expected exactly one backup in \(folder): \(names)")
+    return folder + "/" + (names.first ?? "missing")
+}

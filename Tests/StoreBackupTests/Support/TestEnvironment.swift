@@ -1,0 +1,99 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// Paths and processes the tests share.
+enum TestEnvironment {
+    static let packageRoot: String = {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<4 { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    /// The storebackup executable built next to this test bundle (or $STOREBACKUP_BINARY).
+    static let binary: String = {
+        if let explicit = ProcessInfo.processInfo.environment["STOREBACKUP_BINARY"] { return explicit }
+        var candidates = [Bundle.main.bundleURL.appendingPathComponent("storebackup").path]
+        for bundle in Bundle.allBundles {
+            candidates.append(bundle.bundleURL.deletingLastPathComponent().appendingPathComponent("storebackup").path)
+        }
+        candidates.append(packageRoot + "/.build/debug/storebackup")
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? candidates.last!
+    }()
+
+    static func temporaryDirectory(_ label: String) throws -> String {
+        let path = NSTemporaryDirectory() + "storebackup-test-\(label)-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+}
+
+/// The result of running the command line.
+struct CommandResult {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+/// Runs `storebackup` with arguments; stdin is empty (not a terminal).
+@discardableResult
+func runStoreBackup(_ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: TestEnvironment.binary)
+    process.arguments = arguments
+    var env = ProcessInfo.processInfo.environment
+    env.merge(environment) { _, new in new }
+    process.environment = env
+    let out = Pipe(), err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+    try process.run()
+    // Read both pipes to the end before waiting, so a full pipe cannot stall the child.
+    let group = DispatchGroup()
+    nonisolated(unsafe) var outData = Data(), errData = Data()
+    group.enter(); DispatchQueue.global().async { outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+    group.enter(); DispatchQueue.global().async { errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+    group.wait()
+    process.waitUntilExit()
+    return CommandResult(status: process.terminationStatus,
+                         stdout: String(decoding: outData, as: UTF8.self),
+                         stderr: String(decoding: errData, as: UTF8.self))
+}
+
+/// A storebackup process started in the background, for tests that kill it mid-way.
+final class BackgroundCommand {
+    let process = Process()
+    private let errorPipe = Pipe()
+    private var buffered = ""
+
+    init(_ arguments: [String], environment: [String: String]) throws {
+        process.executableURL = URL(fileURLWithPath: TestEnvironment.binary)
+        process.arguments = arguments
+        var env = ProcessInfo.processInfo.environment
+        env.merge(environment) { _, new in new }
+        process.environment = env
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardError = errorPipe
+        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+        try process.run()
+    }
+
+    /// Blocks until stderr has a line containing `text`; returns false if the process ended first.
+    func waitForLine(containing text: String) -> Bool {
+        let handle = errorPipe.fileHandleForReading
+        while !buffered.contains(text) {
+            let data = handle.availableData
+            if data.isEmpty { return false }
+            buffered += String(decoding: data, as: UTF8.self)
+        }
+        return true
+    }
+
+    func kill9() {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+
+    var stderrSoFar: String { buffered }
+}
