@@ -34,15 +34,17 @@ final class CompressionPipeline: @unchecked Sendable {
     final class Block {
         let jobIndex: Int
         let isLast: Bool
-        var input: [UInt8]
-        var dictionary: ArraySlice<UInt8>
-        var output: [UInt8] = []
+        /// The raw bytes; returned to the pool once compressed (or handed on as output when stored).
+        var input: PooledBuffer?
+        /// The last 32 KiB before this block, so deflate can refer back across the boundary.
+        let dictionary: [UInt8]
+        var output: PooledBuffer?
         var crc: UInt32 = 0
         let uncompressedCount: Int
         var claimed = false
         var done = false
 
-        init(jobIndex: Int, isLast: Bool, input: [UInt8], dictionary: ArraySlice<UInt8>) {
+        init(jobIndex: Int, isLast: Bool, input: PooledBuffer, dictionary: [UInt8]) {
             self.jobIndex = jobIndex
             self.isLast = isLast
             self.input = input
@@ -61,6 +63,8 @@ final class CompressionPipeline: @unchecked Sendable {
     private let cancel: CancellationFlag
     private let onBytesRead: @Sendable (Int64, String) -> Void
 
+    private let inputPool: BufferPool
+    private let outputPool: BufferPool
     private let condition = NSCondition()
     private var queue: [Block] = []
     private var readerFinished = false
@@ -74,9 +78,20 @@ final class CompressionPipeline: @unchecked Sendable {
         self.jobs = jobs
         self.level = Int32(max(1, min(9, level)))
         self.workerCount = max(1, workers)
-        self.capacity = max(4, workers * 2 + 2)
+        self.capacity = max(3, workers + 2)
         self.cancel = cancel
         self.onBytesRead = onBytesRead
+        // Input buffers bound the queue. Each worker holds an output buffer before it
+        // claims a block, and at most `capacity - 1` finished blocks wait for the writer,
+        // so workers + capacity output buffers can never all be stuck (no deadlock).
+        inputPool = BufferPool(count: capacity + 1, capacity: Self.blockSize)
+        outputPool = BufferPool(count: workerCount + capacity, capacity: Self.blockSize + Self.blockSize / 16 + 1024)
+    }
+
+    /// Gives a consumed block's buffers back for reuse.
+    func recycle(_ block: Block) {
+        block.output?.recycle()
+        block.output = nil
     }
 
     func start() {
@@ -97,6 +112,8 @@ final class CompressionPipeline: @unchecked Sendable {
         stopped = true
         condition.broadcast()
         condition.unlock()
+        inputPool.close()
+        outputPool.close()
     }
 
     /// The next finished block of job `jobIndex`, in order. Throws the first failure.
@@ -156,24 +173,25 @@ final class CompressionPipeline: @unchecked Sendable {
         }
         defer { if descriptor >= 0 { close(descriptor) } }
 
-        var previousTail = ArraySlice<UInt8>()
+        var previousTail: [UInt8] = []
         repeat {
             let wanted = Int(min(Int64(Self.blockSize), max(0, job.plannedSize - offset)))
-            var input = [UInt8](repeating: 0, count: wanted)
-            let got = try input.withUnsafeMutableBytes { buffer -> Int in
-                guard wanted > 0 else { return 0 }
-                if let snapshot = job.snapshot {
-                    return try snapshot.read(into: buffer.baseAddress!, count: wanted, offset: offset)
-                }
-                return try Self.readFully(descriptor, into: buffer.baseAddress!, count: wanted, path: job.item.absolutePath)
+            guard let input = inputPool.take() else { throw StoreBackupError.cancelled }
+            let got: Int
+            if wanted == 0 {
+                got = 0
+            } else if let snapshot = job.snapshot {
+                got = try snapshot.read(into: input.bytes, count: wanted, offset: offset)
+            } else {
+                got = try Self.readFully(descriptor, into: input.bytes, count: wanted, path: job.item.absolutePath)
             }
-            if got < wanted { input.removeSubrange(got...) }
-            input.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+            input.count = got
+            hasher.update(bufferPointer: input.contents)
             offset += Int64(got)
             let isLast = got < Self.blockSize || offset >= job.plannedSize
             let block = Block(jobIndex: jobIndex, isLast: isLast, input: input, dictionary: previousTail)
             if job.method == .deflate && !isLast {
-                previousTail = input.suffix(Self.dictionarySize)
+                previousTail = Array(input.contents.suffix(Self.dictionarySize))
             }
             if isLast {
                 // Recorded before the last block is queued, so it is known once that block is consumed.
@@ -231,9 +249,13 @@ final class CompressionPipeline: @unchecked Sendable {
             return
         }
         defer { deflateEnd(&stream) }
-        while let block = claimNextBlock() {
+        while let output = outputPool.take() {
+            guard let block = claimNextBlock() else {
+                output.recycle()
+                return
+            }
             do {
-                try process(block, stream: &stream)
+                try process(block, output: output, stream: &stream)
                 condition.lock()
                 block.done = true
                 condition.broadcast()
@@ -259,13 +281,14 @@ final class CompressionPipeline: @unchecked Sendable {
         }
     }
 
-    private func process(_ block: Block, stream: inout z_stream) throws {
-        block.crc = block.input.withUnsafeBytes { buffer in
-            UInt32(crc32(0, buffer.bindMemory(to: Bytef.self).baseAddress, uInt(buffer.count)))
-        }
+    private func process(_ block: Block, output: PooledBuffer, stream: inout z_stream) throws {
+        guard let input = block.input else { return output.recycle() }
+        block.crc = UInt32(crc32(0, input.bytes.assumingMemoryBound(to: Bytef.self), uInt(input.count)))
         guard jobs[block.jobIndex].method == .deflate else {
-            block.output = block.input
-            block.input = []
+            // Stored: the input buffer itself is the output.
+            output.recycle()
+            block.output = input
+            block.input = nil
             return
         }
         guard deflateReset(&stream) == Z_OK else { throw StoreBackupError.archiveWrite(reason: "zlib deflateReset failed") }
@@ -275,24 +298,16 @@ final class CompressionPipeline: @unchecked Sendable {
             }
             guard rc == Z_OK else { throw StoreBackupError.archiveWrite(reason: "zlib deflateSetDictionary failed") }
         }
-        let bound = Int(deflateBound(&stream, uLong(block.input.count))) + 64
-        var output = [UInt8](repeating: 0, count: bound)
-        let flush = block.isLast ? Z_FINISH : Z_SYNC_FLUSH
-        let produced: Int = try block.input.withUnsafeMutableBytes { input in
-            try output.withUnsafeMutableBytes { out in
-                stream.next_in = input.bindMemory(to: Bytef.self).baseAddress
-                stream.avail_in = uInt(input.count)
-                stream.next_out = out.bindMemory(to: Bytef.self).baseAddress
-                stream.avail_out = uInt(out.count)
-                let rc = deflate(&stream, flush)
-                let finished = block.isLast ? rc == Z_STREAM_END : (rc == Z_OK && stream.avail_in == 0 && stream.avail_out > 0)
-                guard finished else { throw StoreBackupError.archiveWrite(reason: "zlib deflate failed (\(rc))") }
-                return out.count - Int(stream.avail_out)
-            }
-        }
-        output.removeSubrange(produced...)
+        stream.next_in = input.bytes.assumingMemoryBound(to: Bytef.self)
+        stream.avail_in = uInt(input.count)
+        stream.next_out = output.bytes.assumingMemoryBound(to: Bytef.self)
+        stream.avail_out = uInt(output.capacity)
+        let rc = deflate(&stream, block.isLast ? Z_FINISH : Z_SYNC_FLUSH)
+        let finished = block.isLast ? rc == Z_STREAM_END : (rc == Z_OK && stream.avail_in == 0 && stream.avail_out > 0)
+        guard finished else { throw StoreBackupError.archiveWrite(reason: "zlib deflate failed (\(rc))") }
+        output.count = output.capacity - Int(stream.avail_out)
         block.output = output
-        block.input = []
-        block.dictionary = []
+        block.input = nil
+        input.recycle()
     }
 }

@@ -112,16 +112,19 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
 
     private func read(into destination: UnsafeMutableRawPointer, capacity: Int) throws -> Int {
         while true {
-            if let block = current, position < block.output.count {
-                let count = min(capacity, block.output.count - position)
-                block.output.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress! + position, byteCount: count) }
+            if let block = current, let output = block.output, position < output.count {
+                let count = min(capacity, output.count - position)
+                destination.copyMemory(from: output.bytes + position, byteCount: count)
                 position += count
                 return count
             }
-            if let block = current, block.isLast {
-                finished = true
+            if let block = current {
+                pipeline.recycle(block)
                 current = nil
-                return 0
+                if block.isLast {
+                    finished = true
+                    return 0
+                }
             }
             if finished { return 0 }
             let block = try pipeline.nextBlock(forJob: jobIndex)

@@ -1,0 +1,60 @@
+import Foundation
+
+/// A fixed-size byte buffer that is allocated once and reused.
+final class PooledBuffer: @unchecked Sendable {
+    let bytes: UnsafeMutableRawPointer
+    let capacity: Int
+    var count = 0
+    /// The pool this buffer goes back to.
+    unowned let owner: BufferPool
+
+    init(capacity: Int, owner: BufferPool) {
+        self.capacity = capacity
+        self.owner = owner
+        bytes = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 64)
+    }
+
+    func recycle() { owner.give(self) }
+
+    deinit { bytes.deallocate() }
+
+    var contents: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: bytes, count: count) }
+}
+
+/// A fixed set of buffers: taking one blocks while all are in use. This is what bounds
+/// the memory of the archive pipeline, whatever the size of the store.
+final class BufferPool: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var free: [PooledBuffer] = []
+    private var closed = false
+
+    init(count: Int, capacity: Int) {
+        free = (0..<count).map { _ in PooledBuffer(capacity: capacity, owner: self) }
+    }
+
+    /// A free buffer, or nil once the pool is closed.
+    func take() -> PooledBuffer? {
+        condition.lock()
+        defer { condition.unlock() }
+        while free.isEmpty && !closed { condition.wait() }
+        if closed { return nil }
+        let buffer = free.removeLast()
+        buffer.count = 0
+        return buffer
+    }
+
+    func give(_ buffer: PooledBuffer) {
+        condition.lock()
+        free.append(buffer)
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Wakes every waiter with nil; used when the pipeline stops.
+    func close() {
+        condition.lock()
+        closed = true
+        condition.broadcast()
+        condition.unlock()
+    }
+}

@@ -1,0 +1,57 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// Acceptance: cancelling leaves no partial backup, no temporary files, and an untouched store.
+final class CancellationTests: XCTestCase {
+    func testCancellingCreateMidwayLeavesNothingBehind() async throws {
+        let work = try TestEnvironment.temporaryDirectory("cancel")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let store = work + "/Stores", backups = work + "/backups"
+        try StoreFixture.make(at: store, logRows: 60_000)
+        let before = try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false)
+        let helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups))
+
+        let sawProgress = CallLog()
+        let canceller = TaskCanceller()
+        let task = Task<BackupResult, Error> {
+            try await helper.createBackup(progress: { progress in
+                // Runs on a worker thread: cancel the task from here, midway through archiving.
+                if progress.phase == .archiving && progress.bytesDone > 0 && sawProgress.entries.isEmpty {
+                    sawProgress.append("archiving")
+                    canceller.cancel()
+                }
+            })
+        }
+        canceller.attach { task.cancel() }
+        do {
+            _ = try await task.value
+            XCTFail("create should have been cancelled")
+        } catch StoreBackupError.cancelled {
+        }
+        XCTAssertEqual(sawProgress.entries, ["archiving"], "cancelled while archiving")
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: backups), [], "no backup and no temporary file")
+        XCTAssertEqual(try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false), before)
+        XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA integrity_check"), "ok")
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory())
+            .filter { $0.hasPrefix(".storebackup-\(getpid())-") || $0.hasPrefix(".storebackup-tmp-\(getpid())-") }
+        XCTAssertEqual(leftovers, [])
+    }
+}
+
+/// Cancels a task from any thread, even if asked before the task was attached.
+final class TaskCanceller: @unchecked Sendable {
+    private let lock = NSLock()
+    private var action: (@Sendable () -> Void)?
+    private var requested = false
+
+    func attach(_ cancel: @escaping @Sendable () -> Void) {
+        let runNow: Bool = lock.withLock { action = cancel; return requested }
+        if runNow { cancel() }
+    }
+
+    func cancel() {
+        let current: (@Sendable () -> Void)? = lock.withLock { requested = true; return action }
+        current?()
+    }
+}

@@ -1,0 +1,137 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+final class BackupNameTests: XCTestCase {
+    func testNamesAreSortableUTCToTheSecond() {
+        let date = Date(timeIntervalSince1970: 1_795_317_307)  // 2026-11-22 03:15:07 UTC
+        XCTAssertEqual(BackupName.make(for: date), "2026-11-22 031507 Stores.zip")
+        XCTAssertEqual(BackupName.date(of: "2026-11-22 031507 Stores.zip"), date)
+    }
+
+    func testSeedNamingIsUnderstood() throws {
+        let date = try XCTUnwrap(BackupName.date(of: "[2026-Nov-21] 10.15 PM Stores.zip"))
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = .current
+        let parts = calendar.dateComponents([.year, .month, .day, .hour, .minute], from: date)
+        XCTAssertEqual([parts.year, parts.month, parts.day, parts.hour, parts.minute], [2026, 11, 21, 22, 15])
+    }
+
+    func testOnlyStoresZipNamesAreBackups() {
+        XCTAssertTrue(BackupName.isBackup("anything Stores.zip"))
+        XCTAssertFalse(BackupName.isBackup("Stores.zip"))
+        XCTAssertFalse(BackupName.isBackup(".storebackup-tmp-1 Stores.zip"))
+        XCTAssertFalse(BackupName.isBackup("2026 Stores.zip.partial"))
+        XCTAssertThrowsError(try BackupName.validate("../x Stores.zip"))
+    }
+}
+
+final class ArchivePathTests: XCTestCase {
+    func testUnsafePathsAreRecognised() {
+        for path in ["a/b.txt", ".hidden/x", "a/.b/c"] { XCTAssertTrue(ArchiveReader.isSafeRelativePath(path), path) }
+        for path in ["", "/abs", "../x", "a/../../x", "a//b", "./a", "a\\b", "a/..", "x\0y"] {
+            XCTAssertFalse(ArchiveReader.isSafeRelativePath(path), path)
+        }
+    }
+
+    func testLinksMustStayInside() {
+        XCTAssertTrue(ArchiveReader.isContainedLink(linkPath: "a/link", target: "../notes.txt"))
+        XCTAssertTrue(ArchiveReader.isContainedLink(linkPath: "link", target: "sub/file"))
+        XCTAssertFalse(ArchiveReader.isContainedLink(linkPath: "a/link", target: "../../etc/passwd"))
+        XCTAssertFalse(ArchiveReader.isContainedLink(linkPath: "link", target: "/etc/passwd"))
+        XCTAssertFalse(ArchiveReader.isContainedLink(linkPath: "link", target: ".."))
+    }
+
+    func testExtendedTimestampRoundTrips() {
+        XCTAssertEqual(ZipTimestamp.decode(ZipTimestamp.encode(modificationTime: 1_600_000_001)), 1_600_000_001)
+        XCTAssertNil(ZipTimestamp.decode([0x00, 1, 2, 3, 4]))
+    }
+
+    func testCompressionLevelsParse() {
+        XCTAssertEqual(CompressionLevel.parse("fast"), 1)
+        XCTAssertEqual(CompressionLevel.parse("best"), 9)
+        XCTAssertEqual(CompressionLevel.parse("0"), 0)
+        XCTAssertNil(CompressionLevel.parse("10"))
+        XCTAssertNil(CompressionLevel.parse("quick"))
+    }
+
+    func testDestinationResolution() throws {
+        XCTAssertEqual((try DestinationResolver.resolve("file:///var/backups") as? LocalFolderDestination)?.folder, "/var/backups")
+        XCTAssertEqual(DestinationResolver.defaultFolder(environment: ["XDG_DATA_HOME": "/x", "HOME": "/h"]), "/x/storebackup/backups")
+        XCTAssertEqual(DestinationResolver.defaultFolder(environment: ["HOME": "/h"]), "/h/.local/share/storebackup/backups")
+        XCTAssertThrowsError(try DestinationResolver.resolve("ftp://host/x"))
+    }
+}
+
+/// Recovery on hand-made folder states: each journal phase with the folders a crash leaves.
+final class RecoveryTests: XCTestCase {
+    var work = ""
+    var layout: StoreLayout { StoreLayout(storesDirectory: work + "/Stores") }
+
+    override func setUpWithError() throws { work = try TestEnvironment.temporaryDirectory("recovery") }
+    override func tearDownWithError() throws { try? FileManager.default.removeItem(atPath: work) }
+
+    private func makeFolder(_ path: String, marker: String) throws {
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        try marker.write(toFile: path + "/marker", atomically: false, encoding: .utf8)
+    }
+
+    private func marker(_ path: String) -> String? { try? String(contentsOfFile: path + "/marker", encoding: .utf8) }
+
+    private func journal(_ phase: RestoreJournal.Phase, hadLive: Bool = true) throws {
+        try RestoreJournal(phase: phase, backupName: "b Stores.zip", hadLiveStore: hadLive).save(to: layout.journal)
+    }
+
+    func testCrashMidSwapPutsTheOldStoreBack() throws {
+        try makeFolder(layout.old, marker: "old")
+        try makeFolder(layout.new, marker: "new")
+        try journal(.swapping)
+        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .rolledBack(backup: "b Stores.zip"))
+        XCTAssertEqual(marker(layout.live), "old")
+        XCTAssertFalse(FileSystem.fileExists(layout.new))
+        XCTAssertFalse(FileSystem.fileExists(layout.journal))
+    }
+
+    func testCrashDuringReloadRollsBackAndKeepsTheNewStoreAside() throws {
+        try makeFolder(layout.live, marker: "new")
+        try makeFolder(layout.old, marker: "old")
+        try journal(.reloading)
+        _ = try StoreSwapper(layout: layout).recover()
+        XCTAssertEqual(marker(layout.live), "old")
+        XCTAssertEqual(marker(layout.failed), "new")
+    }
+
+    func testCrashDuringExtractionDiscardsTheHalfMadeFolder() throws {
+        try makeFolder(layout.live, marker: "old")
+        try makeFolder(layout.new, marker: "half")
+        try journal(.extracting)
+        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .discardedUnfinishedRestore(backup: "b Stores.zip"))
+        XCTAssertEqual(marker(layout.live), "old")
+        XCTAssertFalse(FileSystem.fileExists(layout.new))
+    }
+
+    func testCrashAfterSuccessOnlyFinishesCleanup() throws {
+        try makeFolder(layout.live, marker: "new")
+        try makeFolder(layout.old, marker: "old")
+        try journal(.committing)
+        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .finishedCleanup(backup: "b Stores.zip"))
+        XCTAssertEqual(marker(layout.live), "new")
+        XCTAssertFalse(FileSystem.fileExists(layout.old))
+    }
+
+    func testRestoreOntoAFreshMachineCompletesForward() throws {
+        try makeFolder(layout.new, marker: "new")
+        try journal(.swapping, hadLive: false)
+        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .completedRestore(backup: "b Stores.zip"))
+        XCTAssertEqual(marker(layout.live), "new")
+    }
+
+    func testRecoveryIsIdempotent() throws {
+        try makeFolder(layout.live, marker: "new")
+        try makeFolder(layout.old, marker: "old")
+        try journal(.rollingBack)
+        _ = try StoreSwapper(layout: layout).recover()
+        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .nothingToDo)
+        XCTAssertEqual(marker(layout.live), "old")
+    }
+}
