@@ -23,10 +23,18 @@ typedef int (*sb_curl_progress_callback)(void *userdata, curl_off_t dltotal, cur
 static inline CURLcode sb_curl_setopt_progress_callback(CURL *handle, sb_curl_progress_callback callback) {
     return curl_easy_setopt(handle, CURLOPT_XFERINFOFUNCTION, callback);
 }
+typedef int (*sb_curl_seek_callback)(void *userdata, curl_off_t offset, int origin);
+static inline CURLcode sb_curl_setopt_seek_callback(CURL *handle, sb_curl_seek_callback callback) {
+    return curl_easy_setopt(handle, CURLOPT_SEEKFUNCTION, callback);
+}
 static inline CURLcode sb_curl_getinfo_long(CURL *handle, CURLINFO info, long *value) {
     return curl_easy_getinfo(handle, info, value);
 }
 static inline CURLcode sb_curl_getinfo_off(CURL *handle, CURLINFO info, curl_off_t *value) {
+    return curl_easy_getinfo(handle, info, value);
+}
+
+static inline CURLcode sb_curl_getinfo_string(CURL *handle, CURLINFO info, char **value) {
     return curl_easy_getinfo(handle, info, value);
 }
 

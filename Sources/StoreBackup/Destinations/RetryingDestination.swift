@@ -1,0 +1,47 @@
+import Foundation
+
+/// Wraps any destination and retries whole operations (list, upload, download, delete)
+/// when they fail in a way that may heal, after each request already had its own retries.
+/// Backends stay free of retry logic; this and `RetryingTransport` are the only places.
+public struct RetryingDestination: BackupDestination {
+    public let base: any BackupDestination
+    public let policy: RetryPolicy
+
+    public init(_ base: any BackupDestination, policy: RetryPolicy = RetryPolicy()) {
+        self.base = base
+        self.policy = policy
+    }
+
+    public var displayName: String { base.displayName }
+    public var stagingDirectory: String? { base.stagingDirectory }
+
+    public func listBackups() async throws -> [BackupListing] {
+        try await retrying { try await base.listBackups() }
+    }
+
+    public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
+        try await retrying { try await base.upload(file: file, as: name, progress: progress) }
+    }
+
+    /// A partly downloaded file is kept between attempts: backends resume from its size.
+    public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
+        try await retrying { try await base.download(name, to: file, progress: progress) }
+    }
+
+    public func delete(_ name: String) async throws {
+        try await retrying { try await base.delete(name) }
+    }
+
+    private func retrying<T: Sendable>(_ operation: () async throws -> T) async throws -> T {
+        var attempt = 1
+        while true {
+            do {
+                return try await operation()
+            } catch let error as TransferError where error.isRetryable && attempt < policy.operationAttempts {
+                let delay = policy.delay(afterAttempt: attempt, retryAfter: error.retryAfter)
+                try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000))
+                attempt += 1
+            }
+        }
+    }
+}

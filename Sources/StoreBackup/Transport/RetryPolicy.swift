@@ -1,0 +1,88 @@
+import Foundation
+
+/// How often and how patiently to retry. Defaults follow rclone: 10 low-level retries
+/// per request, 3 retries of a whole operation.
+public struct RetryPolicy: Sendable {
+    public var requestAttempts: Int
+    public var operationAttempts: Int
+    /// First backoff; doubles each time up to `maximumDelay`, with full jitter.
+    public var initialDelay: Double
+    public var maximumDelay: Double
+
+    public init(requestAttempts: Int = 10, operationAttempts: Int = 3, initialDelay: Double = 0.2, maximumDelay: Double = 20) {
+        self.requestAttempts = requestAttempts
+        self.operationAttempts = operationAttempts
+        self.initialDelay = initialDelay
+        self.maximumDelay = maximumDelay
+    }
+
+    /// The wait before attempt `attempt + 1`: the server's Retry-After when it gave one
+    /// (capped), else exponential backoff with full jitter.
+    func delay(afterAttempt attempt: Int, retryAfter: Double?) -> Double {
+        if let retryAfter { return min(max(retryAfter, 0), 120) }
+        let ceiling = min(maximumDelay, initialDelay * pow(2, Double(attempt - 1)))
+        return Double.random(in: ceiling / 2...ceiling)
+    }
+
+    /// Sleeps (a retry backoff, not synchronisation), waking early on cancellation.
+    static func wait(seconds: Double, cancel: CancellationFlag?) throws {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            try cancel?.throwIfCancelled()
+            usleep(UInt32(min(0.05, max(0, deadline.timeIntervalSinceNow)) * 1_000_000))
+        }
+        try cancel?.throwIfCancelled()
+    }
+}
+
+/// The one place requests are retried: wraps `CurlTransfer` for every remote destination.
+/// Retries network failures, timeouts, 429, 408 and 5xx with backoff (Retry-After honoured);
+/// never retries 4xx answers that cannot heal. A download into a file resumes where it
+/// stopped (HTTP Range, or SFTP resume) instead of starting over.
+struct RetryingTransport: Sendable {
+    let transfer: CurlTransfer
+    let policy: RetryPolicy
+
+    init(options: TransportOptions, policy: RetryPolicy = RetryPolicy()) {
+        transfer = CurlTransfer(options: options)
+        self.policy = policy
+    }
+
+    func perform(_ request: TransferRequest, cancel: CancellationFlag?,
+                 progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
+        var attempt = 1
+        var current = request
+        while true {
+            do {
+                let response = try transfer.perform(current, cancel: cancel, progress: progress)
+                let retryable = response.status == 429 || response.status == 408 || response.status >= 500
+                guard retryable && attempt < policy.requestAttempts else { return response }
+                try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: Self.retryAfter(response)), cancel: cancel)
+            } catch let error as TransferError where error.isRetryable && attempt < policy.requestAttempts {
+                try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: error.retryAfter), cancel: cancel)
+            }
+            attempt += 1
+            current = Self.resumed(request)
+        }
+    }
+
+    /// Retry-After in seconds (the HTTP-date form is treated as "soon").
+    static func retryAfter(_ response: TransferResponse) -> Double? {
+        guard let value = response.header("retry-after") else { return nil }
+        return Double(value.trimmingCharacters(in: .whitespaces)) ?? 1
+    }
+
+    /// The same request, continuing a file download from what already arrived.
+    static func resumed(_ request: TransferRequest) -> TransferRequest {
+        guard case .file(let path, _) = request.sink else { return request }
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_size > 0 else { return request }
+        var copy = request
+        copy.sink = .file(path: path, offset: Int64(info.st_size))
+        if request.url.hasPrefix("http") {
+            copy.headers.removeAll { $0.0.lowercased() == "range" }
+            copy.headers.append(("Range", "bytes=\(info.st_size)-"))
+        }
+        return copy
+    }
+}
