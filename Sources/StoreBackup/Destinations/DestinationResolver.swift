@@ -12,7 +12,10 @@ public enum DestinationResolver {
         return home + "/.local/share/storebackup/backups"
     }
 
-    public static func resolve(_ value: String?, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> any BackupDestination {
+    /// Local paths and `file://` URLs are folders; `s3://` goes to S3 (or a compatible
+    /// endpoint). Remote destinations are wrapped in `RetryingDestination`.
+    public static func resolve(_ value: String?, options: DestinationOptions = DestinationOptions()) throws -> any BackupDestination {
+        let environment = options.environment
         let text = value ?? defaultFolder(environment: environment)
         if text.hasPrefix("file://") {
             guard let url = URL(string: text), url.host == nil || url.host == "" || url.host == "localhost" else {
@@ -21,8 +24,14 @@ public enum DestinationResolver {
             return LocalFolderDestination(folder: url.path)
         }
         if let schemeEnd = text.range(of: "://") {
-            let scheme = String(text[..<schemeEnd.lowerBound])
-            throw StoreBackupError.invalidDestination(url: text, reason: "the \(scheme):// scheme is not supported yet (supported: a local path or file://)")
+            let scheme = String(text[..<schemeEnd.lowerBound]).lowercased()
+            switch scheme {
+            case "s3":
+                return RetryingDestination(try S3Destination.make(url: text, options: options), policy: options.retry)
+            default:
+                throw StoreBackupError.invalidDestination(
+                    url: text, reason: "the \(scheme):// scheme is not supported (supported: a local path, file://, s3://)")
+            }
         }
         guard !text.isEmpty else { throw StoreBackupError.invalidDestination(url: text, reason: "empty path") }
         return LocalFolderDestination(folder: text)

@@ -75,8 +75,10 @@ struct CurlTransfer {
             headerList = curl_slist_append(headerList, "\(name): \(value)")
         }
         // curl adds "Expect: 100-continue" for large uploads; an empty value turns it off
-        // (one round trip less, and simpler servers handle it badly).
-        headerList = curl_slist_append(headerList, "Expect:")
+        // (one round trip less). Not with SigV4: libcurl would sign the empty header it then omits.
+        if case .awsSigV4 = request.credentials {} else {
+            headerList = curl_slist_append(headerList, "Expect:")
+        }
         sb_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList))
         if !request.preQuote.isEmpty {
             for command in request.preQuote { preQuote = curl_slist_append(preQuote, command) }

@@ -1,0 +1,196 @@
+import Crypto
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// Acceptance (remote destinations, S3): against rclone's S3 server with signature
+/// checking on loopback, through a fault-injecting proxy where faults are wanted.
+final class S3DestinationTests: XCTestCase {
+    var servers: TestServers!
+    var s3: [String: Any] = [:]
+    var work = ""
+
+    var endpoint: String { s3["endpoint"] as! String }
+    var dataDirectory: String { s3["data_dir"] as! String }
+    var credentials: [String: String] {
+        ["AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
+         "AWS_REGION": s3["region"] as! String, "HOME": work]
+    }
+
+    override func setUpWithError() throws {
+        servers = try TestServers(label: "s3")
+        s3 = try servers.start("s3")
+        work = try TestEnvironment.temporaryDirectory("s3")
+    }
+
+    override func tearDownWithError() throws {
+        servers.stop()
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    private func destination(endpoint: String? = nil, prefix: String = "lib", retry: RetryPolicy = .fastForTests) throws -> S3Destination {
+        try S3Destination.make(url: "s3://backups/\(prefix)", options: DestinationOptions(
+            retry: retry, s3Endpoint: endpoint ?? self.endpoint, environment: credentials))
+    }
+
+    func testCreateListRestoreDeleteRoundTripThroughTheCommandLine() throws {
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store)
+        let to = ["--to", "s3://backups/app", "--s3-endpoint", endpoint]
+        let created = try runStoreBackup(["create", store] + to, environment: credentials)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+
+        let listed = try runStoreBackup(["list", "--json"] + to, environment: credentials)
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [[String: Any]]
+        XCTAssertEqual(rows.map { $0["name"] as! String }, [name])
+
+        let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--from", "s3://backups/app", "--s3-endpoint", endpoint],
+                                          environment: credentials)
+        XCTAssertEqual(restored.status, 0, restored.stderr)
+        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false, includeDatabaseContent: false),
+                       try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false))
+        XCTAssertEqual(try StoreFixture.query(work + "/Restored/App.sqlite", "PRAGMA integrity_check"), "ok")
+
+        let deleted = try runStoreBackup(["delete", name, "--yes"] + to, environment: credentials)
+        XCTAssertEqual(deleted.status, 0, deleted.stderr)
+        let after = try runStoreBackup(["list", "--json"] + to, environment: credentials)
+        XCTAssertEqual((try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as! [Any]).count, 0)
+    }
+
+    func testWrongSecretIsAClearErrorWithoutTheSecret() throws {
+        var wrong = credentials
+        wrong["AWS_SECRET_ACCESS_KEY"] = "definitely-not-the-secret-0123456789"
+        let result = try runStoreBackup(["list", "--to", "s3://backups/app", "--s3-endpoint", endpoint], environment: wrong)
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.stderr.contains("rejected the credentials"), result.stderr)
+        XCTAssertTrue(result.stderr.contains("s3://backups/app"), "names the destination: \(result.stderr)")
+        XCTAssertFalse(result.stderr.contains("definitely-not-the-secret"), result.stderr)
+    }
+
+    func testMissingBucketIsAClearError() throws {
+        let result = try runStoreBackup(["list", "--to", "s3://no-such-bucket/x", "--s3-endpoint", endpoint], environment: credentials)
+        XCTAssertNotEqual(result.status, 0)
+        XCTAssertTrue(result.stderr.contains("does not exist"), result.stderr)
+    }
+
+    func testMultipartUploadRoundTripsAndAFailedOneLeavesNothing() async throws {
+        let file = work + "/archive.bin"
+        try shell("head -c 41943040 /dev/urandom > '\(file)'")   // 40 MiB: three 16 MiB parts
+        let direct = try destination()
+        try await direct.upload(file: file, as: "2026-01-01 000000 Stores.zip", progress: nil)
+        let listed = try await direct.listBackups()
+        XCTAssertEqual(listed.map(\.name), ["2026-01-01 000000 Stores.zip"])
+        XCTAssertEqual(listed.first?.size, 41_943_040)
+        try await direct.download("2026-01-01 000000 Stores.zip", to: work + "/back.bin", progress: nil)
+        XCTAssertEqual(try sha256(of: work + "/back.bin"), try sha256(of: file))
+
+        // Part 2 always fails: the upload gives up, aborts, and leaves no object and no parts.
+        let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(s3["port"]!)",
+                                                           "--plan", try plan([["path_contains": "partNumber=2", "fault": "500"]])])
+        let failing = try destination(endpoint: proxy["url"] as? String)
+        do {
+            try await failing.upload(file: file, as: "2026-01-02 000000 Stores.zip", progress: nil)
+            XCTFail("the upload should fail")
+        } catch let error as TransferError {
+            XCTAssertEqual(error.kind, .http(status: 500))
+        }
+        let remaining = try await direct.listBackups().map(\.name)
+        XCTAssertEqual(remaining, ["2026-01-01 000000 Stores.zip"])
+        let pending = try await direct.pendingUploads()
+        XCTAssertEqual(pending, [], "the failed multipart upload was aborted")
+    }
+
+    func testFaultsDuringUploadAndDownloadStillGiveAnIdenticalStore() throws {
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store)
+        try shell("head -c 37748736 /dev/urandom > '\(store)/.App_SUPPORT/video.bin'")  // forces a multipart upload
+        let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(s3["port"]!)", "--plan", try plan([
+            ["probability": 0.15, "fault": "500"],
+            ["probability": 0.1, "fault": "429"],
+            ["probability": 0.1, "fault": "reset", "phase": "request"],
+            ["method": "GET", "probability": 0.3, "fault": "reset", "phase": "response"],
+        ], seed: 11)])
+        let via = ["s3://backups/faults", "--s3-endpoint", proxy["url"] as! String]
+        let created = try runStoreBackup(["create", store, "--to"] + via, environment: credentials)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--from"] + via, environment: credentials)
+        XCTAssertEqual(restored.status, 0, restored.stderr)
+        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false, includeDatabaseContent: false),
+                       try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false))
+        let log = try String(contentsOfFile: proxy["log"] as! String, encoding: .utf8)
+        XCTAssertTrue(log.contains("\"fault\": \"") || log.contains("\"fault\":\""), "faults were injected")
+    }
+
+    func testAServerThatStaysDownIsAClearErrorAndNothingIsListed() async throws {
+        let down = try destination(endpoint: "http://127.0.0.1:9")   // the discard port: nothing listens
+        let file = work + "/archive.bin"
+        try shell("head -c 1024 /dev/urandom > '\(file)'")
+        do {
+            try await RetryingDestination(down, policy: .fastForTests).upload(file: file, as: "2026-01-01 000000 Stores.zip", progress: nil)
+            XCTFail("the upload should fail")
+        } catch let error as TransferError {
+            XCTAssertEqual(error.kind, .connection)
+            XCTAssertTrue(error.message.contains("s3://backups/lib"), error.message)
+        }
+        let listed = try await destination().listBackups()
+        XCTAssertEqual(listed, [])
+    }
+
+    /// Issue 4, acceptance 3: a 1 GiB archive goes up as a multipart upload with a small peak RSS.
+    func testOneGiBUploadStaysUnder64MiB() throws {
+        let store = work + "/Big"
+        try StoreFixture.make(at: store, logRows: 100, blobCount: 1)
+        try shell("head -c 1073741824 /dev/urandom > '\(store)/.App_SUPPORT/big.bin'")
+        let script = """
+            import resource, subprocess, sys
+            r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            if r.returncode: sys.stderr.write(r.stderr.decode()); sys.exit(1)
+            print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script, TestEnvironment.binary, "create", store, "--to", "s3://backups/big", "--s3-endpoint", endpoint]
+        var environment = ProcessInfo.processInfo.environment
+        environment.merge(credentials) { _, new in new }
+        process.environment = environment
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let peak = Int(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? .max
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0)
+        XCTAssertLessThan(peak, 64 * 1024, "peak RSS \(peak) KiB")
+        let listing = try runStoreBackup(["list", "--json", "--to", "s3://backups/big", "--s3-endpoint", endpoint], environment: credentials)
+        let rows = try JSONSerialization.jsonObject(with: Data(listing.stdout.utf8)) as! [[String: Any]]
+        XCTAssertGreaterThan(rows.first?["size"] as? Int ?? 0, 1 << 30)
+    }
+
+    // MARK: helpers
+
+    private func plan(_ rules: [[String: Any]], seed: Int = 1) throws -> String {
+        let path = work + "/plan-\(UUID().uuidString.prefix(6)).json"
+        try JSONSerialization.data(withJSONObject: ["seed": seed, "rules": rules]).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    private func shell(_ command: String) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        try process.run()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0)
+    }
+
+    private func sha256(of path: String) throws -> String {
+        SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: path), options: .alwaysMapped)).map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+extension RetryPolicy {
+    /// Quick retries so fault tests finish in seconds.
+    static let fastForTests = RetryPolicy(requestAttempts: 4, operationAttempts: 2, initialDelay: 0.02, maximumDelay: 0.1)
+}
