@@ -14,6 +14,9 @@ struct Extractor {
     let cancel: CancellationFlag
     let progress: ProgressThrottle
     var workers: Int = ProcessInfo.processInfo.activeProcessorCount
+    /// Verify mode: every file is read and checked, but only the databases are written
+    /// (they must exist on disk for `PRAGMA integrity_check`); links are not created.
+    var verifyOnly = false
 
     /// Extracts into `target`, which must not exist yet. Returns the databases checked.
     @discardableResult
@@ -39,7 +42,7 @@ struct Extractor {
             progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
         }
 
-        try createLinks(links, into: target)
+        if !verifyOnly { try createLinks(links, into: target) }
 
         for directory in directories.sorted(by: { $0.path.count > $1.path.count }) {
             try applyAttributes(path: target + "/" + directory.path, permissions: directory.permissions, mtime: directory.modificationTime)
@@ -140,9 +143,10 @@ struct Extractor {
         expected: Manifest.File?, onBytes: @Sendable (Int64, String) -> Void
     ) throws {
         let path = target + "/" + entry.path
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw StoreBackupError.io(path: path, operation: "create", errno: errno) }
-        defer { close(fd) }
+        let write = !verifyOnly || isDatabase(entry)
+        let fd = write ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) : -1
+        guard fd >= 0 || !write else { throw StoreBackupError.io(path: path, operation: "create", errno: errno) }
+        defer { if fd >= 0 { close(fd) } }
         guard let file = zip_fopen_index(archive, entry.index, 0) else {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(archive)))")
         }
@@ -158,7 +162,7 @@ struct Extractor {
             try buffer.withUnsafeBytes { bytes in
                 let chunk = UnsafeRawBufferPointer(rebasing: bytes[0..<Int(got)])
                 hasher.update(bufferPointer: chunk)
-                try Self.writeAll(fd, chunk, path: path)
+                if fd >= 0 { try Self.writeAll(fd, chunk, path: path) }
             }
             written += Int64(got)
             onBytes(Int64(got), entry.path)
@@ -170,6 +174,7 @@ struct Extractor {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }
         }
+        guard fd >= 0 else { return }
         guard fchmod(fd, mode_t(entry.permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
         var times = [timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
                      timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0)]
@@ -194,6 +199,13 @@ struct Extractor {
         guard utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
             throw StoreBackupError.io(path: path, operation: "set time", errno: errno)
         }
+    }
+
+    /// Databases as the manifest names them; without a manifest every file counts (it must
+    /// be on disk to be recognised by its header).
+    private func isDatabase(_ entry: ArchiveEntry) -> Bool {
+        guard let manifest = reader.manifest else { return true }
+        return manifest.databases.contains { $0.path == entry.path }
     }
 
     /// The manifest names the databases; an archive without one (made by another tool)

@@ -1,0 +1,74 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The outcome of checking one backup.
+public struct VerificationResult: Sendable, Codable, Equatable {
+    public var name: String
+    public var ok: Bool
+    /// What is wrong, when something is.
+    public var problem: String?
+    public var files: Int
+    public var databases: Int
+}
+
+/// Checks backups without touching any live store: downloads each to a temporary place,
+/// reads the whole archive (CRCs), compares every file with its manifest checksum, and runs
+/// `PRAGMA integrity_check` on each database in a scratch folder, which is removed after.
+public struct BackupVerifier: Sendable {
+    public enum Selection: Sendable {
+        case named(String)
+        case latest
+        case all
+    }
+
+    public let destination: any BackupDestination
+
+    public init(destination: any BackupDestination) {
+        self.destination = destination
+    }
+
+    public func verify(_ selection: Selection, progress: ProgressHandler? = nil) async throws -> [VerificationResult] {
+        let backups: [BackupListing]
+        switch selection {
+        case .named(let name): backups = [try await destination.resolve(name)]
+        case .latest: backups = [try await destination.resolve("latest")]
+        case .all:
+            backups = try await destination.sortedBackups()
+            if backups.isEmpty { throw StoreBackupError.noBackups(destination: destination.displayName) }
+        }
+        var results: [VerificationResult] = []
+        for backup in backups {
+            try Task.checkCancellation()
+            results.append(await verifyOne(backup.name, progress: progress))
+        }
+        return results
+    }
+
+    private func verifyOne(_ name: String, progress: ProgressHandler?) async -> VerificationResult {
+        let scratch = NSTemporaryDirectory() + "storebackup-verify-\(getpid())-\(UUID().uuidString.prefix(8))"
+        defer { try? FileSystem.removeTree(scratch) }
+        do {
+            try FileSystem.createDirectories(scratch, mode: 0o700)
+            var archive = (destination as? LocalFolderDestination)?.localPath(of: name)
+            if archive == nil {
+                let target = scratch + "/archive.zip"
+                try await destination.download(name, to: target, progress: progress)
+                archive = target
+            }
+            let path = archive!
+            let throttle = ProgressThrottle(progress)
+            return try await runBlocking(name: "storebackup-verify") { cancel in
+                let reader = try ArchiveReader(path: path, backupName: name)
+                var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
+                extractor.verifyOnly = true
+                let databases = try extractor.extract(into: scratch + "/store")
+                return VerificationResult(name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count)
+            }
+        } catch {
+            let text = (error as? StoreBackupError)?.description ?? "\(error)"
+            return VerificationResult(name: name, ok: false, problem: text, files: 0, databases: 0)
+        }
+    }
+}

@@ -1,0 +1,49 @@
+import ArgumentParser
+import Foundation
+import StoreBackup
+
+struct VerifyCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Check that backups can be restored, without touching any store.",
+        discussion: """
+            Each backup is downloaded to a temporary place; the archive is read in full, every file \
+            is compared with its manifest checksum, and every database passes PRAGMA integrity_check \
+            in a scratch folder. One line per backup; the exit status is non-zero if any fails.
+            """)
+
+    @Argument(help: ArgumentHelp("A backup's name, or \"latest\" (default). Use --all for every backup.", valueName: "name"))
+    var name: String?
+
+    @Flag(help: "Verify every backup in the destination.")
+    var all = false
+
+    @OptionGroup var destination: DestinationOption
+
+    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases}.")
+    var json = false
+
+    func validate() throws {
+        if all && name != nil { throw ValidationError("give a backup name or --all, not both") }
+    }
+
+    func run() async throws {
+        let verifier = BackupVerifier(destination: try destination.resolve())
+        let selection: BackupVerifier.Selection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
+        let printer = ProgressPrinter.shared
+        let results = await Terminal.runCancellable { try await verifier.verify(selection, progress: printer.handler()) }
+        printer.finishLine()
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+            Terminal.output(String(decoding: try encoder.encode(results), as: UTF8.self))
+        } else {
+            for result in results {
+                Terminal.output(result.ok
+                    ? "ok      \(result.name)  (\(result.files) entries, \(result.databases) databases)"
+                    : "FAILED  \(result.name): \(result.problem ?? "unknown problem")")
+            }
+        }
+        if results.contains(where: { !$0.ok }) { throw ExitCode(1) }
+    }
+}

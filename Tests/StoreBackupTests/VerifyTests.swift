@@ -1,0 +1,102 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// `verify` says ok for good backups and names the fault for damaged ones.
+final class VerifyTests: XCTestCase {
+    var work = ""
+    var backups: String { work + "/backups" }
+
+    override func setUpWithError() throws {
+        work = try TestEnvironment.temporaryDirectory("verify")
+        try StoreFixture.make(at: work + "/Stores")
+        let created = try runStoreBackup(["create", work + "/Stores", "--to", backups])
+        XCTAssertEqual(created.status, 0, created.stderr)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    func testGoodBackupIsOk() throws {
+        let result = try runStoreBackup(["verify", "latest", "--from", backups, "--json"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        let rows = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [[String: Any]]
+        XCTAssertEqual(rows.count, 1)
+        XCTAssertEqual(rows[0]["ok"] as? Bool, true)
+        XCTAssertEqual(rows[0]["databases"] as? Int, 2)
+    }
+
+    func testEachKindOfDamageIsNamed() throws {
+        let good = try onlyBackup(in: backups)
+        let flipped = backups + "/2000-01-01 000001 Stores.zip"
+        try FileManager.default.copyItem(atPath: good, toPath: flipped)
+        try python("""
+            import sys, zipfile, struct
+            path = sys.argv[1]; info = zipfile.ZipFile(path).getinfo("App.sqlite")
+            with open(path, "r+b") as f:
+                f.seek(info.header_offset); h = f.read(30)
+                start = info.header_offset + 30 + struct.unpack("<H", h[26:28])[0] + struct.unpack("<H", h[28:30])[0]
+                f.seek(start + info.compress_size // 3); b = f.read(1)
+                f.seek(start + info.compress_size // 3); f.write(bytes([b[0] ^ 0x55]))
+            """, [flipped])
+        let truncated = backups + "/2000-01-01 000002 Stores.zip"
+        try FileManager.default.copyItem(atPath: good, toPath: truncated)
+        XCTAssertEqual(truncate(truncated, try FileSystem.lstatInfo(truncated).st_size - 300), 0)
+        let mismatch = backups + "/2000-01-01 000003 Stores.zip"
+        try python("""
+            import sys, zipfile
+            src = zipfile.ZipFile(sys.argv[1]); dst = zipfile.ZipFile(sys.argv[2], "w")
+            for info in src.infolist():
+                data = src.read(info)
+                if info.filename == ".secret-config": data = b"token=changed\\n"
+                dst.writestr(info, data)
+            dst.close()
+            """, [good, mismatch])
+        let corruptDatabase = backups + "/2000-01-01 000004 Stores.zip"
+        try makeBackupOfCorruptDatabase(into: corruptDatabase)
+
+        let result = try runStoreBackup(["verify", "--all", "--from", backups, "--json"])
+        XCTAssertNotEqual(result.status, 0)
+        let rows = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [[String: Any]]
+        var byName: [String: [String: Any]] = [:]
+        for row in rows { byName[row["name"] as! String] = row }
+        XCTAssertEqual(byName[FileSystem.lastComponent(of: good)]?["ok"] as? Bool, true)
+        func problem(_ path: String) -> String { byName[FileSystem.lastComponent(of: path)]?["problem"] as? String ?? "" }
+        XCTAssertTrue(problem(flipped).contains("App.sqlite"), problem(flipped))
+        XCTAssertTrue(problem(truncated).contains("damaged"), problem(truncated))
+        XCTAssertTrue(problem(mismatch).contains(".secret-config") && problem(mismatch).contains("checksum"), problem(mismatch))
+        XCTAssertTrue(problem(corruptDatabase).contains("integrity check"), problem(corruptDatabase))
+
+        let plain = try runStoreBackup(["verify", "--all", "--from", backups])
+        XCTAssertEqual(plain.stdout.split(separator: "\n").filter { $0.hasPrefix("FAILED") }.count, 4, plain.stdout)
+        XCTAssertEqual(plain.stdout.split(separator: "\n").filter { $0.hasPrefix("ok") }.count, 1, plain.stdout)
+    }
+
+    /// A store whose database has a damaged page, backed up as it is.
+    private func makeBackupOfCorruptDatabase(into archive: String) throws {
+        let store = work + "/Corrupt"
+        try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+        try python("""
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1] + "/Data.sqlite")
+            db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)"); db.execute("CREATE INDEX tx ON t(x)")
+            db.executemany("INSERT INTO t(x) VALUES (?)", [("row %d" % i * 3,) for i in range(3000)])
+            db.commit(); db.close()
+            with open(sys.argv[1] + "/Data.sqlite", "r+b") as f:
+                f.seek(4096 * 5 + 200); f.write(b"\\xff" * 300)
+            """, [store])
+        let created = try runStoreBackup(["create", store, "--to", work + "/corrupt-backups"])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        try FileManager.default.moveItem(atPath: try onlyBackup(in: work + "/corrupt-backups"), toPath: archive)
+    }
+
+    private func python(_ script: String, _ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-c", script] + arguments
+        try process.run()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0, "helper script failed")
+    }
+}
