@@ -11,6 +11,9 @@ struct ArchiveEntry: Sendable {
     let permissions: UInt32
     let modificationTime: Int64
     let size: Int64
+    let compressedSize: Int64
+    let compressionMethod: Int32
+    let crc: UInt32
 }
 
 /// Opens a backup archive read-only and describes its entries. Every path is checked
@@ -82,7 +85,8 @@ final class ArchiveReader: @unchecked Sendable {
             let permissions = unixMode.map { $0 & 0o7777 } ?? (kind == .directory ? 0o755 : 0o644)
             entries.append(ArchiveEntry(
                 index: index, path: path, kind: kind, permissions: permissions,
-                modificationTime: modificationTime(index: index, stat: stat), size: Int64(stat.size)))
+                modificationTime: modificationTime(index: index, stat: stat), size: Int64(stat.size),
+                compressedSize: Int64(stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc))
         }
         if let manifestIndex {
             let data = try readSmallEntry(index: manifestIndex, limit: 64 << 20)

@@ -151,6 +151,10 @@ struct ArchiveWriter {
                 }
                 file.size = result.size
                 file.sha256 = result.sha256
+                if let blocks = pipeline.compressedBlocks(forJob: jobIndex), blocks.count > 1 {
+                    file.deflateBlockSize = CompressionPipeline.blockSize
+                    file.deflateBlocks = blocks
+                }
             } else if item.kind == .directory {
                 file.size = 0
             }

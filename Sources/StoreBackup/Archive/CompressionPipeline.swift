@@ -10,8 +10,10 @@ import Glibc
 /// libzip compresses entries one after another on the thread that calls `zip_close`.
 /// Instead, a reader thread cuts each entry into blocks (hashing as it goes, since
 /// SHA-256 is sequential), worker threads deflate blocks in parallel the way pigz does
-/// (each block primed with the previous 32 KiB as dictionary and ended with a sync flush,
-/// so the pieces concatenate into one valid deflate stream), and the `zip_close` thread
+/// in its independent mode (each block deflated on its own and ended with a sync flush, so
+/// the pieces concatenate into one valid deflate stream, and each can also be inflated on
+/// its own: restore inflates big entries in parallel from the block sizes in the
+/// manifest), and the `zip_close` thread
 /// takes finished blocks in order through `EntrySource`. libzip copies deflated data
 /// as-is when the source says it is already deflated (zip_close.c, add_data), and
 /// writes the archive itself. Memory stays bounded: at most `capacity` blocks exist.
@@ -36,25 +38,21 @@ final class CompressionPipeline: @unchecked Sendable {
         let isLast: Bool
         /// The raw bytes; returned to the pool once compressed (or handed on as output when stored).
         var input: PooledBuffer?
-        /// The last 32 KiB before this block, so deflate can refer back across the boundary.
-        let dictionary: [UInt8]
         var output: PooledBuffer?
         var crc: UInt32 = 0
         let uncompressedCount: Int
         var claimed = false
         var done = false
 
-        init(jobIndex: Int, isLast: Bool, input: PooledBuffer, dictionary: [UInt8]) {
+        init(jobIndex: Int, isLast: Bool, input: PooledBuffer) {
             self.jobIndex = jobIndex
             self.isLast = isLast
             self.input = input
             self.uncompressedCount = input.count
-            self.dictionary = dictionary
         }
     }
 
     static let blockSize = 1 << 20
-    private static let dictionarySize = 32 << 10
 
     let jobs: [Job]
     private let level: Int32
@@ -71,6 +69,7 @@ final class CompressionPipeline: @unchecked Sendable {
     private var failure: Error?
     private var stopped = false
     private var results: [Int: FileResult] = [:]
+    private var compressedBlockSizes: [Int: [Int]] = [:]
     private var threads: [Thread] = []
 
     init(jobs: [Job], level: Int, workers: Int, cancel: CancellationFlag,
@@ -138,6 +137,20 @@ final class CompressionPipeline: @unchecked Sendable {
         }
     }
 
+    /// Called by the writer for each block of a deflated entry, in order.
+    func recordCompressedBlock(job jobIndex: Int, size: Int) {
+        condition.lock()
+        compressedBlockSizes[jobIndex, default: []].append(size)
+        condition.unlock()
+    }
+
+    /// The compressed size of each block of a deflated entry (an index for parallel inflating).
+    func compressedBlocks(forJob jobIndex: Int) -> [Int]? {
+        condition.lock()
+        defer { condition.unlock() }
+        return jobs[jobIndex].method == .deflate ? compressedBlockSizes[jobIndex] : nil
+    }
+
     func result(forJob jobIndex: Int) -> FileResult? {
         condition.lock()
         defer { condition.unlock() }
@@ -173,7 +186,6 @@ final class CompressionPipeline: @unchecked Sendable {
         }
         defer { if descriptor >= 0 { close(descriptor) } }
 
-        var previousTail: [UInt8] = []
         repeat {
             let wanted = Int(min(Int64(Self.blockSize), max(0, job.plannedSize - offset)))
             guard let input = inputPool.take() else { throw StoreBackupError.cancelled }
@@ -189,10 +201,7 @@ final class CompressionPipeline: @unchecked Sendable {
             hasher.update(bufferPointer: input.contents)
             offset += Int64(got)
             let isLast = got < Self.blockSize || offset >= job.plannedSize
-            let block = Block(jobIndex: jobIndex, isLast: isLast, input: input, dictionary: previousTail)
-            if job.method == .deflate && !isLast {
-                previousTail = Array(input.contents.suffix(Self.dictionarySize))
-            }
+            let block = Block(jobIndex: jobIndex, isLast: isLast, input: input)
             if isLast {
                 // Recorded before the last block is queued, so it is known once that block is consumed.
                 let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
@@ -292,12 +301,6 @@ final class CompressionPipeline: @unchecked Sendable {
             return
         }
         guard deflateReset(&stream) == Z_OK else { throw StoreBackupError.archiveWrite(reason: "zlib deflateReset failed") }
-        if !block.dictionary.isEmpty {
-            let rc = block.dictionary.withUnsafeBytes { buffer in
-                deflateSetDictionary(&stream, buffer.bindMemory(to: Bytef.self).baseAddress, uInt(buffer.count))
-            }
-            guard rc == Z_OK else { throw StoreBackupError.archiveWrite(reason: "zlib deflateSetDictionary failed") }
-        }
         stream.next_in = input.bytes.assumingMemoryBound(to: Bytef.self)
         stream.avail_in = uInt(input.count)
         stream.next_out = output.bytes.assumingMemoryBound(to: Bytef.self)

@@ -52,8 +52,11 @@ struct Extractor {
                             mtime: reader.manifest?.rootMtime ?? Int64(Date().timeIntervalSince1970))
 
         let databases = try databasePaths(in: target, files: files)
-        progress.report(BackupProgress(phase: .checking, currentFile: databases.joined(separator: ", ")), force: true)
-        try checkDatabases(databases.map { target + "/" + $0 })
+        if reader.manifest == nil {
+            // Found only now, by header: check them here.
+            progress.report(BackupProgress(phase: .checking, currentFile: databases.joined(separator: ", ")), force: true)
+            try checkDatabases(databases.map { target + "/" + $0 })
+        }
         return databases
     }
 
@@ -125,6 +128,11 @@ struct Extractor {
                         try cancel.throwIfCancelled()
                         try extractFile(entry, archive: archive, buffer: &buffer, into: target,
                                         expected: manifestByPath[entry.path], onBytes: onBytes)
+                        // Check a database as soon as it is whole, while other threads keep
+                        // extracting (databases are usually the largest entries, so come first).
+                        if reader.manifest?.databases.contains(where: { $0.path == entry.path }) == true {
+                            try Self.checkDatabase(target + "/" + entry.path)
+                        }
                     }
                 } catch {
                     failures.record(error)
@@ -147,6 +155,16 @@ struct Extractor {
         let fd = write ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) : -1
         guard fd >= 0 || !write else { throw StoreBackupError.io(path: path, operation: "create", errno: errno) }
         defer { if fd >= 0 { close(fd) } }
+        if let expected, ParallelInflater.canUse(entry: entry, blockSize: expected.deflateBlockSize, blocks: expected.deflateBlocks) {
+            let inflater = ParallelInflater(archive: archive, entry: entry, blockSize: expected.deflateBlockSize!,
+                                            compressedBlocks: expected.deflateBlocks!, workers: workers, cancel: cancel)
+            let result = try inflater.run(descriptor: fd, path: path) { onBytes($0, entry.path) }
+            guard result.crc == entry.crc, result.size == expected.size, result.sha256 == expected.sha256 else {
+                throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
+            }
+            try finishFile(fd: fd, entry: entry, path: path)
+            return
+        }
         guard let file = zip_fopen_index(archive, entry.index, 0) else {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(archive)))")
         }
@@ -174,6 +192,11 @@ struct Extractor {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }
         }
+        try finishFile(fd: fd, entry: entry, path: path)
+    }
+
+    /// Mode and time, set through the open descriptor.
+    private func finishFile(fd: Int32, entry: ArchiveEntry, path: String) throws {
         guard fd >= 0 else { return }
         guard fchmod(fd, mode_t(entry.permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
         var times = [timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
@@ -215,6 +238,13 @@ struct Extractor {
         return files.map(\.path).filter { SQLiteHeader.isDatabase(path: target + "/" + $0) }
     }
 
+    /// `PRAGMA integrity_check` on an extracted database nobody else has open.
+    static func checkDatabase(_ path: String) throws {
+        let connection = try SQLiteConnection(path: path, mode: .immutable)
+        defer { connection.close() }
+        try connection.check(quick: false)
+    }
+
     private func checkDatabases(_ paths: [String]) throws {
         let queue = WorkQueue(items: paths)
         let failures = FirstFailure()
@@ -222,9 +252,7 @@ struct Extractor {
             while let path = queue.next(), !failures.hasFailed {
                 do {
                     try cancel.throwIfCancelled()
-                    let connection = try SQLiteConnection(path: path, mode: .immutable)
-                    defer { connection.close() }
-                    try connection.check(quick: false)
+                    try Self.checkDatabase(path)
                 } catch {
                     failures.record(error)
                 }

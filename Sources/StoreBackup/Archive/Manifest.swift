@@ -18,6 +18,10 @@ public struct Manifest: Codable, Sendable, Equatable {
         /// Seconds since 1970-01-01 UTC.
         public var mtime: Int64
         public var linkTarget: String?
+        /// For large deflated entries: the compressed size of each `deflateBlockSize`-byte
+        /// block. storebackup deflates blocks independently, so restore can inflate them in parallel.
+        public var deflateBlockSize: Int?
+        public var deflateBlocks: [Int]?
     }
 
     public struct Database: Codable, Sendable, Equatable {

@@ -128,6 +128,7 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
             }
             if finished { return 0 }
             let block = try pipeline.nextBlock(forJob: jobIndex)
+            pipeline.recordCompressedBlock(job: jobIndex, size: block.output?.count ?? 0)
             crc = UInt32(crc32_combine(uLong(crc), uLong(block.crc), off_t(block.uncompressedCount)))
             size += Int64(block.uncompressedCount)
             current = block

@@ -1,0 +1,210 @@
+import CZip
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Inflates one large entry on all cores.
+///
+/// storebackup deflates big files as independent 1 MiB blocks and records each block's
+/// compressed size in the manifest. Restore reads the entry's raw compressed bytes in one
+/// pass, hands each block to a worker that inflates it and writes it at its own offset,
+/// and hashes the blocks in order as they come back, so SHA-256, CRC-32 and the size are
+/// all checked in the same pass. Memory is a few blocks, whatever the entry's size.
+struct ParallelInflater {
+    let archive: OpaquePointer
+    let entry: ArchiveEntry
+    let blockSize: Int
+    let compressedBlocks: [Int]
+    let workers: Int
+    let cancel: CancellationFlag
+
+    struct Result {
+        var sha256: String
+        var crc: UInt32
+        var size: Int64
+    }
+
+    /// Whether the manifest's block index fits this entry (else restore reads it sequentially).
+    static func canUse(entry: ArchiveEntry, blockSize: Int?, blocks: [Int]?) -> Bool {
+        guard let blockSize, let blocks, blocks.count > 1, blockSize > 0, entry.compressionMethod == Int32(ZIP_CM_DEFLATE),
+              blocks.allSatisfy({ $0 > 0 && $0 <= blockSize * 2 }) else { return false }
+        let expectedBlocks = (entry.size + Int64(blockSize) - 1) / Int64(blockSize)
+        return Int64(blocks.count) == expectedBlocks && Int64(blocks.reduce(0, +)) == entry.compressedSize
+    }
+
+    /// Extracts into `descriptor` (or only checks, when it is -1).
+    func run(descriptor: Int32, path: String, onBytes: (Int64) -> Void) throws -> Result {
+        guard let raw = zip_fopen_index(archive, entry.index, zip_flags_t(ZIP_FL_COMPRESSED)) else {
+            throw StoreBackupError.corruptArchive(name: path, reason: String(cString: zip_strerror(archive)))
+        }
+        defer { zip_fclose(raw) }
+
+        let maximumCompressed = compressedBlocks.max() ?? 0
+        let inFlightLimit = workers * 2 + 2
+        let compressedPool = BufferPool(count: inFlightLimit, capacity: maximumCompressed)
+        let plainPool = BufferPool(count: inFlightLimit, capacity: blockSize)
+        let state = InflateState()
+        let running = DispatchGroup()
+        defer {
+            // Stop the workers and wait for them: none may touch the descriptor after we return.
+            state.finish()
+            compressedPool.close()
+            plainPool.close()
+            running.wait()
+        }
+
+        var threads: [Thread] = []
+        let lastIndex = compressedBlocks.count - 1
+        let shared = (entry: entry, blockSize: blockSize)
+        for number in 0..<workers {
+            running.enter()
+            let thread = Thread { [shared] in
+                defer { running.leave() }
+                let (entry, blockSize) = shared
+                var stream = z_stream()
+                guard sb_inflate_init_raw(&stream) == Z_OK else {
+                    return state.fail(StoreBackupError.archiveWrite(reason: "zlib inflateInit failed"))
+                }
+                defer { inflateEnd(&stream) }
+                while let job = state.nextJob() {
+                    guard let plain = plainPool.take() else { return }
+                    let expected = Int(min(Int64(blockSize), entry.size - Int64(job.index) * Int64(blockSize)))
+                    let ok = Self.inflate(job.compressed, into: plain, expected: expected, stream: &stream,
+                                          isLast: job.index == lastIndex)
+                    job.compressed.recycle()
+                    guard ok else {
+                        plain.recycle()
+                        return state.fail(StoreBackupError.corruptArchive(name: path, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
+                    }
+                    if descriptor >= 0 {
+                        var written = 0
+                        while written < plain.count {
+                            let result = pwrite(descriptor, plain.bytes + written, plain.count - written,
+                                                off_t(Int64(job.index) * Int64(blockSize) + Int64(written)))
+                            if result < 0 {
+                                if errno == EINTR { continue }
+                                plain.recycle()
+                                return state.fail(StoreBackupError.io(path: path, operation: "write", errno: errno))
+                            }
+                            written += result
+                        }
+                    }
+                    let crc = UInt32(crc32(0, plain.bytes.assumingMemoryBound(to: Bytef.self), uInt(plain.count)))
+                    state.complete(index: job.index, plain: plain, crc: crc)
+                }
+            }
+            thread.name = "storebackup-inflate-\(number)"
+            threads.append(thread)
+        }
+        threads.forEach { $0.start() }
+
+        var hasher = SHA256()
+        var crc: UInt32 = 0
+        var size: Int64 = 0
+        var nextToRead = 0
+        var nextToHash = 0
+        while nextToHash < compressedBlocks.count {
+            try cancel.throwIfCancelled()
+            if nextToRead < compressedBlocks.count && nextToRead - nextToHash < inFlightLimit - 1 {
+                guard let buffer = compressedPool.take() else { throw state.failure ?? StoreBackupError.cancelled }
+                let wanted = compressedBlocks[nextToRead]
+                var got = 0
+                while got < wanted {
+                    let count = zip_fread(raw, buffer.bytes + got, zip_uint64_t(wanted - got))
+                    guard count > 0 else {
+                        buffer.recycle()
+                        throw StoreBackupError.corruptArchive(name: path, reason: "\(entry.path) ends early")
+                    }
+                    got += Int(count)
+                }
+                buffer.count = got
+                state.add(Job(index: nextToRead, compressed: buffer))
+                nextToRead += 1
+                continue
+            }
+            let (plain, blockCRC) = try state.waitForBlock(nextToHash)
+            hasher.update(bufferPointer: plain.contents)
+            crc = UInt32(crc32_combine(uLong(crc), uLong(blockCRC), off_t(plain.count)))
+            size += Int64(plain.count)
+            onBytes(Int64(plain.count))
+            plain.recycle()
+            nextToHash += 1
+        }
+        let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        return Result(sha256: digest, crc: crc, size: size)
+    }
+
+    /// Inflates one independent block; true when it decodes to exactly `expected` bytes.
+    private static func inflate(_ compressed: PooledBuffer, into plain: PooledBuffer, expected: Int,
+                                stream: inout z_stream, isLast: Bool) -> Bool {
+        guard inflateReset(&stream) == Z_OK else { return false }
+        stream.next_in = compressed.bytes.assumingMemoryBound(to: Bytef.self)
+        stream.avail_in = uInt(compressed.count)
+        stream.next_out = plain.bytes.assumingMemoryBound(to: Bytef.self)
+        stream.avail_out = uInt(plain.capacity)
+        let rc = CZip.inflate(&stream, Z_SYNC_FLUSH)
+        plain.count = plain.capacity - Int(stream.avail_out)
+        let ended = isLast ? rc == Z_STREAM_END : (rc == Z_OK || rc == Z_BUF_ERROR)
+        return ended && stream.avail_in == 0 && plain.count == expected
+    }
+
+    struct Job {
+        let index: Int
+        let compressed: PooledBuffer
+    }
+}
+
+/// The queue of blocks to inflate and the blocks inflated, shared by the threads.
+private final class InflateState: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [ParallelInflater.Job] = []
+    private var done: [Int: (PooledBuffer, UInt32)] = [:]
+    private var finished = false
+    private(set) var failure: Error?
+
+    func add(_ job: ParallelInflater.Job) {
+        condition.lock()
+        jobs.append(job)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func nextJob() -> ParallelInflater.Job? {
+        condition.lock()
+        defer { condition.unlock() }
+        while jobs.isEmpty && !finished && failure == nil { condition.wait() }
+        if finished || failure != nil { return nil }
+        return jobs.removeFirst()
+    }
+
+    func complete(index: Int, plain: PooledBuffer, crc: UInt32) {
+        condition.lock()
+        done[index] = (plain, crc)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func waitForBlock(_ index: Int) throws -> (PooledBuffer, UInt32) {
+        condition.lock()
+        defer { condition.unlock() }
+        while done[index] == nil && failure == nil { condition.wait() }
+        if let failure { throw failure }
+        return done.removeValue(forKey: index)!
+    }
+
+    func fail(_ error: Error) {
+        condition.lock()
+        if failure == nil { failure = error }
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func finish() {
+        condition.lock()
+        finished = true
+        condition.broadcast()
+        condition.unlock()
+    }
+}
