@@ -13,7 +13,8 @@ public enum DestinationResolver {
     }
 
     /// Local paths and `file://` URLs are folders; `s3://` goes to S3 (or a compatible
-    /// endpoint). Remote destinations are wrapped in `RetryingDestination`.
+    /// endpoint), `webdav(s)://` to a WebDAV server, `sftp://` to an SSH server.
+    /// Remote destinations are wrapped in `RetryingDestination`.
     public static func resolve(_ value: String?, options: DestinationOptions = DestinationOptions()) throws -> any BackupDestination {
         let environment = options.environment
         let text = value ?? defaultFolder(environment: environment)
@@ -28,9 +29,14 @@ public enum DestinationResolver {
             switch scheme {
             case "s3":
                 return RetryingDestination(try S3Destination.make(url: text, options: options), policy: options.retry)
+            case "webdav", "webdavs":
+                return RetryingDestination(try WebDAVDestination.make(url: text, options: options), policy: options.retry)
+            case "sftp":
+                return RetryingDestination(try SFTPDestination.make(url: text, options: options), policy: options.retry)
             default:
                 throw StoreBackupError.invalidDestination(
-                    url: text, reason: "the \(scheme):// scheme is not supported (supported: a local path, file://, s3://)")
+                    url: RemoteURL.redacted(text),
+                    reason: "the \(scheme):// scheme is not supported (supported: a local path, file://, s3://, webdav://, webdavs://, sftp://)")
             }
         }
         guard !text.isEmpty else { throw StoreBackupError.invalidDestination(url: text, reason: "empty path") }

@@ -1,0 +1,318 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// The SFTP destination against a real OpenSSH server (key auth only) on loopback.
+final class SFTPDestinationTests: XCTestCase {
+    var servers: TestServers!
+    var server: [String: Any] = [:]
+    var work = ""
+
+    /// Quick retries: the tests' failures are meant to be final, not to heal.
+    static let retry = RetryPolicy(requestAttempts: 2, operationAttempts: 1, initialDelay: 0.02, maximumDelay: 0.1)
+
+    var port: Int { server["port"] as! Int }
+    var user: String { server["user"] as! String }
+    var key: String { server["key"] as! String }
+    var knownHosts: String { server["known_hosts"] as! String }
+    /// The server's data folder (an absolute path on the server, which is this machine).
+    var dataDirectory: String { server["path"] as! String }
+
+    func url(_ folder: String) -> String { "sftp://\(user)@127.0.0.1:\(port)\(dataDirectory)/\(folder)" }
+
+    override func setUpWithError() throws {
+        servers = try TestServers(label: "sftp")
+        server = try servers.start("sftp")
+        work = try TestEnvironment.temporaryDirectory("sftp")
+    }
+
+    override func tearDownWithError() throws {
+        servers.stop()
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    /// HOME points at an empty folder: nothing of the real ~/.ssh is used.
+    func options(key: String? = nil, knownHosts: String? = nil, retry: RetryPolicy = SFTPDestinationTests.retry) -> DestinationOptions {
+        DestinationOptions(retry: retry, sshKey: key ?? self.key, knownHosts: knownHosts ?? self.knownHosts, environment: ["HOME": work])
+    }
+
+    func destination(_ folder: String = "backups", options: DestinationOptions? = nil) throws -> SFTPDestination {
+        try SFTPDestination.make(url: url(folder), options: options ?? self.options())
+    }
+
+    func makeFile(_ name: String, bytes: Int) throws -> String {
+        let path = work + "/" + name
+        let random = FileHandle(forReadingAtPath: "/dev/urandom")!
+        defer { try? random.close() }
+        try random.readData(ofLength: bytes).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    func leftovers(in folder: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: dataDirectory + "/" + folder)) ?? [])
+            .filter { $0.hasPrefix(".storebackup-tmp-") }
+    }
+
+    // MARK: round trip
+
+    func testCreateListRestoreDeleteRoundTrip() async throws {
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store)
+        // Two levels that do not exist yet, one with a space.
+        let destination = try destination("nested dir/backups")
+        XCTAssertEqual(destination.displayName, "sftp://\(user)@127.0.0.1:\(port)\(dataDirectory)/nested dir/backups")
+        let helper = StoreHelper(storesDirectory: store, destination: destination)
+
+        let phases = PhaseRecorder()
+        let created = try await helper.createBackup { phases.record($0) }
+        XCTAssertTrue(phases.uploadedBytes(total: created.size), "upload progress reaches the archive size")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: dataDirectory + "/nested dir/backups/" + created.name))
+        XCTAssertEqual(leftovers(in: "nested dir/backups"), [])
+
+        let listed = try await helper.listBackups()
+        XCTAssertEqual(listed.map(\.name), [created.name])
+        XCTAssertEqual(listed.first?.size, created.size)
+
+        let restoredStore = work + "/Restored/Stores"
+        let restored = try await StoreHelper(storesDirectory: restoredStore, destination: destination)
+            .restore("latest") { phases.record($0) }
+        XCTAssertEqual(restored.backupName, created.name)
+        XCTAssertTrue(phases.sawDownload)
+        let original = try StoreFixture.describe(store, includeJournals: false)
+        XCTAssertTrue(original.keys.contains(".secret-config") && original.keys.contains(".App_SUPPORT/_EXTERNAL_DATA"))
+        XCTAssertEqual(try StoreFixture.describe(restoredStore, includeJournals: false), original)
+        XCTAssertEqual(try StoreFixture.query(restoredStore + "/App.sqlite", "PRAGMA integrity_check"), "ok")
+
+        try await helper.deleteBackup(created.name)
+        let afterDelete = try await helper.listBackups()
+        XCTAssertEqual(afterDelete.count, 0)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dataDirectory + "/nested dir/backups/" + created.name))
+    }
+
+    func testDefaultKeyAndKnownHostsComeFromHome() async throws {
+        try FileManager.default.createDirectory(atPath: work + "/.ssh", withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: key, toPath: work + "/.ssh/id_ed25519")
+        try FileManager.default.copyItem(atPath: knownHosts, toPath: work + "/.ssh/known_hosts")
+        let destination = try SFTPDestination.make(url: url("backups"), options: DestinationOptions(retry: Self.retry, environment: ["HOME": work]))
+        XCTAssertEqual(destination.privateKeyFile, work + "/.ssh/id_ed25519")
+        XCTAssertNil(destination.publicKeyFile, "no .pub beside it: libssh2 derives the public key")
+        XCTAssertEqual(destination.knownHostsFile, work + "/.ssh/known_hosts")
+        let listed = try await destination.listBackups()
+        XCTAssertEqual(listed.count, 0)
+    }
+
+    func testNamesWithBracketsAndSpacesAndOnlyBackupsAreListed() async throws {
+        let destination = try destination()
+        let file = try makeFile("a.zip", bytes: 10_000)
+        let seedName = "[2026-Nov-21] 10.15 PM Stores.zip"
+        try await destination.upload(file: file, as: seedName, progress: nil)
+        let folder = dataDirectory + "/backups"
+        // Not backups: another file, a folder and a link with backup names, a temporary.
+        try "x".write(toFile: folder + "/notes.txt", atomically: false, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: folder + "/2026-01-01 000000 Stores.zip", withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: folder + "/2026-01-02 000000 Stores.zip", withDestinationPath: "notes.txt")
+        try "x".write(toFile: folder + "/.storebackup-tmp-1-x.zip", atomically: false, encoding: .utf8)
+
+        let listed = try await destination.listBackups()
+        XCTAssertEqual(listed.map(\.name), [seedName])
+        XCTAssertEqual(listed.first?.size, 10_000)
+
+        let target = work + "/down.zip"
+        try await destination.download(seedName, to: target, progress: nil)
+        XCTAssertEqual(FileManager.default.contents(atPath: target), FileManager.default.contents(atPath: file))
+    }
+
+    func testMissingFolderListsEmpty() async throws {
+        let listed = try await destination("no/such/folder").listBackups()
+        XCTAssertEqual(listed.count, 0)
+    }
+
+    func testLongListingParsing() {
+        let text = """
+            drwxr-xr-x    2 root     root         4096 Nov 22 19:11 .
+            -rw-r--r--    1 root     root      1234567 Nov 22 19:11 2026-11-22 031507 Stores.zip
+            -rw-------    1 backup   users           7 Jan  3  2024  two  spaces  Stores.zip\r
+            -rw-r--r--    1 root     root            6 Nov 22 19:05 notes.txt
+            lrwxrwxrwx    1 root     root            5 Nov 22 19:11 2026-01-02 000000 Stores.zip -> x
+            drwxr-xr-x    3 root     root         4096 Nov 22 19:05 2026-01-01 000000 Stores.zip
+            -rw-r--r--    1 root     root            9 Nov 22 19:05 .storebackup-tmp-1-x.zip
+            """
+        let parsed = SFTPDestination.parseLongListing(text)
+        XCTAssertEqual(parsed.unparsed, 0)
+        XCTAssertEqual(parsed.entries, [
+            .init(name: "2026-11-22 031507 Stores.zip", size: 1_234_567),
+            .init(name: " two  spaces  Stores.zip", size: 7),
+        ].filter { BackupName.isBackup($0.name) })
+        XCTAssertEqual(SFTPDestination.parseLongListing("2026-11-22 031507 Stores.zip\n").unparsed, 1)
+        XCTAssertEqual(SFTPDestination.quoted(#"/a "b" \c's"#), #""/a \"b\" \\c\'s""#)
+    }
+
+    // MARK: refusals
+
+    func testUploadingTheSameNameTwiceIsRefusedAndKeepsTheFirst() async throws {
+        let destination = try destination()
+        let name = "2026-05-01 120000 Stores.zip"
+        let first = try makeFile("first.zip", bytes: 5_000)
+        let second = try makeFile("second.zip", bytes: 7_000)
+        try await destination.upload(file: first, as: name, progress: nil)
+        do {
+            try await destination.upload(file: second, as: name, progress: nil)
+            XCTFail("a second upload under the same name must be refused")
+        } catch let error as StoreBackupError {
+            XCTAssertEqual(error, .backupExists(name: name, destination: destination.displayName))
+        }
+        XCTAssertEqual(FileManager.default.contents(atPath: dataDirectory + "/backups/" + name),
+                       FileManager.default.contents(atPath: first))
+        XCTAssertEqual(leftovers(in: "backups"), [])
+    }
+
+    /// The listing does not show a folder of that name, so the upload goes ahead and the
+    /// server's rename is what refuses: the temporary must still be removed.
+    func testARefusedRenameLeavesNoTemporary() async throws {
+        let destination = try destination()
+        let name = "2026-05-01 120000 Stores.zip"
+        try FileManager.default.createDirectory(atPath: dataDirectory + "/backups/" + name, withIntermediateDirectories: true)
+        do {
+            try await destination.upload(file: try makeFile("first.zip", bytes: 5_000), as: name, progress: nil)
+            XCTFail("the rename onto a folder must fail")
+        } catch {
+            XCTAssertTrue("\(error)".contains(destination.displayName), "\(error)")
+        }
+        XCTAssertEqual(leftovers(in: "backups"), [])
+        XCTAssertTrue(FileSystem.isDirectory(dataDirectory + "/backups/" + name))
+    }
+
+    func testDeletingAnUnknownNameIsBackupNotFound() async throws {
+        let destination = try destination()
+        let name = "2020-01-01 000000 Stores.zip"
+        do {
+            try await destination.delete(name)
+            XCTFail("deleting an unknown backup must fail")
+        } catch let error as StoreBackupError {
+            XCTAssertEqual(error, .backupNotFound(name: name, destination: destination.displayName))
+        }
+        do {
+            try await destination.download(name, to: work + "/nothing.zip", progress: nil)
+            XCTFail("downloading an unknown backup must fail")
+        } catch let error as StoreBackupError {
+            XCTAssertEqual(error, .backupNotFound(name: name, destination: destination.displayName))
+        }
+    }
+
+    func testAKeyTheServerDoesNotKnowIsAClearError() async throws {
+        let wrongKey = work + "/other_key"
+        try run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", wrongKey])
+        let destination = try destination(options: options(key: wrongKey))
+        do {
+            _ = try await destination.listBackups()
+            XCTFail("a key the server does not know must be refused")
+        } catch let error as TransferError {
+            XCTAssertEqual(error.kind, .authentication)
+            XCTAssertTrue(error.message.contains("the server refused the key \(wrongKey)"), error.message)
+            XCTAssertTrue(error.message.contains(destination.displayName), error.message)
+        }
+    }
+
+    func testAnUnknownHostKeyIsRefused() async throws {
+        let empty = work + "/known_hosts_empty"
+        FileManager.default.createFile(atPath: empty, contents: Data())
+        let destination = try destination(options: options(knownHosts: empty))
+        let before = try FileManager.default.contentsOfDirectory(atPath: dataDirectory)
+        do {
+            try await destination.upload(file: try makeFile("f.zip", bytes: 100), as: "2026-01-01 000000 Stores.zip", progress: nil)
+            XCTFail("an unknown host must be refused")
+        } catch let error as TransferError {
+            XCTAssertEqual(error.kind, .hostKey)
+            XCTAssertTrue(error.message.contains("is not in \(empty)"), error.message)
+            XCTAssertTrue(error.message.contains("ssh-keyscan -p \(port) 127.0.0.1 >> \(empty)"), error.message)
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dataDirectory), before, "nothing was written")
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: empty)), Data(), "the key was not added silently")
+    }
+
+    func testAChangedHostKeyIsRefused() async throws {
+        let otherHostKey = work + "/other_host_key"
+        try run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherHostKey])
+        let publicKey = try String(contentsOfFile: otherHostKey + ".pub", encoding: .utf8).split(separator: " ").prefix(2).joined(separator: " ")
+        let mismatched = work + "/known_hosts_changed"
+        try "[127.0.0.1]:\(port) \(publicKey)\n".write(toFile: mismatched, atomically: false, encoding: .utf8)
+        let destination = try destination(options: options(knownHosts: mismatched))
+        do {
+            _ = try await destination.listBackups()
+            XCTFail("a changed host key must be refused")
+        } catch let error as TransferError {
+            XCTAssertEqual(error.kind, .hostKey)
+            XCTAssertTrue(error.message.contains("does not match"), error.message)
+        }
+    }
+
+    func testAMissingKnownHostsFileIsAClearError() throws {
+        let missing = work + "/no_known_hosts"
+        XCTAssertThrowsError(try destination(options: options(knownHosts: missing))) { error in
+            guard case StoreBackupError.invalidDestination(_, let reason) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(reason.contains("no known_hosts file at \(missing)"), reason)
+            XCTAssertTrue(reason.contains("ssh-keyscan -p \(port) 127.0.0.1 >> \(missing)"), reason)
+        }
+        XCTAssertThrowsError(try destination(options: options(key: work + "/no_key"))) { error in
+            XCTAssertTrue("\(error)".contains("the SSH key \(work)/no_key does not exist"), "\(error)")
+        }
+        XCTAssertThrowsError(try SFTPDestination.make(url: url("x"), options: DestinationOptions(environment: ["HOME": work]))) { error in
+            XCTAssertTrue("\(error)".contains("no SSH key"), "\(error)")
+        }
+    }
+
+    func testInvalidURLsAreRefused() throws {
+        for bad in ["sftp://host", "sftp://", "sftp://u@host:0/x", "sftp://u:secret@host/x", "webdav://host/x", "sftp://u@host/a/../b"] {
+            XCTAssertThrowsError(try SFTPDestination.make(url: bad, options: options()), bad) { error in
+                guard case StoreBackupError.invalidDestination = error else { return XCTFail("\(bad): \(error)") }
+                XCTAssertFalse("\(error)".contains("secret"), "\(error)")
+            }
+        }
+        let root = try SFTPDestination.make(url: "sftp://alice@example.org/", options: options())
+        XCTAssertEqual(root.folder, "/")
+        XCTAssertEqual(root.port, 22)
+        XCTAssertEqual(root.displayName, "sftp://alice@example.org/")
+    }
+
+    func testConnectionRefusedIsAClearError() async throws {
+        let closedPort = try WebDAVDestinationTests.unusedPort()
+        let destination = try SFTPDestination.make(
+            url: "sftp://\(user)@127.0.0.1:\(closedPort)/tmp",
+            options: options(retry: RetryPolicy(requestAttempts: 1, operationAttempts: 1)))
+        do {
+            _ = try await destination.listBackups()
+            XCTFail("must fail")
+        } catch {
+            XCTAssertTrue("\(error)".contains("cannot reach 127.0.0.1:\(closedPort)"), "\(error)")
+        }
+    }
+
+    // MARK: resume
+
+    func testDownloadContinuesAPartialFile() async throws {
+        let destination = try destination()
+        let name = "2026-02-02 020202 Stores.zip"
+        let file = try makeFile("big.zip", bytes: 3 << 20)
+        try await destination.upload(file: file, as: name, progress: nil)
+        let content = FileManager.default.contents(atPath: file)!
+
+        let target = work + "/partial.zip"
+        try content.prefix(1 << 20).write(to: URL(fileURLWithPath: target))
+        let phases = PhaseRecorder()
+        try await destination.download(name, to: target, progress: { phases.record($0) })
+        XCTAssertEqual(FileManager.default.contents(atPath: target), content)
+        XCTAssertTrue(phases.sawDownload)
+    }
+
+    func run(_ executable: String, _ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else { throw XCTSkip("\(executable) failed") }
+    }
+}
