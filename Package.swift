@@ -24,12 +24,17 @@ let package = Package(
         .systemLibrary(
             name: "CCurl", pkgConfig: "libcurl",
             providers: [.apt(["libcurl4-openssl-dev"]), .brew(["curl"])]),
+        // libcrypto (OpenSSL) for WinZip AES: swift-crypto has no multi-block AES-ECB, and its
+        // AES._CTR counts big-endian while WinZip's counter is little-endian.
+        .systemLibrary(
+            name: "COpenSSL", pkgConfig: "libcrypto",
+            providers: [.apt(["libssl-dev"]), .brew(["openssl"])]),
         // Header-only shim for Linux calls Swift cannot reach (variadic syscall()).
         .systemLibrary(name: "CPosix"),
         .target(
             name: "StoreBackup",
             dependencies: [
-                "CSQLite", "CZip", "CCurl", "CPosix",
+                "CSQLite", "CZip", "CCurl", "CPosix", "COpenSSL",
                 .product(name: "Crypto", package: "swift-crypto"),
             ]),
         .executableTarget(

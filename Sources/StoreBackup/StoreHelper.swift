@@ -48,11 +48,20 @@ public struct StoreHelper: Sendable {
     public let storesDirectory: String
     public let destination: any BackupDestination
     public var compressionLevel: Int
+    /// Encrypt new backups: every entry, the manifest included, as WinZip AES-256 with the
+    /// password from `passwords` (which must then be set).
+    public var encrypt: Bool
+    /// Where the password comes from: for `encrypt`, and when restoring an encrypted backup
+    /// (asked only then, and checked before anything is extracted).
+    public var passwords: PasswordProvider?
 
-    public init(storesDirectory: String, destination: any BackupDestination, compressionLevel: Int = CompressionLevel.default) {
+    public init(storesDirectory: String, destination: any BackupDestination, compressionLevel: Int = CompressionLevel.default,
+                encrypt: Bool = false, passwords: PasswordProvider? = nil) {
         self.storesDirectory = FileSystem.absolutePath(storesDirectory)
         self.destination = destination
         self.compressionLevel = compressionLevel
+        self.encrypt = encrypt
+        self.passwords = passwords
     }
 
     var layout: StoreLayout { StoreLayout(storesDirectory: storesDirectory) }
@@ -62,6 +71,13 @@ public struct StoreHelper: Sendable {
     /// Takes a consistent snapshot of every database, archives the whole directory and
     /// publishes it to the destination as `<UTC date> Stores.zip`.
     public func createBackup(progress: ProgressHandler? = nil) async throws -> BackupResult {
+        let password: BackupPassword?
+        if encrypt {
+            guard let passwords else { throw StoreBackupError.passwordUnavailable(reason: "encrypting a backup needs a password") }
+            password = try passwords.password()
+        } else {
+            password = nil
+        }
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
         defer { withExtendedLifetime(lock) {} }
         _ = try layout.recoverIfNeeded()
@@ -94,7 +110,7 @@ public struct StoreHelper: Sendable {
                         path: item.absolutePath, relativePath: item.relativePath, scratchDirectory: scratch)
                 }
                 let writer = ArchiveWriter(
-                    settings: .init(compressionLevel: level, sourcePath: storesDirectory, createdAt: createdAt),
+                    settings: .init(compressionLevel: level, sourcePath: storesDirectory, createdAt: createdAt, password: password),
                     cancel: cancel, progress: throttle)
                 return try writer.write(items: scan.items, snapshots: snapshots, to: archivePath)
             }
@@ -176,7 +192,7 @@ public struct StoreHelper: Sendable {
         let extracted: (databases: [String], files: Int)
         do {
             extracted = try await runBlocking(name: "storebackup-restore") { cancel in
-                let reader = try ArchiveReader(path: archive, backupName: backup.name)
+                let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
                 try swapper.journal(.extracting, backup: backup.name, hadLiveStore: hadLiveStore)
                 TestPausePoint.reach("extracting")
                 let databases = try Extractor(reader: reader, cancel: cancel, progress: throttle).extract(into: layout.new)

@@ -21,6 +21,11 @@ struct CreateCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Compression: fast, default, best, or 0-9 (0 stores without compressing).", valueName: "level"))
     var level: String = "default"
 
+    @Flag(help: "Encrypt every entry (WinZip AES-256; 7-Zip and WinZip open it with the password).")
+    var encrypt = false
+
+    @OptionGroup var password: PasswordOption
+
     @Flag(help: "Print the result as JSON.")
     var json = false
 
@@ -28,18 +33,30 @@ struct CreateCommand: AsyncParsableCommand {
         guard CompressionLevel.parse(level) != nil else {
             throw ValidationError("--level must be fast, default, best or a number from 0 to 9")
         }
+        if password.passwordFile != nil && !encrypt {
+            throw ValidationError("--password-file is only used with --encrypt")
+        }
     }
 
     func run() async throws {
+        var passwords: PasswordProvider?
+        if encrypt {
+            guard let provider = password.provider(confirm: true) else {
+                Terminal.fail(StoreBackupError.passwordUnavailable(
+                    reason: "--encrypt needs a password: --password-file FILE, STOREBACKUP_PASSWORD, or run on a terminal to be asked"))
+            }
+            // Asked before any work starts, so the prompt is not mixed with progress.
+            do { passwords = .fixed(try provider.password()) } catch { Terminal.fail(error) }
+        }
         let helper = StoreHelper(
             storesDirectory: storesDirectory, destination: try destination.resolve(),
-            compressionLevel: CompressionLevel.parse(level)!)
+            compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords)
         let printer = ProgressPrinter.shared
         let result = await Terminal.runCancellable { try await helper.createBackup(progress: printer.handler()) }
         printer.finishLine()
         if json {
             let summary: [String: Any] = [
-                "name": result.name, "size": result.size, "destination": result.destination,
+                "name": result.name, "encrypted": encrypt, "size": result.size, "destination": result.destination,
                 "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
             ]
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])

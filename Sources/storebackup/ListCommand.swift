@@ -9,17 +9,26 @@ struct ListCommand: AsyncParsableCommand {
 
     @OptionGroup var destination: DestinationOption
 
-    @Flag(help: "Print JSON: an array of {name, size, date, modified}.")
+    @Flag(help: "Print JSON: an array of {name, size, date, modified, encrypted}.")
     var json = false
 
     func run() async throws {
         let target = try destination.resolve()
         let backups = await Terminal.runCancellable { try await target.sortedBackups() }
+        // Encryption is read from each archive's central directory, cheap for a local folder.
+        // Remote backups would need a download, so it is left unknown there (see README).
+        let local = target as? LocalFolderDestination
+        let encrypted: [String: Bool] = Dictionary(uniqueKeysWithValues: backups.compactMap { backup in
+            guard let path = local?.localPath(of: backup.name),
+                  let flag = BackupInspection.isEncrypted(archiveAt: path) else { return nil }
+            return (backup.name, flag)
+        })
         if json {
             let formatter = ISO8601DateFormatter()
             let rows: [[String: Any]] = backups.map { backup in
                 var row: [String: Any] = ["name": backup.name, "size": backup.size, "date": formatter.string(from: backup.date)]
                 if let modified = backup.modified { row["modified"] = formatter.string(from: modified) }
+                if let flag = encrypted[backup.name] { row["encrypted"] = flag }
                 return row
             }
             let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys, .prettyPrinted])
@@ -34,7 +43,8 @@ struct ListCommand: AsyncParsableCommand {
         formatter.dateFormat = "yyyy-MM-dd HH:mm:ss zzz"
         for backup in backups {
             let size = Terminal.formatBytes(backup.size).padding(toLength: 10, withPad: " ", startingAt: 0)
-            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(backup.name)")
+            let lock = encrypted[backup.name] == true ? "encrypted" : "         "
+            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(lock)  \(backup.name)")
         }
     }
 }

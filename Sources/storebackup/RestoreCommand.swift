@@ -23,11 +23,14 @@ struct RestoreCommand: AsyncParsableCommand {
 
     @OptionGroup var destination: DestinationOption
 
+    @OptionGroup var password: PasswordOption
+
     @Flag(help: "Do not ask for confirmation (required when not on a terminal).")
     var yes = false
 
     func run() async throws {
-        let helper = StoreHelper(storesDirectory: storesDirectory, destination: try destination.resolve())
+        let helper = StoreHelper(storesDirectory: storesDirectory, destination: try destination.resolve(),
+                                 passwords: password.provider(confirm: false))
         if !yes {
             guard Terminal.standardInputIsTerminal else {
                 Terminal.fail(StoreBackupError.restoreRefused(

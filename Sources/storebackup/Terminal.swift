@@ -38,6 +38,24 @@ enum Terminal {
         return ["y", "yes"].contains(answer.trimmingCharacters(in: .whitespaces).lowercased())
     }
 
+    /// Reads a line from the terminal without echoing it (like getpass), the prompt on stderr.
+    /// nil at end of input.
+    static func readSecret(prompt: String) -> String? {
+        FileHandle.standardError.write(Data(prompt.utf8))
+        var saved = termios()
+        let canHide = tcgetattr(STDIN_FILENO, &saved) == 0
+        if canHide {
+            var quiet = saved
+            quiet.c_lflag &= ~tcflag_t(ECHO)
+            quiet.c_lflag |= tcflag_t(ECHONL)
+            tcsetattr(STDIN_FILENO, TCSAFLUSH, &quiet)
+        }
+        defer {
+            if canHide { tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved) }
+        }
+        return readLine(strippingNewline: true)
+    }
+
     static func formatBytes(_ bytes: Int64) -> String {
         let units = ["B", "KiB", "MiB", "GiB", "TiB"]
         var value = Double(bytes)

@@ -8,7 +8,7 @@ struct VerifyCommand: AsyncParsableCommand {
         abstract: "Check that backups can be restored, without touching any store.",
         discussion: """
             Each backup is downloaded to a temporary place; the archive is read in full, every file \
-            is compared with its manifest checksum, and every database passes PRAGMA integrity_check \
+            is compared with its manifest checksum (an encrypted backup's password is checked first), and every database passes PRAGMA integrity_check \
             in a scratch folder. One line per backup; the exit status is non-zero if any fails.
             """)
 
@@ -20,6 +20,8 @@ struct VerifyCommand: AsyncParsableCommand {
 
     @OptionGroup var destination: DestinationOption
 
+    @OptionGroup var password: PasswordOption
+
     @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases}.")
     var json = false
 
@@ -28,7 +30,7 @@ struct VerifyCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let verifier = BackupVerifier(destination: try destination.resolve())
+        let verifier = BackupVerifier(destination: try destination.resolve(), passwords: password.provider(confirm: false))
         let selection: BackupVerifier.Selection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
         let printer = ProgressPrinter.shared
         let results = await Terminal.runCancellable { try await verifier.verify(selection, progress: printer.handler()) }

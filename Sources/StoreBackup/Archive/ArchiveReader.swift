@@ -1,6 +1,20 @@
 import CZip
 import Foundation
 
+/// What can be learnt about a backup file without its password.
+public enum BackupInspection {
+    /// Whether the backup archive at `path` is encrypted, from its manifest entry's header
+    /// (libzip reads only the central directory; no password needed). nil when unreadable.
+    public static func isEncrypted(archiveAt path: String) -> Bool? {
+        var code: Int32 = 0
+        guard let handle = ArchiveReader.openLock.withLock({ zip_open(path, ZIP_RDONLY, &code) }) else { return nil }
+        defer { zip_discard(handle) }
+        var stat = zip_stat_t()
+        guard zip_stat(handle, Manifest.archivePath, 0, &stat) == 0 else { return nil }
+        return stat.encryption_method != UInt16(ZIP_EM_NONE)
+    }
+}
+
 /// One entry of an archive as restore sees it.
 struct ArchiveEntry: Sendable {
     enum Kind: Sendable { case directory, file, symlink }
@@ -14,6 +28,10 @@ struct ArchiveEntry: Sendable {
     let compressedSize: Int64
     let compressionMethod: Int32
     let crc: UInt32
+    /// libzip's ZIP_EM_* (ZIP_EM_NONE unless the entry is encrypted).
+    let encryptionMethod: UInt16
+
+    var isEncrypted: Bool { encryptionMethod != UInt16(ZIP_EM_NONE) }
 }
 
 /// Opens a backup archive read-only and describes its entries. Every path is checked
@@ -23,15 +41,34 @@ final class ArchiveReader: @unchecked Sendable {
     let backupName: String
     private(set) var entries: [ArchiveEntry] = []
     private(set) var manifest: Manifest?
+    /// The password, once checked; nil for an archive without encrypted entries.
+    private(set) var password: BackupPassword?
     private let archive: OpaquePointer
 
-    init(path: String, backupName: String) throws {
+    /// Opens the archive. If it is encrypted, asks `passwords` for the password and checks
+    /// it on the manifest (or the first encrypted entry) before anything else is read:
+    /// `passwordRequired` without one, `wrongPassword` when it does not fit.
+    init(path: String, backupName: String, passwords: PasswordProvider? = nil) throws {
         self.path = path
         self.backupName = backupName
         archive = try Self.open(path: path, backupName: backupName)
         // If this throws, deinit still runs (every property is set) and discards the handle.
-        try readEntries()
+        try readEntries(passwords: passwords)
     }
+
+    /// Another handle on the same file, for another thread, with the password set.
+    func openHandle() throws -> OpaquePointer {
+        let handle = try Self.open(path: path, backupName: backupName)
+        if let password {
+            guard password.withCString({ zip_set_default_password(handle, $0) }) == 0 else {
+                zip_discard(handle)
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot set the password")
+            }
+        }
+        return handle
+    }
+
+
 
     deinit { zip_discard(archive) }
 
@@ -49,20 +86,26 @@ final class ArchiveReader: @unchecked Sendable {
     }
 
     /// libzip's zip_open is not safe to call from several threads at once (GUIDE §5).
-    private static let openLock = NSLock()
+    static let openLock = NSLock()
 
-    private func readEntries() throws {
+    private func readEntries(passwords: PasswordProvider?) throws {
         let count = zip_get_num_entries(archive, 0)
         guard count >= 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot read the entry list") }
         var seen = Set<String>()
         var manifestIndex: UInt64?
+        var encryptedIndex: UInt64?
         for index in 0..<UInt64(count) {
             var stat = zip_stat_t()
             guard zip_stat_index(archive, index, 0, &stat) == 0, let rawName = stat.name else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(index) is unreadable")
             }
             let name = String(cString: rawName)
-            if name == Manifest.archivePath { manifestIndex = index; continue }
+            if name == Manifest.archivePath {
+                manifestIndex = index
+                if stat.encryption_method != UInt16(ZIP_EM_NONE) { encryptedIndex = encryptedIndex ?? index }
+                continue
+            }
+            if stat.encryption_method != UInt16(ZIP_EM_NONE) && encryptedIndex == nil { encryptedIndex = index }
             if name == StoreScanner.reservedFolder + "/" { continue }
             let isDirectoryName = name.hasSuffix("/")
             let path = isDirectoryName ? String(name.dropLast()) : name
@@ -86,7 +129,11 @@ final class ArchiveReader: @unchecked Sendable {
             entries.append(ArchiveEntry(
                 index: index, path: path, kind: kind, permissions: permissions,
                 modificationTime: modificationTime(index: index, stat: stat), size: Int64(stat.size),
-                compressedSize: Int64(stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc))
+                compressedSize: Int64(stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc,
+                encryptionMethod: stat.encryption_method))
+        }
+        if let encryptedIndex {
+            try checkPassword(passwords, onEntry: manifestIndex.flatMap { encrypted($0) ? $0 : nil } ?? encryptedIndex)
         }
         if let manifestIndex {
             let data = try readSmallEntry(index: manifestIndex, limit: 64 << 20)
@@ -94,6 +141,29 @@ final class ArchiveReader: @unchecked Sendable {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
             }
         }
+    }
+
+    private func encrypted(_ index: UInt64) -> Bool {
+        var stat = zip_stat_t()
+        return zip_stat_index(archive, index, 0, &stat) == 0 && stat.encryption_method != UInt16(ZIP_EM_NONE)
+    }
+
+    /// Asks for the password and checks it against one entry's verifier, before any extraction.
+    private func checkPassword(_ passwords: PasswordProvider?, onEntry index: UInt64) throws {
+        guard let passwords else { throw StoreBackupError.passwordRequired(name: backupName) }
+        let password = try passwords.password()
+        guard password.withCString({ zip_set_default_password(archive, $0) }) == 0 else {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot set the password")
+        }
+        // libzip derives the key and compares the 2-byte verifier when the entry is opened.
+        guard let file = zip_fopen_index(archive, index, 0) else {
+            if zip_error_code_zip(zip_get_error(archive)) == ZIP_ER_WRONGPASSWD {
+                throw StoreBackupError.wrongPassword(name: backupName)
+            }
+            throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
+        }
+        zip_fclose(file)
+        self.password = password
     }
 
     private func modificationTime(index: UInt64, stat: zip_stat_t) -> Int64 {

@@ -14,6 +14,8 @@ struct ArchiveWriter {
         var sourcePath: String
         var hostName: String = FileSystem.hostName
         var createdAt: Date
+        /// When set, every entry is encrypted with WinZip AES-256 under this password.
+        var password: BackupPassword? = nil
     }
 
     let settings: Settings
@@ -56,7 +58,8 @@ struct ArchiveWriter {
                 try setAttributes(archive, index, type: UnixMode.directory, item: item)
             case .file, .database:
                 let jobIndex = jobIndexByPath[item.relativePath]!
-                let source = try PipelineEntrySource(pipeline: pipeline, jobIndex: jobIndex).makeSource(in: archive)
+                let source = try PipelineEntrySource(pipeline: pipeline, jobIndex: jobIndex, password: settings.password)
+                    .makeSource(in: archive)
                 index = zip_file_add(archive, item.relativePath, source, zip_flags_t(ZIP_FL_ENC_UTF_8))
                 guard index >= 0 else {
                     zip_source_free(source)
@@ -64,6 +67,12 @@ struct ArchiveWriter {
                 }
                 if jobs[jobIndex].method == .store {
                     zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
+                }
+                if settings.password != nil {
+                    // Already encrypted by the pipeline: no password here, so libzip copies it as it is.
+                    guard zip_file_set_encryption(archive, zip_uint64_t(index), UInt16(ZIP_EM_AES_256), nil) == 0 else {
+                        throw libzipError(archive, "encrypt \(item.relativePath)")
+                    }
                 }
                 try setAttributes(archive, index, type: UnixMode.regular, item: item)
             case .symlink:
@@ -75,6 +84,7 @@ struct ArchiveWriter {
                     throw libzipError(archive, "add link \(item.relativePath)")
                 }
                 zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
+                try encryptSmallEntry(archive, index, what: item.relativePath)
                 try setAttributes(archive, index, type: UnixMode.symlink, item: item)
             }
         }
@@ -91,6 +101,14 @@ struct ArchiveWriter {
             throw libzipError(archive, "add manifest")
         }
         zip_file_set_external_attributes(archive, zip_uint64_t(manifestIndex), 0, UInt8(ZIP_OPSYS_UNIX), (UnixMode.regular | 0o644) << 16)
+        try encryptSmallEntry(archive, manifestIndex, what: "the manifest")
+        if settings.password != nil {
+            // A marker that tools (and `zipinfo`) can see without the password.
+            let comment = Self.encryptedComment
+            guard zip_set_archive_comment(archive, comment, UInt16(comment.utf8.count)) == 0 else {
+                throw libzipError(archive, "set the archive comment")
+            }
+        }
 
         pipeline.start()
         if zip_close(archive) != 0 {
@@ -110,15 +128,25 @@ struct ArchiveWriter {
             let size = snapshot?.size ?? item.size
             let method: CompressionPipeline.Method
             if settings.compressionLevel == 0 || size == 0 {
-                method = .store
+                method = settings.password == nil ? .store : .storedDeflate
             } else if snapshot == nil && IncompressibleSample.looksIncompressible(path: item.absolutePath, size: size) {
-                method = .store
+                method = settings.password == nil ? .store : .storedDeflate
             } else {
                 method = .deflate
             }
             jobs.append(.init(entryIndex: jobs.count, item: item, snapshot: snapshot, method: method, plannedSize: size))
         }
         return jobs
+    }
+
+    /// The comment of encrypted archives.
+    static let encryptedComment = "storebackup: encrypted (WinZip AES-256)"
+
+    /// Small entries (links, the manifest) go through libzip's own AES: too small for speed to matter.
+    private func encryptSmallEntry(_ archive: OpaquePointer, _ index: Int64, what: String) throws {
+        guard let password = settings.password else { return }
+        let rc = password.withCString { zip_file_set_encryption(archive, zip_uint64_t(index), UInt16(ZIP_EM_AES_256), $0) }
+        guard rc == 0 else { throw libzipError(archive, "encrypt \(what)") }
     }
 
     private func setAttributes(_ archive: OpaquePointer, _ index: Int64, type: UInt32, item: StoreItem) throws {

@@ -24,9 +24,12 @@ public struct BackupVerifier: Sendable {
     }
 
     public let destination: any BackupDestination
+    /// For encrypted backups: asked when one is met; a wrong or missing password is that backup's fault.
+    public var passwords: PasswordProvider?
 
-    public init(destination: any BackupDestination) {
+    public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
         self.destination = destination
+        self.passwords = passwords
     }
 
     public func verify(_ selection: Selection, progress: ProgressHandler? = nil) async throws -> [VerificationResult] {
@@ -59,8 +62,9 @@ public struct BackupVerifier: Sendable {
             }
             let path = archive!
             let throttle = ProgressThrottle(progress)
+            let passwords = self.passwords
             return try await runBlocking(name: "storebackup-verify") { cancel in
-                let reader = try ArchiveReader(path: path, backupName: name)
+                let reader = try ArchiveReader(path: path, backupName: name, passwords: passwords)
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.verifyOnly = true
                 let databases = try extractor.extract(into: scratch + "/store")

@@ -18,7 +18,14 @@ import Glibc
 /// as-is when the source says it is already deflated (zip_close.c, add_data), and
 /// writes the archive itself. Memory stays bounded: at most `capacity` blocks exist.
 final class CompressionPipeline: @unchecked Sendable {
-    enum Method { case deflate, store }
+    enum Method {
+        case deflate, store
+        /// Deflate at level 0 (stored deflate blocks): how incompressible files go into an
+        /// encrypted archive. libzip cannot take encrypted data declared as STORE as it is
+        /// (zip_close.c add_data would compute the CRC of the ciphertext), but it copies
+        /// encrypted DEFLATE data unchanged. The cost is 5 bytes per 64 KiB.
+        case storedDeflate
+    }
 
     struct Job {
         let entryIndex: Int
@@ -148,7 +155,7 @@ final class CompressionPipeline: @unchecked Sendable {
     func compressedBlocks(forJob jobIndex: Int) -> [Int]? {
         condition.lock()
         defer { condition.unlock() }
-        return jobs[jobIndex].method == .deflate ? compressedBlockSizes[jobIndex] : nil
+        return jobs[jobIndex].method == .store ? nil : compressedBlockSizes[jobIndex]
     }
 
     func result(forJob jobIndex: Int) -> FileResult? {
@@ -253,18 +260,26 @@ final class CompressionPipeline: @unchecked Sendable {
 
     private func runWorker() {
         var stream = z_stream()
-        guard sb_deflate_init_raw(&stream, level) == Z_OK else {
+        var storedStream = z_stream()
+        guard sb_deflate_init_raw(&stream, level) == Z_OK, sb_deflate_init_raw(&storedStream, 0) == Z_OK else {
             fail(StoreBackupError.archiveWrite(reason: "zlib deflateInit failed"))
             return
         }
-        defer { deflateEnd(&stream) }
+        defer {
+            deflateEnd(&stream)
+            deflateEnd(&storedStream)
+        }
         while let output = outputPool.take() {
             guard let block = claimNextBlock() else {
                 output.recycle()
                 return
             }
             do {
-                try process(block, output: output, stream: &stream)
+                if jobs[block.jobIndex].method == .storedDeflate {
+                    try process(block, output: output, stream: &storedStream)
+                } else {
+                    try process(block, output: output, stream: &stream)
+                }
                 condition.lock()
                 block.done = true
                 condition.broadcast()
@@ -293,7 +308,7 @@ final class CompressionPipeline: @unchecked Sendable {
     private func process(_ block: Block, output: PooledBuffer, stream: inout z_stream) throws {
         guard let input = block.input else { return output.recycle() }
         block.crc = UInt32(crc32(0, input.bytes.assumingMemoryBound(to: Bytef.self), uInt(input.count)))
-        guard jobs[block.jobIndex].method == .deflate else {
+        guard jobs[block.jobIndex].method != .store else {
             // Stored: the input buffer itself is the output.
             output.recycle()
             block.output = input

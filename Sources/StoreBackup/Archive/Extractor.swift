@@ -121,7 +121,7 @@ struct Extractor {
             let thread = Thread {
                 defer { group.leave() }
                 do {
-                    let archive = try ArchiveReader.open(path: reader.path, backupName: reader.backupName)
+                    let archive = try reader.openHandle()
                     defer { zip_discard(archive) }
                     var buffer = [UInt8](repeating: 0, count: 1 << 20)
                     while let entry = queue.next(), !failures.hasFailed {
@@ -157,7 +157,8 @@ struct Extractor {
         defer { if fd >= 0 { close(fd) } }
         if let expected, ParallelInflater.canUse(entry: entry, blockSize: expected.deflateBlockSize, blocks: expected.deflateBlocks) {
             let inflater = ParallelInflater(archive: archive, entry: entry, blockSize: expected.deflateBlockSize!,
-                                            compressedBlocks: expected.deflateBlocks!, workers: workers, cancel: cancel)
+                                            compressedBlocks: expected.deflateBlocks!, workers: workers, cancel: cancel,
+                                            password: reader.password, backupName: reader.backupName)
             let result = try inflater.run(descriptor: fd, path: path) { onBytes($0, entry.path) }
             guard result.crc == entry.crc, result.size == expected.size, result.sha256 == expected.sha256 else {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)

@@ -12,6 +12,10 @@ import Glibc
 /// pass, hands each block to a worker that inflates it and writes it at its own offset,
 /// and hashes the blocks in order as they come back, so SHA-256, CRC-32 and the size are
 /// all checked in the same pass. Memory is a few blocks, whatever the entry's size.
+///
+/// An encrypted (WinZip AES) entry is read raw, still encrypted: the HMAC is computed in
+/// order over the ciphertext as it is read, and each worker decrypts its block at its own
+/// counter offset (known from the block sizes) before inflating it.
 struct ParallelInflater {
     let archive: OpaquePointer
     let entry: ArchiveEntry
@@ -19,6 +23,9 @@ struct ParallelInflater {
     let compressedBlocks: [Int]
     let workers: Int
     let cancel: CancellationFlag
+    /// Needed for encrypted entries (already checked against the archive's manifest).
+    var password: BackupPassword? = nil
+    var backupName: String = ""
 
     struct Result {
         var sha256: String
@@ -30,16 +37,27 @@ struct ParallelInflater {
     static func canUse(entry: ArchiveEntry, blockSize: Int?, blocks: [Int]?) -> Bool {
         guard let blockSize, let blocks, blocks.count > 1, blockSize > 0, entry.compressionMethod == Int32(ZIP_CM_DEFLATE),
               blocks.allSatisfy({ $0 > 0 && $0 <= blockSize * 2 }) else { return false }
+        guard !entry.isEncrypted || entry.encryptionMethod == UInt16(ZIP_EM_AES_256) else { return false }
+        let overhead = entry.isEncrypted ? Int64(WinZipAES.overhead) : 0
         let expectedBlocks = (entry.size + Int64(blockSize) - 1) / Int64(blockSize)
-        return Int64(blocks.count) == expectedBlocks && Int64(blocks.reduce(0, +)) == entry.compressedSize
+        return Int64(blocks.count) == expectedBlocks && Int64(blocks.reduce(0, +)) == entry.compressedSize - overhead
     }
 
     /// Extracts into `descriptor` (or only checks, when it is -1).
     func run(descriptor: Int32, path: String, onBytes: (Int64) -> Void) throws -> Result {
-        guard let raw = zip_fopen_index(archive, entry.index, zip_flags_t(ZIP_FL_COMPRESSED)) else {
+        // ZIP_FL_ENCRYPTED: the bytes as stored (salt, verifier, ciphertext, MAC), not decrypted by libzip.
+        let flags = entry.isEncrypted ? ZIP_FL_ENCRYPTED : ZIP_FL_COMPRESSED
+        guard let raw = zip_fopen_index(archive, entry.index, zip_flags_t(flags)) else {
             throw StoreBackupError.corruptArchive(name: path, reason: String(cString: zip_strerror(archive)))
         }
         defer { zip_fclose(raw) }
+        var decryptor: WinZipDecryptor?
+        if entry.isEncrypted {
+            guard let password else { throw StoreBackupError.passwordRequired(name: backupName) }
+            let header = try readExactly(raw, count: WinZipAES.headerLength, path: path)
+            decryptor = try WinZipDecryptor(password: password, header: header, backupName: backupName)
+        }
+        let encryptionKey = decryptor?.keys.encryption
 
         let maximumCompressed = compressedBlocks.max() ?? 0
         let inFlightLimit = workers * 2 + 2
@@ -68,8 +86,11 @@ struct ParallelInflater {
                     return state.fail(StoreBackupError.archiveWrite(reason: "zlib inflateInit failed"))
                 }
                 defer { inflateEnd(&stream) }
+                let ctr: WinZipCTR?
+                do { ctr = try encryptionKey.map { try WinZipCTR(key: $0) } } catch { return state.fail(error) }
                 while let job = state.nextJob() {
                     guard let plain = plainPool.take() else { return }
+                    ctr?.apply(to: job.compressed.bytes, count: job.compressed.count, at: job.offset)
                     let expected = Int(min(Int64(blockSize), entry.size - Int64(job.index) * Int64(blockSize)))
                     let ok = Self.inflate(job.compressed, into: plain, expected: expected, stream: &stream,
                                           isLast: job.index == lastIndex)
@@ -105,6 +126,7 @@ struct ParallelInflater {
         var size: Int64 = 0
         var nextToRead = 0
         var nextToHash = 0
+        var readOffset: Int64 = 0
         while nextToHash < compressedBlocks.count {
             try cancel.throwIfCancelled()
             if nextToRead < compressedBlocks.count && nextToRead - nextToHash < inFlightLimit - 1 {
@@ -120,7 +142,9 @@ struct ParallelInflater {
                     got += Int(count)
                 }
                 buffer.count = got
-                state.add(Job(index: nextToRead, compressed: buffer))
+                decryptor?.authenticate(buffer.contents)
+                state.add(Job(index: nextToRead, compressed: buffer, offset: readOffset))
+                readOffset += Int64(got)
                 nextToRead += 1
                 continue
             }
@@ -132,8 +156,25 @@ struct ParallelInflater {
             plain.recycle()
             nextToHash += 1
         }
+        if let decryptor {
+            let code = try readExactly(raw, count: WinZipAES.authenticationCodeLength, path: path)
+            guard decryptor.isAuthentic(code: code) else {
+                throw StoreBackupError.checksumMismatch(name: backupName, entry: entry.path)
+            }
+        }
         let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
         return Result(sha256: digest, crc: crc, size: size)
+    }
+
+    private func readExactly(_ file: OpaquePointer, count: Int, path: String) throws -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var got = 0
+        while got < count {
+            let read = bytes.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress! + got, zip_uint64_t(count - got)) }
+            guard read > 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) ends early") }
+            got += Int(read)
+        }
+        return bytes
     }
 
     /// Inflates one independent block; true when it decodes to exactly `expected` bytes.
@@ -153,6 +194,8 @@ struct ParallelInflater {
     struct Job {
         let index: Int
         let compressed: PooledBuffer
+        /// Where the block starts in the entry's compressed (and encrypted) data.
+        let offset: Int64
     }
 }
 

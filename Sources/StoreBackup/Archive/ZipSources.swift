@@ -70,32 +70,57 @@ private let zipSourceTrampoline: zip_source_callback = { context, data, length, 
 }
 
 /// Serves one file's data from the compression pipeline, already deflated (or stored).
+///
+/// With a password, the data is also already encrypted (WinZip AES-256) and says so in
+/// its STAT answer: with the entry's encryption set to AES-256 and no password of its own
+/// (`zip_file_set_encryption(archive, index, ZIP_EM_AES_256, NULL)`), libzip sees the
+/// source and the entry agree and copies the bytes unchanged (zip_close.c, add_data),
+/// writing the AES extra field (0x9901) itself.
 final class PipelineEntrySource: ZipSourceCallbackObject {
     private let pipeline: CompressionPipeline
     private let jobIndex: Int
     private let job: CompressionPipeline.Job
+    private let password: BackupPassword?
+    private var encryptor: WinZipEncryptor?
+    /// Bytes to serve before the next block (the AES header) or after the last (the MAC).
+    private var pending: [UInt8] = []
+    private var pendingPosition = 0
     private var current: CompressionPipeline.Block?
     private var position = 0
     private var finished = false
     private var crc: UInt32 = 0
     private var size: Int64 = 0
 
-    init(pipeline: CompressionPipeline, jobIndex: Int) {
+    init(pipeline: CompressionPipeline, jobIndex: Int, password: BackupPassword?) {
         self.pipeline = pipeline
         self.jobIndex = jobIndex
         self.job = pipeline.jobs[jobIndex]
+        self.password = password
     }
 
     override func handle(command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
         switch command {
         case ZIP_SOURCE_OPEN:
-            return 0
+            guard let password else { return 0 }
+            do {
+                let encryptor = try WinZipEncryptor(password: password)
+                self.encryptor = encryptor
+                pending = encryptor.header
+                pendingPosition = 0
+                return 0
+            } catch {
+                return fail(error)
+            }
         case ZIP_SOURCE_STAT:
             return Self.writeStat(data, length: length) { stat in
                 stat.valid = UInt64(ZIP_STAT_SIZE | ZIP_STAT_COMP_METHOD | ZIP_STAT_MTIME)
                 stat.size = UInt64(finished ? size : job.plannedSize)
-                stat.comp_method = job.method == .deflate ? UInt16(ZIP_CM_DEFLATE) : UInt16(ZIP_CM_STORE)
+                stat.comp_method = job.method == .store ? UInt16(ZIP_CM_STORE) : UInt16(ZIP_CM_DEFLATE)
                 stat.mtime = time_t(job.item.modificationTime)
+                if password != nil {
+                    stat.valid |= UInt64(ZIP_STAT_ENCRYPTION_METHOD)
+                    stat.encryption_method = UInt16(ZIP_EM_AES_256)
+                }
                 if finished {
                     stat.valid |= UInt64(ZIP_STAT_CRC)
                     stat.crc = crc
@@ -112,6 +137,12 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
 
     private func read(into destination: UnsafeMutableRawPointer, capacity: Int) throws -> Int {
         while true {
+            if pendingPosition < pending.count {
+                let count = min(capacity, pending.count - pendingPosition)
+                pending.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress! + pendingPosition, byteCount: count) }
+                pendingPosition += count
+                return count
+            }
             if let block = current, let output = block.output, position < output.count {
                 let count = min(capacity, output.count - position)
                 destination.copyMemory(from: output.bytes + position, byteCount: count)
@@ -123,6 +154,11 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
                 current = nil
                 if block.isLast {
                     finished = true
+                    if let encryptor {
+                        pending = encryptor.authenticationCode()
+                        pendingPosition = 0
+                        continue
+                    }
                     return 0
                 }
             }
@@ -131,6 +167,9 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
             pipeline.recordCompressedBlock(job: jobIndex, size: block.output?.count ?? 0)
             crc = UInt32(crc32_combine(uLong(crc), uLong(block.crc), off_t(block.uncompressedCount)))
             size += Int64(block.uncompressedCount)
+            if let encryptor, let output = block.output {
+                encryptor.encrypt(output.bytes, count: output.count)
+            }
             current = block
             position = 0
         }

@@ -22,6 +22,12 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case invalidDestination(url: String, reason: String)
     case reloadFailed(reason: String, rolledBack: Bool)
     case restoreRefused(reason: String)
+    /// No password could be had (none given, or an empty one), or the two entries differ.
+    case passwordUnavailable(reason: String)
+    /// The backup is encrypted and no password was given.
+    case passwordRequired(name: String)
+    /// The password does not open the backup.
+    case wrongPassword(name: String)
     case cancelled
 
     public var description: String {
@@ -66,6 +72,12 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
                 : "the restored store failed to load (\(reason)) and the previous store could not be put back"
         case .restoreRefused(let reason):
             return reason
+        case .passwordUnavailable(let reason):
+            return "no usable password: \(reason)"
+        case .passwordRequired(let name):
+            return "backup \"\(name)\" is encrypted; give its password with --password-file FILE, STOREBACKUP_PASSWORD, or at the prompt on a terminal"
+        case .wrongPassword(let name):
+            return "wrong password for backup \"\(name)\""
         case .cancelled:
             return "cancelled; nothing was changed"
         }
