@@ -14,7 +14,7 @@ struct PasswordOption: ParsableArguments {
 
     static let environmentVariable = "STOREBACKUP_PASSWORD"
 
-    /// The password source, in order: --password-file, STOREBACKUP_PASSWORD, a prompt when
+    /// The password source, in order: --password-file, STOREBACKUP_PASSWORD (unless empty), a prompt when
     /// stdin is a terminal (asked twice when `confirm`). nil when there is none.
     /// A prompt is shown only when the password is first needed, and once per command.
     func provider(confirm: Bool) -> PasswordProvider? {
@@ -22,7 +22,7 @@ struct PasswordOption: ParsableArguments {
             let path = passwordFile
             return PasswordProvider { try Self.read(file: path) }
         }
-        if let text = ProcessInfo.processInfo.environment[Self.environmentVariable] {
+        if let text = ProcessInfo.processInfo.environment[Self.environmentVariable], !text.isEmpty {
             return PasswordProvider { try BackupPassword(text) }
         }
         guard Terminal.standardInputIsTerminal else { return nil }

@@ -246,6 +246,12 @@ def create_phase(sb, store, pristine, work, runs, env):
             dest = os.path.join(out, key)
             tools.append(Tool(key, "create", label, lambda _, d=dest, e=extra: [sb, "create", store, "--to", d] + e,
                               prepare=fresh(dest), check=has_zip(dest), output=lambda _, d=dest: d))
+        # The same with every entry encrypted (WinZip AES-256); the password comes from the environment.
+        dest = os.path.join(out, "sb_encrypt")
+        tools.append(Tool("sb_encrypt", "create", "storebackup create --encrypt (default level)",
+                          lambda _, d=dest: [sb, "create", store, "--to", d, "--encrypt"],
+                          prepare=fresh(dest), check=has_zip(dest), output=lambda _, d=dest: d,
+                          env=dict(os.environ, STOREBACKUP_PASSWORD="bench-password-not-secret")))
     archive = os.path.join(out, "by-hand.zip")
     tools.append(Tool("by_hand", "create", "by hand: sqlite3 .backup + copy + zip -r -6",
                       lambda _: ["bash", os.path.join(HERE, "by_hand.sh"), store, os.path.join(out, "staging"), archive, "6"],
@@ -637,6 +643,10 @@ def build_report(args, sb, creates, restores, writer, s3_tools, s3_note, store_l
               verdict(None if during_max is None else during_max * 1000, 100.0)))
     lines += ["## Targets", "", "| Target | Measured | Limit | Result |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | **{d}** |" for a, b, c, d in t]
+    r_enc = ratio(med("sb_encrypt"), med("sb_default"))
+    if r_enc:
+        lines += ["", f"Encryption: create --encrypt takes {r_enc:.2f}× create without it "
+                      f"({fmt_s(med('sb_encrypt'))} / {fmt_s(med('sb_default'))})."]
     r5 = ratio(med("sb_default"), med("by_hand"))
     lines += ["", f"For reference: create at the default level is {r5:.2f}× the by-hand pipeline at -6;"
               if r5 else "", ]

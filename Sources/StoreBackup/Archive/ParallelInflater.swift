@@ -25,7 +25,7 @@ struct ParallelInflater {
     let cancel: CancellationFlag
     /// Needed for encrypted entries (already checked against the archive's manifest).
     var password: BackupPassword? = nil
-    var backupName: String = ""
+    var backupName: String
 
     struct Result {
         var sha256: String
@@ -48,7 +48,7 @@ struct ParallelInflater {
         // ZIP_FL_ENCRYPTED: the bytes as stored (salt, verifier, ciphertext, MAC), not decrypted by libzip.
         let flags = entry.isEncrypted ? ZIP_FL_ENCRYPTED : ZIP_FL_COMPRESSED
         guard let raw = zip_fopen_index(archive, entry.index, zip_flags_t(flags)) else {
-            throw StoreBackupError.corruptArchive(name: path, reason: String(cString: zip_strerror(archive)))
+            throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
         }
         defer { zip_fclose(raw) }
         var decryptor: WinZipDecryptor?
@@ -75,12 +75,12 @@ struct ParallelInflater {
 
         var threads: [Thread] = []
         let lastIndex = compressedBlocks.count - 1
-        let shared = (entry: entry, blockSize: blockSize)
+        let shared = (entry: entry, blockSize: blockSize, backupName: backupName)
         for number in 0..<workers {
             running.enter()
             let thread = Thread { [shared] in
                 defer { running.leave() }
-                let (entry, blockSize) = shared
+                let (entry, blockSize, backupName) = shared
                 var stream = z_stream()
                 guard sb_inflate_init_raw(&stream) == Z_OK else {
                     return state.fail(StoreBackupError.archiveWrite(reason: "zlib inflateInit failed"))
@@ -97,7 +97,7 @@ struct ParallelInflater {
                     job.compressed.recycle()
                     guard ok else {
                         plain.recycle()
-                        return state.fail(StoreBackupError.corruptArchive(name: path, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
+                        return state.fail(StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
                     }
                     if descriptor >= 0 {
                         var written = 0
@@ -137,7 +137,7 @@ struct ParallelInflater {
                     let count = zip_fread(raw, buffer.bytes + got, zip_uint64_t(wanted - got))
                     guard count > 0 else {
                         buffer.recycle()
-                        throw StoreBackupError.corruptArchive(name: path, reason: "\(entry.path) ends early")
+                        throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) ends early")
                     }
                     got += Int(count)
                 }
