@@ -39,7 +39,8 @@ struct ArchiveWriter {
         let counter = ByteCounter()
         let progress = self.progress
         let pipeline = CompressionPipeline(
-            jobs: jobs, level: settings.compressionLevel, workers: settings.workers, cancel: cancel
+            jobs: jobs, level: settings.compressionLevel, workers: settings.workers, cancel: cancel,
+            password: settings.password
         ) { bytes, file in
             let done = counter.add(bytes)
             progress.report(BackupProgress(phase: .archiving, bytesDone: done, bytesTotal: totalBytes, currentFile: file))

@@ -17,6 +17,12 @@ import Glibc
 /// takes finished blocks in order through `EntrySource`. libzip copies deflated data
 /// as-is when the source says it is already deflated (zip_close.c, add_data), and
 /// writes the archive itself. Memory stays bounded: at most `capacity` blocks exist.
+///
+/// With a password, workers also encrypt (WinZip AES-256, see `WinZipAES`). Counter mode
+/// needs a block's offset in the entry's compressed data, known once every earlier block
+/// of the entry is compressed: so a compressed block gets its offset as soon as its
+/// predecessors have theirs, and then any worker encrypts it. Workers also derive each
+/// entry's keys (PBKDF2, about a millisecond). Only the HMAC runs in order, in the writer.
 final class CompressionPipeline: @unchecked Sendable {
     enum Method {
         case deflate, store
@@ -49,6 +55,12 @@ final class CompressionPipeline: @unchecked Sendable {
         var crc: UInt32 = 0
         let uncompressedCount: Int
         var claimed = false
+        /// Compressed (and for stored blocks, checksummed).
+        var compressed = false
+        /// Where this block starts in its entry's compressed data (encrypted archives).
+        var cipherOffset: Int64?
+        var encryptionClaimed = false
+        /// Ready for the writer: compressed, and encrypted when there is a password.
         var done = false
 
         init(jobIndex: Int, isLast: Bool, input: PooledBuffer) {
@@ -67,6 +79,10 @@ final class CompressionPipeline: @unchecked Sendable {
     private let capacity: Int
     private let cancel: CancellationFlag
     private let onBytesRead: @Sendable (Int64, String) -> Void
+    private let password: BackupPassword?
+    private let secrets: [LazyEntrySecrets]
+    /// Per job, the compressed bytes that already have an offset (encrypted archives).
+    private var assignedCipherBytes: [Int: Int64] = [:]
 
     private let inputPool: BufferPool
     private let outputPool: BufferPool
@@ -79,9 +95,11 @@ final class CompressionPipeline: @unchecked Sendable {
     private var compressedBlockSizes: [Int: [Int]] = [:]
     private var threads: [Thread] = []
 
-    init(jobs: [Job], level: Int, workers: Int, cancel: CancellationFlag,
+    init(jobs: [Job], level: Int, workers: Int, cancel: CancellationFlag, password: BackupPassword? = nil,
          onBytesRead: @escaping @Sendable (Int64, String) -> Void) {
         self.jobs = jobs
+        self.password = password
+        secrets = password == nil ? [] : jobs.map { _ in LazyEntrySecrets() }
         self.level = Int32(max(1, min(9, level)))
         self.workerCount = max(1, workers)
         self.capacity = max(3, workers + 2)
@@ -156,6 +174,12 @@ final class CompressionPipeline: @unchecked Sendable {
         condition.lock()
         defer { condition.unlock() }
         return jobs[jobIndex].method == .store ? nil : compressedBlockSizes[jobIndex]
+    }
+
+    /// The salt and keys of an encrypted job's entry, made once by whichever thread asks first.
+    func entrySecrets(forJob jobIndex: Int) throws -> WinZipAES.EntrySecrets {
+        guard let password else { throw StoreBackupError.archiveWrite(reason: "internal error: no password") }
+        return try secrets[jobIndex].get(password: password)
     }
 
     func result(forJob jobIndex: Int) -> FileResult? {
@@ -269,40 +293,92 @@ final class CompressionPipeline: @unchecked Sendable {
             deflateEnd(&stream)
             deflateEnd(&storedStream)
         }
-        while let output = outputPool.take() {
-            guard let block = claimNextBlock() else {
+        let ctr: WinZipCTR?
+        do { ctr = password == nil ? nil : try WinZipCTR() } catch { return fail(error) }
+        // The output buffer is taken before claiming work (see init); encrypting needs none,
+        // so after encrypting, the same buffer waits for the next compression.
+        var held: PooledBuffer?
+        while true {
+            guard let output = held ?? outputPool.take() else { return }
+            held = nil
+            guard let work = claimWork() else {
                 output.recycle()
                 return
             }
             do {
-                if jobs[block.jobIndex].method == .storedDeflate {
-                    try process(block, output: output, stream: &storedStream)
-                } else {
-                    try process(block, output: output, stream: &stream)
+                switch work {
+                case .encrypt(let block):
+                    held = output
+                    try encrypt(block, ctr: ctr!)
+                    condition.lock()
+                    block.done = true
+                    condition.broadcast()
+                    condition.unlock()
+                case .compress(let block):
+                    if jobs[block.jobIndex].method == .storedDeflate {
+                        try process(block, output: output, stream: &storedStream)
+                    } else {
+                        try process(block, output: output, stream: &stream)
+                    }
+                    // Derive the entry's keys here, in parallel, before the writer needs them.
+                    if password != nil { _ = try entrySecrets(forJob: block.jobIndex) }
+                    condition.lock()
+                    block.compressed = true
+                    if password == nil { block.done = true } else { assignCipherOffsets() }
+                    condition.broadcast()
+                    condition.unlock()
                 }
-                condition.lock()
-                block.done = true
-                condition.broadcast()
-                condition.unlock()
             } catch {
+                held?.recycle()
                 fail(error)
                 return
             }
         }
     }
 
-    private func claimNextBlock() -> Block? {
+    private enum Work {
+        case compress(Block)
+        case encrypt(Block)
+    }
+
+    /// The next block to encrypt (first: they are what the writer waits for) or to compress.
+    private func claimWork() -> Work? {
         condition.lock()
         defer { condition.unlock() }
         while true {
             if stopped || failure != nil || cancel.isCancelled { return nil }
+            if password != nil, let block = queue.first(where: { $0.cipherOffset != nil && !$0.encryptionClaimed }) {
+                block.encryptionClaimed = true
+                return .encrypt(block)
+            }
             if let block = queue.first(where: { !$0.claimed }) {
                 block.claimed = true
-                return block
+                return .compress(block)
             }
-            if readerFinished { return nil }
+            if readerFinished && !queue.contains(where: { !$0.done }) { return nil }
             _ = condition.wait(until: Date().addingTimeInterval(0.2))
         }
+    }
+
+    /// Gives compressed blocks their offsets, in order within each entry. Called with the lock held.
+    private func assignCipherOffsets() {
+        var waiting = Set<Int>()
+        for block in queue where block.cipherOffset == nil {
+            guard !waiting.contains(block.jobIndex) else { continue }
+            guard block.compressed, let output = block.output else {
+                waiting.insert(block.jobIndex)
+                continue
+            }
+            let offset = assignedCipherBytes[block.jobIndex, default: 0]
+            block.cipherOffset = offset
+            assignedCipherBytes[block.jobIndex] = offset + Int64(output.count)
+        }
+    }
+
+    private func encrypt(_ block: Block, ctr: WinZipCTR) throws {
+        guard let output = block.output, let offset = block.cipherOffset else { return }
+        try ctr.use(key: try entrySecrets(forJob: block.jobIndex).keys.encryption)
+        ctr.apply(to: output.bytes, count: output.count, at: offset)
     }
 
     private func process(_ block: Block, output: PooledBuffer, stream: inout z_stream) throws {
@@ -327,5 +403,20 @@ final class CompressionPipeline: @unchecked Sendable {
         block.output = output
         block.input = nil
         input.recycle()
+    }
+}
+
+/// One entry's salt and keys, made on first use; several threads may ask at once.
+final class LazyEntrySecrets: @unchecked Sendable {
+    private let lock = NSLock()
+    private var secrets: WinZipAES.EntrySecrets?
+
+    func get(password: BackupPassword) throws -> WinZipAES.EntrySecrets {
+        try lock.withLock {
+            if let secrets { return secrets }
+            let made = try WinZipAES.EntrySecrets(password: password)
+            secrets = made
+            return made
+        }
     }
 }

@@ -51,13 +51,15 @@ struct ParallelInflater {
             throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
         }
         defer { zip_fclose(raw) }
-        var decryptor: WinZipDecryptor?
+        var authenticator: WinZipAuthenticator?
+        var encryptionKey: [UInt8]?
         if entry.isEncrypted {
             guard let password else { throw StoreBackupError.passwordRequired(name: backupName) }
             let header = try readExactly(raw, count: WinZipAES.headerLength, path: path)
-            decryptor = try WinZipDecryptor(password: password, header: header, backupName: backupName)
+            let keys = try WinZipPasswordCheck.keys(password: password, header: header, backupName: backupName)
+            authenticator = WinZipAuthenticator(keys: keys)
+            encryptionKey = keys.encryption
         }
-        let encryptionKey = decryptor?.keys.encryption
 
         let maximumCompressed = compressedBlocks.max() ?? 0
         let inFlightLimit = workers * 2 + 2
@@ -75,12 +77,12 @@ struct ParallelInflater {
 
         var threads: [Thread] = []
         let lastIndex = compressedBlocks.count - 1
-        let shared = (entry: entry, blockSize: blockSize, backupName: backupName)
+        let shared = (entry: entry, blockSize: blockSize, backupName: backupName, key: encryptionKey)
         for number in 0..<workers {
             running.enter()
             let thread = Thread { [shared] in
                 defer { running.leave() }
-                let (entry, blockSize, backupName) = shared
+                let (entry, blockSize, backupName, encryptionKey) = shared
                 var stream = z_stream()
                 guard sb_inflate_init_raw(&stream) == Z_OK else {
                     return state.fail(StoreBackupError.archiveWrite(reason: "zlib inflateInit failed"))
@@ -142,7 +144,7 @@ struct ParallelInflater {
                     got += Int(count)
                 }
                 buffer.count = got
-                decryptor?.authenticate(buffer.contents)
+                authenticator?.update(buffer.contents)
                 state.add(Job(index: nextToRead, compressed: buffer, offset: readOffset))
                 readOffset += Int64(got)
                 nextToRead += 1
@@ -156,9 +158,9 @@ struct ParallelInflater {
             plain.recycle()
             nextToHash += 1
         }
-        if let decryptor {
+        if let authenticator {
             let code = try readExactly(raw, count: WinZipAES.authenticationCodeLength, path: path)
-            guard decryptor.isAuthentic(code: code) else {
+            guard authenticator.isAuthentic(code: code) else {
                 throw StoreBackupError.checksumMismatch(name: backupName, entry: entry.path)
             }
         }

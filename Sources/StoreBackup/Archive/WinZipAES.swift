@@ -24,10 +24,24 @@ enum WinZipAES {
     static let keyLength = 32
     static let rounds: UInt32 = 1000
 
-    struct Keys {
+    struct Keys: Sendable {
         let encryption: [UInt8]
-        let authentication: SymmetricKey
+        let authentication: [UInt8]
         let verifier: [UInt8]
+    }
+
+    /// What one encrypted entry needs: a fresh salt (so no two entries share a keystream)
+    /// and the keys derived from it.
+    struct EntrySecrets: Sendable {
+        /// Salt and verifier: the first bytes of the entry's data.
+        let header: [UInt8]
+        let keys: Keys
+
+        init(password: BackupPassword) throws {
+            let salt = try WinZipAES.randomSalt()
+            keys = try WinZipAES.deriveKeys(password: password, salt: salt)
+            header = salt + keys.verifier
+        }
     }
 
     /// PBKDF2-HMAC-SHA1 of the password and salt: AES key, HMAC key, verifier, in that order.
@@ -43,7 +57,7 @@ enum WinZipAES {
         guard ok == 1 else { throw StoreBackupError.archiveWrite(reason: "PBKDF2 key derivation failed") }
         return Keys(
             encryption: Array(derived[0..<keyLength]),
-            authentication: SymmetricKey(data: derived[keyLength..<keyLength * 2]),
+            authentication: Array(derived[keyLength..<keyLength * 2]),
             verifier: Array(derived[(keyLength * 2)...]))
     }
 
@@ -66,18 +80,25 @@ final class WinZipCTR {
     private static let chunkBlocks = 4096
     private let counters: UnsafeMutableRawPointer
     private let keystream: UnsafeMutableRawPointer
+    private var key: [UInt8] = []
 
-    init(key: [UInt8]) throws {
-        guard key.count == WinZipAES.keyLength, let context = EVP_CIPHER_CTX_new() else {
-            throw StoreBackupError.archiveWrite(reason: "cannot set up AES")
-        }
+    init(key: [UInt8]? = nil) throws {
+        guard let context = EVP_CIPHER_CTX_new() else { throw StoreBackupError.archiveWrite(reason: "cannot set up AES") }
         self.context = context
         counters = .allocate(byteCount: Self.chunkBlocks * 16, alignment: 64)
         keystream = .allocate(byteCount: Self.chunkBlocks * 16 + 16, alignment: 64)
-        guard EVP_EncryptInit_ex(context, EVP_aes_256_ecb(), nil, key, nil) == 1,
+        if let key { try use(key: key) }
+    }
+
+    /// Switches to another entry's key (cheap: an AES key schedule).
+    func use(key: [UInt8]) throws {
+        guard key != self.key else { return }
+        guard key.count == WinZipAES.keyLength,
+              EVP_EncryptInit_ex(context, EVP_aes_256_ecb(), nil, key, nil) == 1,
               EVP_CIPHER_CTX_set_padding(context, 0) == 1 else {
             throw StoreBackupError.archiveWrite(reason: "cannot set up AES")
         }
+        self.key = key
     }
 
     deinit {
@@ -125,62 +146,42 @@ final class WinZipCTR {
     }
 }
 
-/// Encrypts one entry's data stream in order: `header` first, then each piece of
-/// compressed data through `encrypt`, then `authenticationCode()`.
-final class WinZipEncryptor {
-    let header: [UInt8]
-    private let ctr: WinZipCTR
-    private var mac: HMAC<Insecure.SHA1>
-    private var offset: Int64 = 0
-
-    init(password: BackupPassword) throws {
-        let salt = try WinZipAES.randomSalt()
-        let keys = try WinZipAES.deriveKeys(password: password, salt: salt)
-        header = salt + keys.verifier
-        ctr = try WinZipCTR(key: keys.encryption)
-        mac = HMAC(key: keys.authentication)
-    }
-
-    /// Encrypts in place the next `count` bytes of the entry's data.
-    func encrypt(_ bytes: UnsafeMutableRawPointer, count: Int) {
-        ctr.apply(to: bytes, count: count, at: offset)
-        mac.update(data: UnsafeRawBufferPointer(start: bytes, count: count))
-        offset += Int64(count)
-    }
-
-    func authenticationCode() -> [UInt8] {
-        Array(mac.finalize().prefix(WinZipAES.authenticationCodeLength))
-    }
-}
-
-/// Checks a password against an entry's header and authenticates its ciphertext in
-/// order; the decryption itself (`WinZipCTR`) can run on any thread at any offset.
-final class WinZipDecryptor {
-    let keys: WinZipAES.Keys
+/// The HMAC-SHA1 over an entry's ciphertext, fed in order; its first 10 bytes end the entry.
+struct WinZipAuthenticator {
     private var mac: HMAC<Insecure.SHA1>
 
-    /// Throws `wrongPassword` when the verifier in `header` does not match.
-    init(password: BackupPassword, header: [UInt8], backupName: String) throws {
-        guard header.count == WinZipAES.headerLength else {
-            throw StoreBackupError.corruptArchive(name: backupName, reason: "an encrypted entry is too short")
-        }
-        keys = try WinZipAES.deriveKeys(password: password, salt: Array(header[0..<WinZipAES.saltLength]))
-        guard Array(header[WinZipAES.saltLength...]) == keys.verifier else {
-            throw StoreBackupError.wrongPassword(name: backupName)
-        }
-        mac = HMAC(key: keys.authentication)
+    init(keys: WinZipAES.Keys) {
+        mac = HMAC(key: SymmetricKey(data: keys.authentication))
     }
 
     /// Feeds the next ciphertext bytes, in order.
-    func authenticate(_ bytes: UnsafeRawBufferPointer) {
+    mutating func update(_ bytes: UnsafeRawBufferPointer) {
         mac.update(data: bytes)
+    }
+
+    func code() -> [UInt8] {
+        Array(mac.finalize().prefix(WinZipAES.authenticationCodeLength))
     }
 
     /// True when `code` is the authentication code of everything fed.
     func isAuthentic(code: [UInt8]) -> Bool {
-        let expected = Array(mac.finalize().prefix(WinZipAES.authenticationCodeLength))
+        let expected = self.code()
         guard code.count == expected.count else { return false }
-        // Constant time, out of habit: the code is not secret here, but costs nothing.
         return zip(code, expected).reduce(UInt8(0)) { $0 | ($1.0 ^ $1.1) } == 0
+    }
+}
+
+/// Checks a password against an entry's header (salt and verifier) and gives its keys.
+enum WinZipPasswordCheck {
+    /// Throws `wrongPassword` when the verifier in `header` does not match.
+    static func keys(password: BackupPassword, header: [UInt8], backupName: String) throws -> WinZipAES.Keys {
+        guard header.count == WinZipAES.headerLength else {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "an encrypted entry is too short")
+        }
+        let keys = try WinZipAES.deriveKeys(password: password, salt: Array(header[0..<WinZipAES.saltLength]))
+        guard Array(header[WinZipAES.saltLength...]) == keys.verifier else {
+            throw StoreBackupError.wrongPassword(name: backupName)
+        }
+        return keys
     }
 }

@@ -71,7 +71,8 @@ private let zipSourceTrampoline: zip_source_callback = { context, data, length, 
 
 /// Serves one file's data from the compression pipeline, already deflated (or stored).
 ///
-/// With a password, the data is also already encrypted (WinZip AES-256) and says so in
+/// With a password, the data is also already encrypted (WinZip AES-256, by the pipeline's
+/// workers; the HMAC and the salt header are added here) and says so in
 /// its STAT answer: with the entry's encryption set to AES-256 and no password of its own
 /// (`zip_file_set_encryption(archive, index, ZIP_EM_AES_256, NULL)`), libzip sees the
 /// source and the entry agree and copies the bytes unchanged (zip_close.c, add_data),
@@ -81,7 +82,8 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
     private let jobIndex: Int
     private let job: CompressionPipeline.Job
     private let password: BackupPassword?
-    private var encryptor: WinZipEncryptor?
+    /// The HMAC over the ciphertext, which has to be computed in order, so here.
+    private var authenticator: WinZipAuthenticator?
     /// Bytes to serve before the next block (the AES header) or after the last (the MAC).
     private var pending: [UInt8] = []
     private var pendingPosition = 0
@@ -101,11 +103,11 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
     override func handle(command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
         switch command {
         case ZIP_SOURCE_OPEN:
-            guard let password else { return 0 }
+            guard password != nil else { return 0 }
             do {
-                let encryptor = try WinZipEncryptor(password: password)
-                self.encryptor = encryptor
-                pending = encryptor.header
+                let secrets = try pipeline.entrySecrets(forJob: jobIndex)
+                authenticator = WinZipAuthenticator(keys: secrets.keys)
+                pending = secrets.header
                 pendingPosition = 0
                 return 0
             } catch {
@@ -154,8 +156,8 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
                 current = nil
                 if block.isLast {
                     finished = true
-                    if let encryptor {
-                        pending = encryptor.authenticationCode()
+                    if let authenticator {
+                        pending = authenticator.code()
                         pendingPosition = 0
                         continue
                     }
@@ -167,8 +169,8 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
             pipeline.recordCompressedBlock(job: jobIndex, size: block.output?.count ?? 0)
             crc = UInt32(crc32_combine(uLong(crc), uLong(block.crc), off_t(block.uncompressedCount)))
             size += Int64(block.uncompressedCount)
-            if let encryptor, let output = block.output {
-                encryptor.encrypt(output.bytes, count: output.count)
+            if let output = block.output {
+                authenticator?.update(output.contents)
             }
             current = block
             position = 0
