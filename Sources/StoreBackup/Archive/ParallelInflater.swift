@@ -35,7 +35,9 @@ struct ParallelInflater {
 
     /// Whether the manifest's block index fits this entry (else restore reads it sequentially).
     static func canUse(entry: ArchiveEntry, blockSize: Int?, blocks: [Int]?) -> Bool {
-        guard let blockSize, let blocks, blocks.count > 1, blockSize > 0, entry.compressionMethod == Int32(ZIP_CM_DEFLATE),
+        // One block is worth it only for encrypted entries (own AES instead of libzip's).
+        let minimumBlocks = entry.isEncrypted ? 1 : 2
+        guard let blockSize, let blocks, blocks.count >= minimumBlocks, blockSize > 0, entry.compressionMethod == Int32(ZIP_CM_DEFLATE),
               blocks.allSatisfy({ $0 > 0 && $0 <= blockSize * 2 }) else { return false }
         guard !entry.isEncrypted || entry.encryptionMethod == UInt16(ZIP_EM_AES_256) else { return false }
         let overhead = entry.isEncrypted ? Int64(WinZipAES.overhead) : 0
