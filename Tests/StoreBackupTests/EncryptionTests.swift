@@ -191,6 +191,45 @@ final class EncryptionTests: XCTestCase {
         XCTAssertEqual(sevenZip.status, 0, sevenZip.stdout)
     }
 
+    /// The fast PBKDF2 against RFC 6070's vectors and Python's (OpenSSL's) hashlib.
+    func testKeyDerivationMatchesReferenceValues() {
+        func hex(_ bytes: [UInt8]) -> String { bytes.map { String(format: "%02x", $0) }.joined() }
+        func derive(_ password: String, _ salt: [UInt8], _ rounds: Int, _ count: Int) -> String {
+            hex(PBKDF2SHA1.derive(password: Array(password.utf8), salt: salt, rounds: rounds, count: count))
+        }
+        XCTAssertEqual(derive("password", Array("salt".utf8), 1, 20), "0c60c80f961f0e71f3a9b524af6012062fe037a6")
+        XCTAssertEqual(derive("password", Array("salt".utf8), 2, 20), "ea6c014dc72d6f8ccd1ed92ace1d41f0d8de8957")
+        XCTAssertEqual(derive("password", Array("salt".utf8), 4096, 20), "4b007901b765489abead49d926f721d065a429c1")
+        XCTAssertEqual(derive("passwordPASSWORDpassword", Array("saltSALTsaltSALTsaltSALTsaltSALTsalt".utf8), 4096, 25),
+                       "3d2eec4fe41c849b80c8d83662c0e44a8b291a964cf2f07038")
+        XCTAssertEqual(derive("pass\u{0}word", Array("sa\u{0}lt".utf8), 4096, 16), "56fa6aa75548099dcc37d7f03425e0c3")
+        // WinZip's shape (1000 rounds, 66 bytes), a key longer than a SHA-1 block, non-ASCII text.
+        XCTAssertEqual(derive("bench-pw", Array(0..<16), 1000, 66),
+                       "0fbbdb34ebbe3d9312d330ca17c526adb6626f203395e10d0e8e6588c95ae256b047e15b2aef2ec434788ae5e99daa4f4b6e5bf91a2ea930b56e296128717736d321")
+        XCTAssertEqual(derive(String(repeating: "x", count: 100), Array("salty".utf8), 1000, 66),
+                       "dfea61d805f57ca89fdbc803e962b9f95521d03f9b06c7fff25898b5e0c2bfdd243042a5f849d0a92cd7ff1b9e4b49ea87eb2a0b5f930152dd35ff17aed832b30ca3")
+        XCTAssertEqual(derive(Self.password, [UInt8](repeating: 0, count: 16), 1000, 66),
+                       "3c3d261647e3cc060c47e710a8e6d65059e725319bf515b7c4b105ee8471a62762e02d992ee2ab2817680b32a483034ed92ed3d180e7e6411a3ad4032d3377c33ab8")
+    }
+
+    /// Counter mode at any offset gives the same bytes as one pass from the start, so blocks
+    /// can be encrypted on different threads.
+    func testCounterModeAtAnyOffsetMatchesOnePass() throws {
+        let key = [UInt8](repeating: 7, count: 32)
+        var whole = [UInt8](repeating: 0, count: 100_003)
+        var pieces = whole
+        let ctr = try WinZipCTR(key: key)
+        whole.withUnsafeMutableBytes { ctr.apply(to: $0.baseAddress!, count: $0.count, at: 0) }
+        XCTAssertNotEqual(whole, pieces)
+        var offset = 0
+        for length in [1, 15, 16, 17, 4095, 65_536, 30_323] {
+            pieces.withUnsafeMutableBytes { ctr.apply(to: $0.baseAddress! + offset, count: length, at: Int64(offset)) }
+            offset += length
+        }
+        XCTAssertEqual(offset, whole.count)
+        XCTAssertEqual(pieces, whole)
+    }
+
     // MARK: helpers
 
     /// Flips one byte in the middle of an entry's stored (encrypted) data.

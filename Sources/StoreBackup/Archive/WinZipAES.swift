@@ -39,22 +39,16 @@ enum WinZipAES {
 
         init(password: BackupPassword) throws {
             let salt = try WinZipAES.randomSalt()
-            keys = try WinZipAES.deriveKeys(password: password, salt: salt)
+            keys = WinZipAES.deriveKeys(password: password, salt: salt)
             header = salt + keys.verifier
         }
     }
 
     /// PBKDF2-HMAC-SHA1 of the password and salt: AES key, HMAC key, verifier, in that order.
-    static func deriveKeys(password: BackupPassword, salt: [UInt8]) throws -> Keys {
-        var derived = [UInt8](repeating: 0, count: keyLength * 2 + verifierLength)
+    static func deriveKeys(password: BackupPassword, salt: [UInt8]) -> Keys {
+        var derived = PBKDF2SHA1.derive(password: password.bytes, salt: salt, rounds: Int(rounds),
+                                        count: keyLength * 2 + verifierLength)
         defer { derived.withUnsafeMutableBytes { _ = memset($0.baseAddress!, 0, $0.count) } }
-        let ok = password.bytes.withUnsafeBufferPointer { passwordBytes in
-            passwordBytes.withMemoryRebound(to: CChar.self) { passwordChars in
-                PKCS5_PBKDF2_HMAC_SHA1(passwordChars.baseAddress, Int32(passwordChars.count), salt, Int32(salt.count),
-                                       Int32(rounds), Int32(derived.count), &derived)
-            }
-        }
-        guard ok == 1 else { throw StoreBackupError.archiveWrite(reason: "PBKDF2 key derivation failed") }
         return Keys(
             encryption: Array(derived[0..<keyLength]),
             authentication: Array(derived[keyLength..<keyLength * 2]),
@@ -178,7 +172,7 @@ enum WinZipPasswordCheck {
         guard header.count == WinZipAES.headerLength else {
             throw StoreBackupError.corruptArchive(name: backupName, reason: "an encrypted entry is too short")
         }
-        let keys = try WinZipAES.deriveKeys(password: password, salt: Array(header[0..<WinZipAES.saltLength]))
+        let keys = WinZipAES.deriveKeys(password: password, salt: Array(header[0..<WinZipAES.saltLength]))
         guard Array(header[WinZipAES.saltLength...]) == keys.verifier else {
             throw StoreBackupError.wrongPassword(name: backupName)
         }
