@@ -3,12 +3,16 @@ import Foundation
 /// How often and how patiently to retry. Defaults follow rclone: 10 low-level retries
 /// per request, 3 retries of a whole operation.
 public struct RetryPolicy: Sendable {
+    /// Tries per request (network errors, timeouts, 408, 429, 5xx).
     public var requestAttempts: Int
+    /// Tries of a whole operation (upload, download, list, delete) after its requests gave up.
     public var operationAttempts: Int
     /// First backoff; doubles each time up to `maximumDelay`, with full jitter.
     public var initialDelay: Double
+    /// Longest wait between tries, in seconds.
     public var maximumDelay: Double
 
+    /// A policy; the defaults are those of the command line.
     public init(requestAttempts: Int = 10, operationAttempts: Int = 3, initialDelay: Double = 0.2, maximumDelay: Double = 20) {
         self.requestAttempts = requestAttempts
         self.operationAttempts = operationAttempts

@@ -1,0 +1,85 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import ServiceLifecycle
+import StoreBackup
+
+/// A small Hummingbird server that keeps its data in SQLite and embeds storebackup:
+/// admin routes for backups, restore without restarting, and nightly backups as a
+/// service in the same ServiceGroup as the HTTP server.
+@main
+struct ServerApp {
+    static func main() async throws {
+        let options: Options
+        do { options = try Options.parse(Array(CommandLine.arguments.dropFirst())) } catch {
+            FileHandle.standardError.write(Data("ServerApp: \(error)\n\(Options.usage)\n".utf8))
+            exit(2)
+        }
+        var logger = Logger(label: "ServerApp")
+        logger.logLevel = .info
+
+        let helper = StoreHelper(storesDirectory: options.storesDirectory,
+                                 destination: try DestinationResolver.resolve(options.destination))
+        // Repair a restore that a crash interrupted, before the app opens its store.
+        let recovery = try helper.recover()
+        if let message = recovery.message { logger.notice("\(message)") }
+
+        let store = try ItemStore(storesDirectory: helper.storesDirectory)
+        let swapHold = SwapHold(enabled: ProcessInfo.processInfo.environment["SERVERAPP_TEST_HOLD_SWAP"] == "1")
+
+        let router = Router()
+        router.get("health") { _, _ in "ok\n" }
+        ItemRoutes(store: store).register(on: router)
+        AdminRoutes(helper: helper, store: store, swapHold: swapHold, logger: logger).register(on: router)
+
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname(options.host, port: options.port), serverName: "ServerApp"),
+            onServerRunning: { channel in
+                // Tests start the server on port 0 and read the real port from this line.
+                let port = channel.localAddress?.port ?? options.port
+                FileHandle.standardOutput.write(Data("ServerApp listening on \(options.host):\(port)\n".utf8))
+            },
+            logger: logger)
+
+        // TODO(#7): add storebackup's BackupService (Sources/StoreBackup/Schedule) here once the
+        // nightly branch lands, so scheduled backups and pruning run inside this ServiceGroup.
+        let services: [any Service] = [app]
+        let group = ServiceGroup(configuration: .init(
+            services: services,
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger))
+        try await group.run()
+    }
+}
+
+/// Command-line options: `--stores DIR --backups DEST [--host H] [--port P]`.
+struct Options {
+    var storesDirectory = "./data/Stores"
+    var destination = "./data/backups"
+    var host = "127.0.0.1"
+    var port = 8080
+
+    static let usage = "usage: ServerApp [--stores DIR] [--backups DIR|URL] [--host ADDRESS] [--port N (0: any free port)]"
+
+    struct Invalid: Error, CustomStringConvertible { var description: String }
+
+    static func parse(_ arguments: [String]) throws -> Options {
+        var options = Options()
+        var rest = arguments[...]
+        while let flag = rest.popFirst() {
+            guard let value = rest.popFirst() else { throw Invalid(description: "\(flag) needs a value") }
+            switch flag {
+            case "--stores": options.storesDirectory = value
+            case "--backups": options.destination = value
+            case "--host": options.host = value
+            case "--port":
+                guard let port = Int(value), (0...65535).contains(port) else { throw Invalid(description: "bad port \(value)") }
+                options.port = port
+            default: throw Invalid(description: "unknown option \(flag)")
+            }
+        }
+        return options
+    }
+}
