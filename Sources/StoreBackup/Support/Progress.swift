@@ -42,9 +42,10 @@ public struct BackupProgress: Sendable, Equatable {
     public var bytesTotal: Int64
     /// The file being worked on, relative to the stores directory, when there is one.
     public var currentFile: String?
-    /// How many phases (tasks) of the operation are still to come after this one, when known:
-    /// 0 on ``Phase/done``, nil when the operation's plan is not known (e.g. a destination's
-    /// own progress reported outside ``StoreHelper``).
+    /// At most how many phases (tasks) of the operation are still to come after this one:
+    /// 0 on ``Phase/done``. Some may be skipped (a local folder needs no upload or download),
+    /// so it can drop by more than one. nil when the operation's plan is not known (a
+    /// destination's own progress reported outside ``StoreHelper``).
     public var remainingPhases: Int?
 
     /// Creates a progress value; the library makes these, apps normally only read them.

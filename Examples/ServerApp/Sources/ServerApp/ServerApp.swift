@@ -29,7 +29,9 @@ struct ServerApp {
         let swapHold = SwapHold(enabled: ProcessInfo.processInfo.environment["SERVERAPP_TEST_HOLD_SWAP"] == "1")
 
         let router = Router()
-        router.get("health") { _, _ in "ok\n" }
+        // Does not touch the store, so it answers during a restore too; the pid lets a test
+        // see that a restore did not restart the process.
+        router.get("health") { _, _ in Health(status: "ok", pid: Int(getpid())) }
         ItemRoutes(store: store).register(on: router)
         AdminRoutes(helper: helper, store: store, swapHold: swapHold, logger: logger).register(on: router)
 
@@ -52,6 +54,11 @@ struct ServerApp {
             logger: logger))
         try await group.run()
     }
+}
+
+struct Health: ResponseEncodable {
+    var status: String
+    var pid: Int
 }
 
 /// Command-line options: `--stores DIR --backups DEST [--host H] [--port P]`.
