@@ -17,6 +17,7 @@ struct StoreBackupCommand: AsyncParsableCommand {
             ~/.local/share/storebackup/backups.
             """,
         version: StoreBackupVersion.current,
-        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self]
+        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
+                      RunCommand.self, PruneCommand.self, StatusCommand.self]
     )
 }
