@@ -47,7 +47,8 @@ def server():
     work = tempfile.mkdtemp(prefix="serverapp-test-")
     env = dict(os.environ, SERVERAPP_TEST_HOLD_SWAP="1")
     process = subprocess.Popen(
-        [binary, "--stores", work + "/Stores", "--backups", work + "/backups", "--host", "127.0.0.1", "--port", "0"],
+        [binary, "--stores", work + "/Stores", "--backups", work + "/backups", "--state", work + "/state",
+         "--keep-last", "3", "--host", "127.0.0.1", "--port", "0"],
         stdout=subprocess.PIPE, stderr=open(work + "/server.log", "w"), text=True, env=env)
     # The server prints its real port once it listens; readline blocks until then (or EOF if it dies).
     line = process.stdout.readline()
@@ -148,3 +149,24 @@ def test_delete_and_bad_names(server):
     assert request(base, "POST", backup_path("../../etc/passwd", "/restore"), b"")[0] == 400
     # The failed restores never paused the store.
     assert request(base, "GET", "/items/kept")[2] == "unchanged"
+
+
+def test_back_up_now_goes_through_the_backup_service_and_applies_retention(server):
+    base = server["base"]
+    status, _, body = request(base, "GET", "/admin/backups")
+    before = [b["name"] for b in json.loads(body)["backups"]]
+    assert len(before) == 1, "the restore test's backup is left (the other test deleted its own)"
+
+    created = []
+    for _ in range(3):
+        status, _, body = request(base, "POST", "/admin/backups")
+        assert status == 200, body
+        created.append(json.loads(body))
+    # --keep-last 3: the fourth backup pushes the oldest out, right after it is made.
+    assert [c["pruned"] for c in created] == [[], [], before]
+    status, _, body = request(base, "GET", "/admin/backups")
+    assert [b["name"] for b in json.loads(body)["backups"]] == [c["name"] for c in reversed(created)]
+
+    # The service recorded the run in its state file.
+    state = json.load(open(os.path.join(server["work"], "state", "app.json")))
+    assert state["lastSuccess"]["backup"] == created[-1]["name"]

@@ -99,7 +99,8 @@ final class EmbeddingTests: XCTestCase {
         XCTAssertTrue(sawArchiving, "it was cancelled midway, while archiving")
         XCTAssertEqual(try backupFolderContents(), [], "no backup and no temporary archive")
         XCTAssertEqual(try ourTemporaryFiles(), [])
-        XCTAssertEqual(try helper.listBackups(), [])
+        let listed = try await helper.listBackups()
+        XCTAssertEqual(listed, [])
         XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA integrity_check"), "ok")
     }
 

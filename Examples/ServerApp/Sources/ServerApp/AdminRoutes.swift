@@ -3,10 +3,11 @@ import Hummingbird
 import Logging
 import StoreBackup
 
-/// Backup administration over HTTP, thin over `StoreHelper`:
+/// Backup administration over HTTP, thin over `StoreHelper` and `BackupService`:
 ///
 /// - `GET /admin/backups`: the destination's backups, newest first
-/// - `POST /admin/backups`: create a backup now
+/// - `POST /admin/backups`: back up now (through the service: retention and state as a
+///   scheduled run)
 /// - `POST /admin/backups/{name}/restore`: restore it (or `latest`) without restarting
 /// - `DELETE /admin/backups/{name}`
 ///
@@ -14,6 +15,8 @@ import StoreBackup
 /// A real app would put these behind authentication.
 struct AdminRoutes {
     let helper: StoreHelper
+    let backupService: BackupService
+    let storeName: String
     let store: ItemStore
     let swapHold: SwapHold
     let logger: Logger
@@ -33,6 +36,8 @@ struct AdminRoutes {
         var size: Int64
         var files: Int
         var databases: Int
+        /// Backups the retention policy removed after this one.
+        var pruned: [String]
     }
 
     struct Restored: ResponseEncodable {
@@ -65,10 +70,10 @@ struct AdminRoutes {
             return BackupList(backups: backups.map { Backup(name: $0.name, size: $0.size, date: $0.date) })
         }
         admin.post("backups") { _, _ in
-            let result = try await run { try await helper.createBackup() }
-            logger.info("created backup \(result.name) (\(result.size) bytes)")
+            let outcome = try await run { try await backupService.backUpNow(storeName) }
+            guard let result = outcome.backup else { throw HTTPError(.internalServerError) }
             return Created(name: result.name, size: result.size, files: result.manifest.files.count,
-                           databases: result.manifest.databases.count)
+                           databases: result.manifest.databases.count, pruned: outcome.pruned)
         }
         admin.post("backups/:name/restore") { _, context in
             let name = try backupName(context)
@@ -101,6 +106,9 @@ struct AdminRoutes {
             return try await work()
         } catch let error as StoreBackupError {
             throw HTTPError(Self.status(for: error), message: error.description + "\n")
+        } catch let error as BackupServiceError {
+            if case .alreadyRunning = error { throw HTTPError(.conflict, message: error.description + "\n") }
+            throw HTTPError(.internalServerError, message: error.description + "\n")
         }
     }
 

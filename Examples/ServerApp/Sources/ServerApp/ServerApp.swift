@@ -10,6 +10,9 @@ import StoreBackup
 /// service in the same ServiceGroup as the HTTP server.
 @main
 struct ServerApp {
+    /// The name of this app's one store in the BackupService (it names its state file).
+    static let storeName = "app"
+
     static func main() async throws {
         let options: Options
         do { options = try Options.parse(Array(CommandLine.arguments.dropFirst())) } catch {
@@ -28,12 +31,22 @@ struct ServerApp {
         let store = try ItemStore(storesDirectory: helper.storesDirectory)
         let swapHold = SwapHold(enabled: ProcessInfo.processInfo.environment["SERVERAPP_TEST_HOLD_SWAP"] == "1")
 
+        // Nightly backups with retention, run by storebackup's BackupService in this process.
+        // The admin route's "back up now" goes through it too, so both apply the same
+        // retention and record the same state.
+        let backupService = BackupService(
+            jobs: [StoreJob(name: Self.storeName, storesDirectory: helper.storesDirectory, destination: options.destination,
+                            schedule: options.schedule, retention: RetentionPolicy(keepLast: options.keepLast))],
+            stateStore: BackupStateStore(directory: options.stateDirectory),
+            logger: logger)
+
         let router = Router()
         // Does not touch the store, so it answers during a restore too; the pid lets a test
         // see that a restore did not restart the process.
         router.get("health") { _, _ in Health(status: "ok", pid: Int(getpid())) }
         ItemRoutes(store: store).register(on: router)
-        AdminRoutes(helper: helper, store: store, swapHold: swapHold, logger: logger).register(on: router)
+        AdminRoutes(helper: helper, backupService: backupService, storeName: Self.storeName, store: store,
+                    swapHold: swapHold, logger: logger).register(on: router)
 
         let app = Application(
             router: router,
@@ -45,9 +58,9 @@ struct ServerApp {
             },
             logger: logger)
 
-        // TODO(#7): add storebackup's BackupService (Sources/StoreBackup/Schedule) here once the
-        // nightly branch lands, so scheduled backups and pruning run inside this ServiceGroup.
-        let services: [any Service] = [app]
+        // One ServiceGroup: SIGTERM/SIGINT stop the HTTP server and the scheduler together (a
+        // backup in flight is cancelled and leaves nothing partial).
+        let services: [any Service] = [app, backupService]
         let group = ServiceGroup(configuration: .init(
             services: services,
             gracefulShutdownSignals: [.sigterm, .sigint],
@@ -61,14 +74,20 @@ struct Health: ResponseEncodable {
     var pid: Int
 }
 
-/// Command-line options: `--stores DIR --backups DEST [--host H] [--port P]`.
+/// Command-line options; see `usage`.
 struct Options {
     var storesDirectory = "./data/Stores"
     var destination = "./data/backups"
+    var stateDirectory = "./data/state"
+    var schedule = Schedule.daily(hour: 3, minute: 0)
+    var keepLast = 14
     var host = "127.0.0.1"
     var port = 8080
 
-    static let usage = "usage: ServerApp [--stores DIR] [--backups DIR|URL] [--host ADDRESS] [--port N (0: any free port)]"
+    static let usage = """
+        usage: ServerApp [--stores DIR] [--backups DIR|URL] [--state DIR] [--schedule "daily 03:00"|CRON|"every 6h"]
+                         [--keep-last N] [--host ADDRESS] [--port N (0: any free port)]
+        """
 
     struct Invalid: Error, CustomStringConvertible { var description: String }
 
@@ -80,6 +99,11 @@ struct Options {
             switch flag {
             case "--stores": options.storesDirectory = value
             case "--backups": options.destination = value
+            case "--state": options.stateDirectory = value
+            case "--schedule": options.schedule = try Schedule.parse(value)
+            case "--keep-last":
+                guard let count = Int(value), count > 0 else { throw Invalid(description: "--keep-last needs a positive number") }
+                options.keepLast = count
             case "--host": options.host = value
             case "--port":
                 guard let port = Int(value), (0...65535).contains(port) else { throw Invalid(description: "bad port \(value)") }
