@@ -33,7 +33,7 @@ final class RunServiceTests: XCTestCase {
     func waitFor(_ what: String, seconds: Double = 120, _ condition: () -> Bool) throws {
         let deadline = Date().addingTimeInterval(seconds)
         while !condition() {
-            guard Date() < deadline else { throw XCTSkip("gave up waiting for \(what)") }
+            guard Date() < deadline else { throw WaitTimeout(what: what) }
             usleep(20_000)
         }
     }
@@ -314,7 +314,7 @@ final class PostListener {
             line.append(chunk)
         }
         guard let port = Int(String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            throw XCTSkip("the Python HTTP listener did not start")
+            throw WaitTimeout(what: "the Python HTTP listener to start")
         }
         self.port = port
     }
@@ -325,4 +325,10 @@ final class PostListener {
         kill(process.processIdentifier, SIGTERM)
         process.waitUntilExit()
     }
+}
+
+/// A deadline passed while waiting (a test failure, with what was awaited).
+struct WaitTimeout: Error, CustomStringConvertible {
+    var what: String
+    var description: String { "gave up waiting for \(what)" }
 }
