@@ -102,6 +102,8 @@ public final class BackupService: Service, Sendable {
             if Task.isCancelled { break }
             next = job.schedule.nextFire(after: max(fired, Date())) + randomJitter(job)
         }
+        // Stopped: no run is planned any more (status then shows when the schedule would fire).
+        _ = try? stateStore.update(job.name, default: initialState(job)) { $0.nextRun = nil }
     }
 
     /// The first run: now when one was missed, else the next scheduled time.
