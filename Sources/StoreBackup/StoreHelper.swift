@@ -29,6 +29,10 @@ public struct BackupResult: Sendable {
     public var size: Int64
     public var destination: String
     public var manifest: Manifest
+    /// Seconds spent on the snapshot and the archive (scan to the closed zip).
+    public var archiveSeconds: Double = 0
+    /// Seconds spent publishing the archive at the destination (upload, or rename for a local folder).
+    public var uploadSeconds: Double = 0
 }
 
 /// A finished restore.
@@ -57,6 +61,10 @@ public struct StoreHelper: Sendable {
 
     var layout: StoreLayout { StoreLayout(storesDirectory: storesDirectory) }
 
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
     // MARK: create
 
     /// Takes a consistent snapshot of every database, archives the whole directory and
@@ -77,6 +85,8 @@ public struct StoreHelper: Sendable {
             ?? (staging ?? NSTemporaryDirectory()) + "/.storebackup-tmp-\(getpid())-\(UUID().uuidString).zip"
 
         let manifest: Manifest
+        let clock = ContinuousClock()
+        let archiveStarted = clock.now
         do {
             manifest = try await runBlocking(name: "storebackup-create") { cancel in
                 throttle.report(BackupProgress(phase: .scanning), force: true)
@@ -104,6 +114,7 @@ public struct StoreHelper: Sendable {
         }
 
         defer { unlink(archivePath) }
+        let uploadStarted = clock.now
         let size = (try? FileSystem.lstatInfo(archivePath)).map { Int64($0.st_size) } ?? 0
         var name = BackupName.make(for: createdAt)
         // Names are to the second; another store sharing the destination may have taken this one.
@@ -119,7 +130,9 @@ public struct StoreHelper: Sendable {
             }
         }
         throttle.report(BackupProgress(phase: .done, bytesDone: size, bytesTotal: size), force: true)
-        return BackupResult(name: name, size: size, destination: destination.displayName, manifest: manifest)
+        return BackupResult(name: name, size: size, destination: destination.displayName, manifest: manifest,
+                            archiveSeconds: Self.seconds(uploadStarted - archiveStarted),
+                            uploadSeconds: Self.seconds(clock.now - uploadStarted))
     }
 
     // MARK: list and delete
