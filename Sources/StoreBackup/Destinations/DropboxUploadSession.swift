@@ -23,7 +23,7 @@ struct DropboxUploadSession {
         var hashes = DropboxFileHashTracker(file: file)
         var offset: Int64 = 0
         let firstLength = min(chunk, size)
-        let started = try send("upload_session/start", ["close": false], offset: 0, length: firstLength, hashes: &hashes)
+        let started = try send("files/upload_session/start", ["close": false], offset: 0, length: firstLength, hashes: &hashes)
         try destination.check(started, context: "start uploading \(name)")
         guard let sessionID = DropboxAPI.object(started.body)?["session_id"] as? String else {
             throw StoreBackupError.destination(destination: destination.displayName, reason: "Dropbox did not return an upload session id")
@@ -37,7 +37,7 @@ struct DropboxUploadSession {
             let cursor: [String: Any] = ["session_id": sessionID, "offset": offset]
             let remaining = size - offset
             if remaining > chunk {
-                let response = try send("upload_session/append_v2", ["cursor": cursor, "close": false],
+                let response = try send("files/upload_session/append_v2", ["cursor": cursor, "close": false],
                                         offset: offset, length: chunk, hashes: &hashes)
                 if let corrected = try correctedOffset(response, corrections: &corrections) {
                     offset = corrected
@@ -49,7 +49,7 @@ struct DropboxUploadSession {
                 continue
             }
             let commit: [String: Any] = ["path": destination.path(of: name), "mode": "add", "autorename": false, "mute": true]
-            let response = try send("upload_session/finish", ["cursor": cursor, "commit": commit],
+            let response = try send("files/upload_session/finish", ["cursor": cursor, "commit": commit],
                                     offset: offset, length: remaining, hashes: &hashes)
             if let corrected = try correctedOffset(response, corrections: &corrections) {
                 offset = corrected
