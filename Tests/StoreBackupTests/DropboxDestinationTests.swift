@@ -109,6 +109,39 @@ final class DropboxDestinationTests: XCTestCase {
         XCTAssertGreaterThan(try requests().filter { $0.route == "/2/files/list_folder/continue" }.count, 1)
     }
 
+    /// A backup storebackup uploads downloads intact with Dropbox's official Python SDK,
+    /// and one the SDK uploads (under the seed app's name style) is listed and restored.
+    func testInteroperatesWithTheOfficialPythonSDK() throws {
+        guard (try? runPython(["-c", "import dropbox"], environment: [:])) != nil else {
+            throw XCTSkip("the official Dropbox SDK is not installed (pip install dropbox)")
+        }
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store, logRows: 200, blobCount: 4)
+        let environment = emulator.environment(home: work, token: emulator.accessToken)
+
+        // storebackup → SDK: download with the SDK into a local folder, restore from there.
+        let created = try runStoreBackup(["create", store, "--to", "dropbox:///Backups"], environment: environment)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let local = work + "/local"
+        try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true)
+        try runSDK(["download", "/Backups/" + name, local + "/" + name])
+        let fromSDK = work + "/FromSDK/Stores"
+        let restored = try runStoreBackup(["restore", name, fromSDK, "--yes", "--from", local], environment: environment)
+        XCTAssertEqual(restored.status, 0, restored.stderr)
+        XCTAssertEqual(try StoreFixture.describe(fromSDK, includeJournals: false), try StoreFixture.describe(store, includeJournals: false))
+
+        // SDK → storebackup: the same archive uploaded by the SDK under a seed-style name.
+        let seedName = "[2026-Nov-21] 10.15 PM Stores.zip"
+        try runSDK(["upload", local + "/" + name, "/Seed/" + seedName])
+        let listed = try runStoreBackup(["list", "--to", "dropbox:///Seed"], environment: environment)
+        XCTAssertTrue(listed.stdout.contains(seedName), listed.stdout + listed.stderr)
+        let fromSeed = work + "/FromSeed/Stores"
+        let seeded = try runStoreBackup(["restore", "latest", fromSeed, "--yes", "--from", "dropbox:///Seed"], environment: environment)
+        XCTAssertEqual(seeded.status, 0, seeded.stderr)
+        XCTAssertEqual(try StoreFixture.describe(fromSeed, includeJournals: false), try StoreFixture.describe(store, includeJournals: false))
+    }
+
     // MARK: upload sessions
 
     func testLargeArchiveGoesUpInSessionChunksWithMatchingContentHash() async throws {
@@ -387,6 +420,59 @@ final class DropboxDestinationTests: XCTestCase {
         process.waitUntilExit()
         return CommandResult(status: process.terminationStatus, stdout: String(decoding: printed, as: UTF8.self),
                              stderr: String(decoding: errorData, as: UTF8.self))
+    }
+
+    /// The official SDK, pointed at the emulator; the token goes in the environment.
+    func runSDK(_ arguments: [String]) throws {
+        let script = """
+            import os, sys
+            host = os.environ["SDK_HOST"]
+            for name in ("DROPBOX_API_HOST", "DROPBOX_API_CONTENT_HOST", "DROPBOX_WEB_HOST"):
+                os.environ[name] = host
+            import dropbox
+            dbx = dropbox.Dropbox(os.environ["SDK_TOKEN"])
+            mode, source, target = sys.argv[1:4]
+            if mode == "upload":
+                with open(source, "rb") as f:
+                    dbx.files_upload(f.read(), target, mode=dropbox.files.WriteMode.add)
+            else:
+                metadata = dbx.files_download_to_file(target, source)
+                import hashlib
+                blocks = []
+                with open(target, "rb") as f:
+                    while True:
+                        block = f.read(4 << 20)
+                        if not block: break
+                        blocks.append(hashlib.sha256(block).digest())
+                assert metadata.content_hash == hashlib.sha256(b"".join(blocks)).hexdigest(), "content hash"
+            """
+        let host = emulator.apiURL.replacingOccurrences(of: "https://", with: "")
+        try runPython(["-c", script] + arguments,
+                      environment: ["SDK_HOST": host, "SDK_TOKEN": emulator.accessToken, "REQUESTS_CA_BUNDLE": emulator.caFile])
+    }
+
+    @discardableResult
+    func runPython(_ arguments: [String], environment: [String: String]) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3"] + arguments
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        let out = Pipe(), errors = Pipe()
+        process.standardOutput = out
+        process.standardError = errors
+        try process.run()
+        nonisolated(unsafe) var errorData = Data()
+        let group = DispatchGroup()
+        group.enter()
+        DispatchQueue.global().async { errorData = errors.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        group.wait()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            throw NSError(domain: "python", code: Int(process.terminationStatus),
+                          userInfo: [NSLocalizedDescriptionKey: String(decoding: errorData, as: UTF8.self)])
+        }
+        return String(decoding: data, as: UTF8.self)
     }
 
     /// Dropbox's content hash by Python's hashlib, as its documentation describes it.
