@@ -17,6 +17,6 @@ struct StoreBackupCommand: AsyncParsableCommand {
             ~/.local/share/storebackup/backups.
             """,
         version: StoreBackupVersion.current,
-        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self]
+        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self, AuthCommand.self]
     )
 }
