@@ -13,8 +13,8 @@ struct CreateCommand: AsyncParsableCommand {
             is written under a temporary name and published atomically; its name is printed on stdout.
             """)
 
-    @Argument(help: ArgumentHelp("The stores directory to back up.", valueName: "stores-dir"))
-    var storesDirectory: String
+    @Argument(help: ArgumentHelp("The stores directory to back up (or --store NAME from the configuration).", valueName: "stores-dir"))
+    var storesDirectory: String?
 
     @OptionGroup var destination: DestinationOption
 
@@ -24,13 +24,25 @@ struct CreateCommand: AsyncParsableCommand {
     @Flag(help: "Print the result as JSON.")
     var json = false
 
+    @Flag(help: "After a successful upload, apply the store's retention from the configuration (see `prune`).")
+    var prune = false
+
+    @Option(help: ArgumentHelp("Back up this store of the configuration (its path, destination, level, retention, hooks).", valueName: "name"))
+    var store: String?
+
+    @OptionGroup var configurationFile: ConfigurationOption
+
     func validate() throws {
+        if storesDirectory == nil && store == nil { throw ValidationError("give the stores directory, or --store NAME with a configuration") }
         guard CompressionLevel.parse(level) != nil else {
             throw ValidationError("--level must be fast, default, best or a number from 0 to 9")
         }
     }
 
     func run() async throws {
+        // The configured path (retention, state file, hooks): for cron and systemd timers.
+        if prune || store != nil { return try await runConfigured() }
+        guard let storesDirectory else { return }
         let helper = StoreHelper(
             storesDirectory: storesDirectory, destination: try destination.resolve(),
             compressionLevel: CompressionLevel.parse(level)!)

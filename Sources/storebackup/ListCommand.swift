@@ -5,21 +5,41 @@ import StoreBackup
 struct ListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list",
-        abstract: "List backups (\"… Stores.zip\"), newest first.")
+        abstract: "List backups (\"… Stores.zip\"), newest first, with the host that made each.",
+        discussion: """
+            The host comes from each backup's manifest. In a local folder it is read from the \
+            archive; for a remote destination only known hosts are shown (backups this machine \
+            made, and those `prune` has read once), never downloading anything; others show "?".
+            """)
 
     @OptionGroup var destination: DestinationOption
 
-    @Flag(help: "Print JSON: an array of {name, size, date, modified}.")
+    @Option(help: ArgumentHelp("Only backups made by this host (see the host column).", valueName: "name"))
+    var host: String?
+
+    @Flag(help: "Print JSON: an array of {name, size, date, modified, host, storesDirectory} (host null when not known).")
     var json = false
 
     func run() async throws {
         let target = try destination.resolve()
-        let backups = await Terminal.runCancellable { try await target.sortedBackups() }
+        var backups = await Terminal.runCancellable { try await target.sortedBackups() }
+        let index = BackupOriginIndex(destination: target, cacheDirectory: BackupStateStore.defaultDirectory())
+        let origins = await index.origins(of: backups, download: false)
+        if let host {
+            let unknown = backups.filter { (origins[$0.name] ?? nil) == nil }.count
+            backups = backups.filter { (origins[$0.name] ?? nil)?.host == host }
+            if unknown > 0 {
+                Terminal.info("storebackup: \(unknown) backups of unknown host left out (remote and not read yet: `storebackup prune --dry-run --all-hosts` reads them once)")
+            }
+        }
         if json {
             let formatter = ISO8601DateFormatter()
             let rows: [[String: Any]] = backups.map { backup in
                 var row: [String: Any] = ["name": backup.name, "size": backup.size, "date": formatter.string(from: backup.date)]
                 if let modified = backup.modified { row["modified"] = formatter.string(from: modified) }
+                let origin = origins[backup.name] ?? nil
+                row["host"] = origin?.host ?? NSNull()
+                row["storesDirectory"] = origin?.storesDirectory ?? NSNull()
                 return row
             }
             let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys, .prettyPrinted])
@@ -27,14 +47,16 @@ struct ListCommand: AsyncParsableCommand {
             return
         }
         guard !backups.isEmpty else {
-            Terminal.info("no backups in \(target.displayName)")
+            Terminal.info(host.map { "no backups of host \($0) in \(target.displayName)" } ?? "no backups in \(target.displayName)")
             return
         }
         let formatter = DateFormatter()
         formatter.dateFormat = "yyyy-MM-dd HH:mm:ss zzz"
+        let hostWidth = max(4, backups.map { ((origins[$0.name] ?? nil)?.host ?? "?").count }.max() ?? 0)
         for backup in backups {
             let size = Terminal.formatBytes(backup.size).padding(toLength: 10, withPad: " ", startingAt: 0)
-            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(backup.name)")
+            let hostName = ((origins[backup.name] ?? nil)?.host ?? "?").padding(toLength: hostWidth, withPad: " ", startingAt: 0)
+            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(hostName)  \(backup.name)")
         }
     }
 }

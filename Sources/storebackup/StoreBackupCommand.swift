@@ -21,6 +21,7 @@ struct StoreBackupCommand: AsyncParsableCommand {
             ~/.local/share/storebackup/backups.
             """,
         version: StoreBackupVersion.current,
-        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self, AuthCommand.self]
+        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
+                      RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self]
     )
 }
