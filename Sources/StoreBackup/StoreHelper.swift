@@ -35,6 +35,10 @@ public struct BackupResult: Sendable {
     public var destination: String
     /// What the archive holds: every file with its checksum, and each database's snapshot details.
     public var manifest: Manifest
+    /// Seconds spent on the snapshot and the archive (scan to the closed zip).
+    public var archiveSeconds: Double = 0
+    /// Seconds spent publishing the archive at the destination (upload, or rename for a local folder).
+    public var uploadSeconds: Double = 0
 }
 
 /// A finished restore.
@@ -95,6 +99,10 @@ public struct StoreHelper: Sendable {
 
     var layout: StoreLayout { StoreLayout(storesDirectory: storesDirectory) }
 
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
     // MARK: create
 
     /// Takes a consistent snapshot of every database, archives the whole directory and
@@ -128,6 +136,8 @@ public struct StoreHelper: Sendable {
             ?? (staging ?? NSTemporaryDirectory()) + "/.storebackup-tmp-\(getpid())-\(UUID().uuidString).zip"
 
         let manifest: Manifest
+        let clock = ContinuousClock()
+        let archiveStarted = clock.now
         do {
             manifest = try await runBlocking(name: "storebackup-create") { cancel in
                 throttle.report(BackupProgress(phase: .scanning), force: true)
@@ -155,6 +165,7 @@ public struct StoreHelper: Sendable {
         }
 
         defer { unlink(archivePath) }
+        let uploadStarted = clock.now
         let size = (try? FileSystem.lstatInfo(archivePath)).map { Int64($0.st_size) } ?? 0
         var name = BackupName.make(for: createdAt)
         // Names are to the second; another store sharing the destination may have taken this one.
@@ -170,7 +181,9 @@ public struct StoreHelper: Sendable {
             }
         }
         throttle.report(BackupProgress(phase: .done, bytesDone: size, bytesTotal: size), force: true)
-        return BackupResult(name: name, size: size, destination: destination.displayName, manifest: manifest)
+        return BackupResult(name: name, size: size, destination: destination.displayName, manifest: manifest,
+                            archiveSeconds: Self.seconds(uploadStarted - archiveStarted),
+                            uploadSeconds: Self.seconds(clock.now - uploadStarted))
     }
 
     // MARK: list and delete

@@ -53,6 +53,7 @@ struct CreateCommand: AsyncParsableCommand {
             let summary: [String: Any] = [
                 "name": result.name, "size": result.size, "destination": result.destination,
                 "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
+                "archiveSeconds": result.archiveSeconds, "uploadSeconds": result.uploadSeconds,
             ]
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
             Terminal.output(String(decoding: data, as: UTF8.self))

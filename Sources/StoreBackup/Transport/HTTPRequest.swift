@@ -24,6 +24,8 @@ struct TransferRequest: Sendable {
         case basic(user: String, password: String)
         /// AWS Signature V4 by libcurl (CURLOPT_AWS_SIGV4).
         case awsSigV4(accessKey: String, secretKey: String, region: String, service: String)
+        /// OAuth 2 bearer token (Dropbox), sent as `Authorization: Bearer …` by libcurl.
+        case bearer(token: String)
         /// SSH public-key auth (sftp://).
         case sshKey(user: String, privateKeyFile: String, publicKeyFile: String?, knownHostsFile: String)
     }
