@@ -39,6 +39,7 @@ public final class BackupService: Service, Sendable {
     ///   - jobs: the stores to back up; names must be unique.
     ///   - stateStore: where per-store state (last success/failure, next run) is kept.
     ///   - destinationOptions: credentials, endpoints and TLS for remote destinations.
+    ///   - logger: where the service logs each run, retention and hook outcome.
     public init(jobs: [StoreJob], stateStore: BackupStateStore = BackupStateStore(directory: BackupStateStore.defaultDirectory()),
                 destinationOptions: DestinationOptions = DestinationOptions(), logger: Logger) {
         self.jobs = jobs
