@@ -107,6 +107,16 @@ final class RunServiceTests: XCTestCase {
         XCTAssertEqual(files(in: backups).filter { $0.hasPrefix(".") }, [], "no temporary files")
         XCTAssertEqual(files(in: stateDirectory).filter { $0.hasPrefix(".") }, [])
         XCTAssertFalse(log(logPath).contains("skipping"), "no overlapping runs")
+
+        // Exactly one backup per firing: every run the scheduler started created one
+        // backup (but a last one SIGTERM may have cut short), each under its own name.
+        let text = log(logPath)
+        let started = text.components(separatedBy: "backup started").count - 1
+        let created = text.components(separatedBy: "backup created").count - 1
+        XCTAssertGreaterThanOrEqual(created, 3, text)
+        XCTAssertTrue(started == created || started == created + 1, "\(started) runs started, \(created) backups created")
+        let createdLines = text.split(separator: "\n").filter { $0.contains("backup created") }
+        for name in seen { XCTAssertEqual(createdLines.filter { $0.contains(name) }.count, 1, "\(name) created once") }
     }
 
     /// Acceptance 1, second half: SIGTERM while an archive is being written cancels it, the
@@ -174,15 +184,14 @@ final class RunServiceTests: XCTestCase {
 
     // MARK: create --store, hooks and status
 
-    /// Acceptance 3 and hooks: a success then a forced failure (the destination cannot be
-    /// reached: its folder would have to be inside a regular file) are both in `status --json`;
+    /// Acceptance 3 and hooks: a success then a forced failure (an unreachable WebDAV
+    /// server: nothing listens on its port; retries cut short through the environment) are both in `status --json`;
     /// the on-success command ran, the on-failure POST arrived, and a failing hook changes nothing.
     func testHooksStatusAndAForcedFailure() throws {
         let store = try makeStore()
         let listener = try PostListener(folder: work)
         defer { listener.stop() }
         let marker = work + "/success-marker"
-        FileManager.default.createFile(atPath: work + "/not-a-folder", contents: Data("x".utf8))
         func configuration(destination: String) throws -> String {
             try writeConfiguration("""
                 schedule: daily 03:00
@@ -207,8 +216,11 @@ final class RunServiceTests: XCTestCase {
         XCTAssertTrue(good.stderr.contains("hook failed"), good.stderr)
         XCTAssertNil(listener.received, "no failure, no POST")
 
-        let bad = try runStoreBackup(["create", "--config", try configuration(destination: work + "/not-a-folder/backups"), "--store", "app"],
-                                     environment: environment)
+        let closedPort = try WebDAVDestinationTests.unusedPort()
+        let unreachable = "webdav://127.0.0.1:\(closedPort)/backups"
+        let fastRetries = environment.merging(["STOREBACKUP_RETRY_ATTEMPTS": "2", "STOREBACKUP_RETRY_OPERATIONS": "1"]) { _, new in new }
+        let bad = try runStoreBackup(["create", "--config", try configuration(destination: unreachable), "--store", "app"],
+                                     environment: fastRetries)
         XCTAssertEqual(bad.status, 1, bad.stderr)
         XCTAssertTrue(bad.stderr.contains("storebackup: error:"), bad.stderr)
         try waitFor("the failure POST", seconds: 30) { listener.received != nil }
@@ -226,7 +238,7 @@ final class RunServiceTests: XCTestCase {
         XCTAssertGreaterThan(success["size"] as? Int ?? 0, 0)
         XCTAssertNotNil(success["ageSeconds"] as? Int)
         let failure = try XCTUnwrap(rows[0]["lastFailure"] as? [String: Any], status.stdout)
-        XCTAssertTrue((failure["error"] as? String ?? "").contains("not-a-folder"), status.stdout)
+        XCTAssertTrue((failure["error"] as? String ?? "").contains("cannot reach 127.0.0.1:\(closedPort)"), status.stdout)
         XCTAssertEqual(rows[0]["schedule"] as? String, "daily 03:00")
         XCTAssertNotNil(rows[0]["nextRun"] as? String)
         XCTAssertEqual(rows[0]["store"] as? String, "app")

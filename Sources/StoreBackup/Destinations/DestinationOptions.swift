@@ -22,12 +22,13 @@ public struct DestinationOptions: Sendable {
     /// Where credentials and settings are looked up after ``credentialsFile``; the process environment by default.
     public var environment: [String: String]
 
-    /// Options; `transport` defaults to ``TransportOptions/fromEnvironment(_:)`` of `environment`.
-    public init(transport: TransportOptions? = nil, retry: RetryPolicy = RetryPolicy(), s3Endpoint: String? = nil,
+    /// Options; `transport` defaults to ``TransportOptions/fromEnvironment(_:)`` of `environment`,
+    /// `retry` to ``RetryPolicy/fromEnvironment(_:)``.
+    public init(transport: TransportOptions? = nil, retry: RetryPolicy? = nil, s3Endpoint: String? = nil,
                 sshKey: String? = nil, knownHosts: String? = nil, credentialsFile: String? = nil,
                 environment: [String: String] = ProcessInfo.processInfo.environment) {
         self.transport = transport ?? TransportOptions.fromEnvironment(environment)
-        self.retry = retry
+        self.retry = retry ?? RetryPolicy.fromEnvironment(environment)
         self.s3Endpoint = s3Endpoint
         self.sshKey = sshKey
         self.knownHosts = knownHosts

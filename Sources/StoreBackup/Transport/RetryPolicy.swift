@@ -20,6 +20,16 @@ public struct RetryPolicy: Sendable {
         self.maximumDelay = maximumDelay
     }
 
+    /// The default policy, with `STOREBACKUP_RETRY_ATTEMPTS` (tries per request) and
+    /// `STOREBACKUP_RETRY_OPERATIONS` (tries per whole operation) when set to a number ≥ 1:
+    /// a scheduled job that should fail fast, or a flaky link that needs more patience.
+    public static func fromEnvironment(_ environment: [String: String]) -> RetryPolicy {
+        var policy = RetryPolicy()
+        if let text = environment["STOREBACKUP_RETRY_ATTEMPTS"], let value = Int(text), value >= 1 { policy.requestAttempts = value }
+        if let text = environment["STOREBACKUP_RETRY_OPERATIONS"], let value = Int(text), value >= 1 { policy.operationAttempts = value }
+        return policy
+    }
+
     /// The wait before attempt `attempt + 1`: the server's Retry-After when it gave one
     /// (capped), else exponential backoff with full jitter.
     func delay(afterAttempt attempt: Int, retryAfter: Double?) -> Double {
