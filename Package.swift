@@ -11,6 +11,11 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.5.0"),
+        // Only for `swift package generate-documentation` (DocC); not linked into anything.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     ],
     targets: [
         // System libraries, found by pkg-config; the header shims hold static inline
@@ -36,12 +41,17 @@ let package = Package(
             dependencies: [
                 "CSQLite", "CZip", "CCurl", "CPosix", "COpenSSL",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .executableTarget(
             name: "storebackup",
             dependencies: [
                 "StoreBackup",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Logging", package: "swift-log"),
             ]),
         .testTarget(
             name: "StoreBackupTests",

@@ -5,9 +5,11 @@ import Glibc
 
 /// Compression levels by name, as the command line takes them.
 public enum CompressionLevel {
+    /// Deflate level 1: the fastest that still compresses.
     public static let fast = 1
     /// Level 1 deflate (with incompressible files stored) keeps create fast; see README.
     public static let `default` = 1
+    /// Deflate level 9: smallest archives, several times slower than ``fast``.
     public static let best = 9
 
     /// "fast", "default", "best" or a digit 0-9 (0 stores without compressing).
@@ -25,28 +27,53 @@ public enum CompressionLevel {
 
 /// A finished backup.
 public struct BackupResult: Sendable {
+    /// The name it was published under, e.g. `2026-11-22 031507 Stores.zip`.
     public var name: String
+    /// The archive's size in bytes.
     public var size: Int64
+    /// The destination's ``BackupDestination/displayName``.
     public var destination: String
+    /// What the archive holds: every file with its checksum, and each database's snapshot details.
     public var manifest: Manifest
+    /// Seconds spent on the snapshot and the archive (scan to the closed zip).
+    public var archiveSeconds: Double = 0
+    /// Seconds spent publishing the archive at the destination (upload, or rename for a local folder).
+    public var uploadSeconds: Double = 0
 }
 
 /// A finished restore.
 public struct RestoreResult: Sendable {
+    /// The backup that was restored (the resolved name when `latest` was asked for).
     public var backupName: String
+    /// The stores directory that now holds the restored data.
     public var storesDirectory: String
+    /// The databases (relative paths) that passed `PRAGMA integrity_check` before the swap.
     public var databasesChecked: [String]
+    /// How many entries the archive held.
     public var fileCount: Int
 }
 
-/// The front door: back up, list, restore and delete one stores directory's backups.
+/// The front door: back up, list, restore, verify and delete one stores directory's backups.
 ///
 /// Every operation that touches the store takes the store's lock first and finishes
 /// any restore a crash left half-done. Long work runs on its own threads; cancelling
 /// the calling task cancels it and leaves no partial backup and an untouched store.
+/// Failures are thrown as ``StoreBackupError``.
+///
+/// ```swift
+/// let helper = StoreHelper(storesDirectory: "/var/lib/app/Stores",
+///                          destination: try DestinationResolver.resolve("s3://bucket/app"))
+/// let backup = try await helper.createBackup()
+/// try await helper.restore(backup.name, hooks: ReloadHooks(
+///     willSwap: { await database.close() },
+///     reload: { directory in try await database.open(directory) }))
+/// ```
 public struct StoreHelper: Sendable {
+    /// The absolute path of the stores directory this helper backs up and restores.
     public let storesDirectory: String
+    /// Where backups are published, listed and fetched from.
     public let destination: any BackupDestination
+    /// Deflate level 0-9 for ``createBackup(progress:)``; see ``CompressionLevel``.
     public var compressionLevel: Int
     /// Encrypt new backups: every entry, the manifest included, as WinZip AES-256 with the
     /// password from `passwords` (which must then be set).
@@ -55,6 +82,24 @@ public struct StoreHelper: Sendable {
     /// (asked only then, and checked before anything is extracted).
     public var passwords: PasswordProvider?
 
+    /// Called by ``createBackup(progress:)`` once it holds the store's lock, just before it
+    /// reads the store: an app that keeps data in memory flushes it to its databases here.
+    ///
+    /// Optional: create is consistent without the app's help (each database is read as one
+    /// committed state while writers carry on). Throwing from the hook abandons the backup
+    /// with nothing published.
+    public var quiesce: (@Sendable () async throws -> Void)? = nil
+
+    /// Makes a helper for one stores directory.
+    ///
+    /// - Parameters:
+    ///   - storesDirectory: The folder holding the app's databases and files; made absolute.
+    ///     It need not exist yet for ``restore(_:hooks:progress:)``.
+    ///   - destination: Where backups live, e.g. a ``LocalFolderDestination`` or one made by
+    ///     ``DestinationResolver/resolve(_:options:)`` from a URL.
+    ///   - compressionLevel: Deflate level 0-9 (0 stores without compressing).
+    ///   - encrypt: Encrypt new backups (WinZip AES-256); `passwords` must then be set.
+    ///   - passwords: Where the password comes from, for `encrypt` and for restoring encrypted backups.
     public init(storesDirectory: String, destination: any BackupDestination, compressionLevel: Int = CompressionLevel.default,
                 encrypt: Bool = false, passwords: PasswordProvider? = nil) {
         self.storesDirectory = FileSystem.absolutePath(storesDirectory)
@@ -66,11 +111,25 @@ public struct StoreHelper: Sendable {
 
     var layout: StoreLayout { StoreLayout(storesDirectory: storesDirectory) }
 
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
     // MARK: create
 
     /// Takes a consistent snapshot of every database, archives the whole directory and
     /// publishes it to the destination as `<UTC date> Stores.zip`.
+    ///
+    /// Cancelling the calling task stops the work at the next file or block and throws
+    /// ``StoreBackupError/cancelled``; nothing is published and no temporary file remains.
+    ///
+    /// - Parameter progress: Called with ``BackupProgress`` updates on a worker thread.
+    /// - Returns: The published backup's name, size and manifest.
+    /// - Throws: ``StoreBackupError``, e.g. ``StoreBackupError/storeLocked(path:holder:)``
+    ///   when another command is working on this store, ``StoreBackupError/noDatabases(path:)``,
+    ///   ``StoreBackupError/destination(destination:reason:)`` when the upload fails.
     public func createBackup(progress: ProgressHandler? = nil) async throws -> BackupResult {
+        let progress = ProgressPlan.stamping(ProgressPlan.create, progress)
         let password: BackupPassword?
         if encrypt {
             guard let passwords else { throw StoreBackupError.passwordUnavailable(reason: "encrypting a backup needs a password") }
@@ -82,6 +141,9 @@ public struct StoreHelper: Sendable {
         defer { withExtendedLifetime(lock) {} }
         _ = try layout.recoverIfNeeded()
         TestPausePoint.reach("create-locked")
+        if let quiesce {
+            do { try await quiesce() } catch is CancellationError { throw StoreBackupError.cancelled }
+        }
 
         let staging = destination.stagingDirectory
         let localFolder = destination as? LocalFolderDestination
@@ -93,6 +155,8 @@ public struct StoreHelper: Sendable {
             ?? (staging ?? NSTemporaryDirectory()) + "/.storebackup-tmp-\(getpid())-\(UUID().uuidString).zip"
 
         let manifest: Manifest
+        let clock = ContinuousClock()
+        let archiveStarted = clock.now
         do {
             manifest = try await runBlocking(name: "storebackup-create") { cancel in
                 throttle.report(BackupProgress(phase: .scanning), force: true)
@@ -120,6 +184,7 @@ public struct StoreHelper: Sendable {
         }
 
         defer { unlink(archivePath) }
+        let uploadStarted = clock.now
         let size = (try? FileSystem.lstatInfo(archivePath)).map { Int64($0.st_size) } ?? 0
         var name = BackupName.make(for: createdAt)
         // Names are to the second; another store sharing the destination may have taken this one.
@@ -135,7 +200,9 @@ public struct StoreHelper: Sendable {
             }
         }
         throttle.report(BackupProgress(phase: .done, bytesDone: size, bytesTotal: size), force: true)
-        return BackupResult(name: name, size: size, destination: destination.displayName, manifest: manifest)
+        return BackupResult(name: name, size: size, destination: destination.displayName, manifest: manifest,
+                            archiveSeconds: Self.seconds(uploadStarted - archiveStarted),
+                            uploadSeconds: Self.seconds(clock.now - uploadStarted))
     }
 
     // MARK: list and delete
@@ -145,6 +212,11 @@ public struct StoreHelper: Sendable {
         try await destination.sortedBackups()
     }
 
+    /// Deletes one backup from the destination.
+    ///
+    /// - Parameter name: A backup's exact name, or `latest` for the newest.
+    /// - Throws: ``StoreBackupError/backupNotFound(name:destination:)`` when there is no such backup,
+    ///   ``StoreBackupError/invalidBackupName(name:)`` for a name that is not a backup's.
     public func deleteBackup(_ name: String) async throws {
         let backup = try await destination.resolve(name)
         try await destination.delete(backup.name)
@@ -160,9 +232,24 @@ public struct StoreHelper: Sendable {
     /// reload throws, the new store goes to `<store>_FailedRestore` and the old one is
     /// put back (and reloaded). Each step is journaled, so a crash at any point is
     /// repaired by the next command on this store.
+    ///
+    /// Cancelling the calling task before the swap throws ``StoreBackupError/cancelled``
+    /// and leaves the live store untouched; once the swap has begun it runs to its end.
+    ///
+    /// - Parameters:
+    ///   - nameOrLatest: A backup's name, or `latest` for the newest.
+    ///   - hooks: How the app pauses, reloads and hears of a rollback; the default opens
+    ///     every database and runs `PRAGMA quick_check`.
+    ///   - progress: Called with ``BackupProgress`` updates on a worker thread.
+    /// - Throws: ``StoreBackupError``: ``StoreBackupError/reloadFailed(reason:rolledBack:)``
+    ///   when `hooks.reload` rejected the restored store (it is kept in `<store>_FailedRestore`),
+    ///   ``StoreBackupError/corruptArchive(name:reason:)`` and
+    ///   ``StoreBackupError/checksumMismatch(name:entry:)`` for a damaged backup (the live store
+    ///   is untouched), ``StoreBackupError/restoreRefused(reason:)``.
     public func restore(
         _ nameOrLatest: String, hooks: ReloadHooks = .checkDatabases, progress: ProgressHandler? = nil
     ) async throws -> RestoreResult {
+        let progress = ProgressPlan.stamping(ProgressPlan.restore, progress)
         let layout = self.layout
         try FileSystem.createDirectories(layout.parent)
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "restore")
@@ -205,7 +292,19 @@ public struct StoreHelper: Sendable {
         }
 
         // 2. Swap, then let the app reload; roll back if it refuses the new store.
-        try await hooks.willSwap()
+        let discardExtracted = {
+            try? FileSystem.removeTree(layout.new)
+            RestoreJournal.remove(at: layout.journal)
+        }
+        // Last point where cancelling is honoured: after this the swap runs to its end.
+        if Task.isCancelled { discardExtracted(); throw StoreBackupError.cancelled }
+        throttle.report(BackupProgress(phase: .swapping), force: true)
+        do { try await hooks.willSwap() } catch {
+            discardExtracted()
+            // The app may have paused half-way; let it resume on its untouched store.
+            if hadLiveStore { try? await hooks.reload(layout.live) }
+            throw StoreBackupError.restoreRefused(reason: "the app's willSwap hook failed (\(error)); the live store was not touched")
+        }
         try swapper.swapIn(backup: backup.name, hadLiveStore: hadLiveStore)
         throttle.report(BackupProgress(phase: .reloading), force: true)
         do {
@@ -231,6 +330,9 @@ public struct StoreHelper: Sendable {
     // MARK: recover
 
     /// Finishes or undoes a restore that was interrupted (crash, kill -9, power loss).
+    ///
+    /// Every other operation does this first, so calling it is needed only to repair a
+    /// store before the app opens it at startup.
     public func recover() throws -> RecoveryOutcome {
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "recover")
         defer { withExtendedLifetime(lock) {} }

@@ -13,8 +13,8 @@ struct CreateCommand: AsyncParsableCommand {
             is written under a temporary name and published atomically; its name is printed on stdout.
             """)
 
-    @Argument(help: ArgumentHelp("The stores directory to back up.", valueName: "stores-dir"))
-    var storesDirectory: String
+    @Argument(help: ArgumentHelp("The stores directory to back up (or --store NAME from the configuration).", valueName: "stores-dir"))
+    var storesDirectory: String?
 
     @OptionGroup var destination: DestinationOption
 
@@ -29,7 +29,16 @@ struct CreateCommand: AsyncParsableCommand {
     @Flag(help: "Print the result as JSON.")
     var json = false
 
+    @Flag(help: "After a successful upload, apply the store's retention from the configuration (see `prune`).")
+    var prune = false
+
+    @Option(help: ArgumentHelp("Back up this store of the configuration (its path, destination, level, retention, hooks).", valueName: "name"))
+    var store: String?
+
+    @OptionGroup var configurationFile: ConfigurationOption
+
     func validate() throws {
+        if storesDirectory == nil && store == nil { throw ValidationError("give the stores directory, or --store NAME with a configuration") }
         guard CompressionLevel.parse(level) != nil else {
             throw ValidationError("--level must be fast, default, best or a number from 0 to 9")
         }
@@ -39,6 +48,9 @@ struct CreateCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // The configured path (retention, state file, hooks): for cron and systemd timers.
+        if prune || store != nil { return try await runConfigured() }
+        guard let storesDirectory else { return }
         var passwords: PasswordProvider?
         if encrypt {
             guard let provider = password.provider(confirm: true) else {
@@ -58,6 +70,7 @@ struct CreateCommand: AsyncParsableCommand {
             let summary: [String: Any] = [
                 "name": result.name, "encrypted": encrypt, "size": result.size, "destination": result.destination,
                 "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
+                "archiveSeconds": result.archiveSeconds, "uploadSeconds": result.uploadSeconds,
             ]
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
             Terminal.output(String(decoding: data, as: UTF8.self))

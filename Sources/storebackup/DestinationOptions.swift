@@ -4,7 +4,7 @@ import StoreBackup
 /// Shared by commands that read or write backups.
 struct DestinationOption: ParsableArguments {
     @Option(name: [.customLong("to"), .customLong("from")],
-            help: ArgumentHelp("Where backups live: a folder path, file:// or s3://BUCKET/PREFIX URL.", valueName: "destination"))
+            help: ArgumentHelp("Where backups live: a folder path or file:// URL, s3://BUCKET/PREFIX, webdav(s)://HOST[:PORT]/PATH, sftp://USER@HOST[:PORT]/PATH, or dropbox:///PATH (see `storebackup auth dropbox`).", valueName: "destination"))
     var destination: String?
 
     @Option(name: .customLong("s3-endpoint"),

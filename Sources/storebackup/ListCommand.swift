@@ -5,16 +5,33 @@ import StoreBackup
 struct ListCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "list",
-        abstract: "List backups (\"… Stores.zip\"), newest first.")
+        abstract: "List backups (\"… Stores.zip\"), newest first, with the host that made each.",
+        discussion: """
+            The host comes from each backup's manifest. In a local folder it is read from the \
+            archive; for a remote destination only known hosts are shown (backups this machine \
+            made, and those `prune` has read once), never downloading anything; others show "?".
+            """)
 
     @OptionGroup var destination: DestinationOption
 
-    @Flag(help: "Print JSON: an array of {name, size, date, modified, encrypted}.")
+    @Option(help: ArgumentHelp("Only backups made by this host (see the host column).", valueName: "name"))
+    var host: String?
+
+    @Flag(help: "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted} (host null when not known; encrypted only for local folders).")
     var json = false
 
     func run() async throws {
         let target = try destination.resolve()
-        let backups = await Terminal.runCancellable { try await target.sortedBackups() }
+        var backups = await Terminal.runCancellable { try await target.sortedBackups() }
+        let index = BackupOriginIndex(destination: target, cacheDirectory: BackupStateStore.defaultDirectory())
+        let origins = await index.origins(of: backups, download: false)
+        if let host {
+            let unknown = backups.filter { (origins[$0.name] ?? nil) == nil }.count
+            backups = backups.filter { (origins[$0.name] ?? nil)?.host == host }
+            if unknown > 0 {
+                Terminal.info("storebackup: \(unknown) backups of unknown host left out (remote and not read yet: `storebackup prune --dry-run --all-hosts` reads them once)")
+            }
+        }
         // Encryption is read from each archive's central directory, cheap for a local folder.
         // Remote backups would need a download, so it is left unknown there (see README).
         let local = target as? LocalFolderDestination
@@ -29,6 +46,9 @@ struct ListCommand: AsyncParsableCommand {
                 var row: [String: Any] = ["name": backup.name, "size": backup.size, "date": formatter.string(from: backup.date)]
                 if let modified = backup.modified { row["modified"] = formatter.string(from: modified) }
                 if let flag = encrypted[backup.name] { row["encrypted"] = flag }
+                let origin = origins[backup.name] ?? nil
+                row["host"] = origin?.host ?? NSNull()
+                row["storesDirectory"] = origin?.storesDirectory ?? NSNull()
                 return row
             }
             let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys, .prettyPrinted])
@@ -36,15 +56,17 @@ struct ListCommand: AsyncParsableCommand {
             return
         }
         guard !backups.isEmpty else {
-            Terminal.info("no backups in \(target.displayName)")
+            Terminal.info(host.map { "no backups of host \($0) in \(target.displayName)" } ?? "no backups in \(target.displayName)")
             return
         }
         let formatter = DateFormatter()
         formatter.dateFormat = "yyyy-MM-dd HH:mm:ss zzz"
+        let hostWidth = max(4, backups.map { ((origins[$0.name] ?? nil)?.host ?? "?").count }.max() ?? 0)
         for backup in backups {
             let size = Terminal.formatBytes(backup.size).padding(toLength: 10, withPad: " ", startingAt: 0)
+            let hostName = ((origins[backup.name] ?? nil)?.host ?? "?").padding(toLength: hostWidth, withPad: " ", startingAt: 0)
             let lock = encrypted[backup.name] == true ? "encrypted" : "         "
-            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(lock)  \(backup.name)")
+            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(hostName)  \(lock)  \(backup.name)")
         }
     }
 }

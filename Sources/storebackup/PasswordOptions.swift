@@ -16,37 +16,18 @@ struct PasswordOption: ParsableArguments {
 
     /// The password source, in order: --password-file, STOREBACKUP_PASSWORD (unless empty), a prompt when
     /// stdin is a terminal (asked twice when `confirm`). nil when there is none.
-    /// A prompt is shown only when the password is first needed, and once per command.
-    func provider(confirm: Bool) -> PasswordProvider? {
+    /// A prompt is shown only when the password is first needed, and once per command;
+    /// `prompt` false never asks (for commands that can do without, like `prune`).
+    func provider(confirm: Bool, prompt: Bool = true) -> PasswordProvider? {
         if let passwordFile {
-            let path = passwordFile
-            return PasswordProvider { try Self.read(file: path) }
+            return .file(passwordFile)
         }
         if let text = ProcessInfo.processInfo.environment[Self.environmentVariable], !text.isEmpty {
             return PasswordProvider { try BackupPassword(text) }
         }
-        guard Terminal.standardInputIsTerminal else { return nil }
+        guard prompt, Terminal.standardInputIsTerminal else { return nil }
         let cache = PromptedPassword()
         return PasswordProvider { try cache.get(confirm: confirm) }
-    }
-
-    /// The first line of a file that only its owner can read.
-    static func read(file path: String) throws -> BackupPassword {
-        var info = stat()
-        guard stat(path, &info) == 0 else {
-            throw StoreBackupError.passwordUnavailable(reason: "cannot read password file \(path): \(String(cString: strerror(errno)))")
-        }
-        guard info.st_mode & 0o077 == 0 else {
-            throw StoreBackupError.passwordUnavailable(reason: "password file \(path) can be read by others; chmod 600 it")
-        }
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw StoreBackupError.passwordUnavailable(reason: "cannot read password file \(path)")
-        }
-        defer { try? handle.close() }
-        let data = (try? handle.read(upToCount: 64 << 10)) ?? Data()
-        var text = String(decoding: data, as: UTF8.self)
-        if let newline = text.firstIndex(where: { $0 == "\n" || $0 == "\r\n" || $0 == "\r" }) { text = String(text[..<newline]) }
-        return try BackupPassword(text)
     }
 }
 

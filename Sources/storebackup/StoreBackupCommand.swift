@@ -12,11 +12,16 @@ struct StoreBackupCommand: AsyncParsableCommand {
             database consistently and zips the whole directory into "<date> Stores.zip"; `restore` \
             verifies a backup and swaps it in, rolling back if the restored store does not load.
 
-            Destinations: a local folder path or file:// URL. Without --to/--from, backups go to \
+            Destinations: a local folder path or file:// URL, s3://BUCKET/PREFIX, \
+            webdav://HOST/PATH or webdavs://…, sftp://USER@HOST/PATH, dropbox:///PATH. \
+            Credentials come from a --credentials file, the environment, or \
+            ~/.config/storebackup/credentials (never from the command line; see the README). \
+            Without --to/--from, backups go to \
             $STOREBACKUP_DESTINATION, else $XDG_DATA_HOME/storebackup/backups, else \
             ~/.local/share/storebackup/backups.
             """,
         version: StoreBackupVersion.current,
-        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self]
+        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
+                      RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self]
     )
 }

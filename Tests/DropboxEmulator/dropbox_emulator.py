@@ -60,7 +60,8 @@ LOG_KEEP = 20000
 MAX_CURSORS = 20000
 SCOPE = ("account_info.read files.content.read files.content.write "
          "files.metadata.read files.metadata.write")
-FAULT_KINDS = ("429", "429_write", "500", "503", "drop", "drop_after", "truncate")
+FAULT_KINDS = ("429", "429_write", "500", "503", "drop", "drop_after", "truncate",
+               "corrupt_commit")
 
 # Path patterns of the public API spec, used in 400 messages.
 PAT_WRITE = "(/(.|[\\r\\n])*)|(ns:[0-9]+(/(.|[\\r\\n])*)?)"
@@ -124,6 +125,16 @@ def content_hash_of_file(path):
                 break
             h.update(chunk)
     return h.hexdigest()
+
+
+def corrupt_first_byte(path):
+    """Flip the first byte of PATH (the corrupt_commit fault); returns its new content hash."""
+    with open(path, "r+b") as f:
+        first = f.read(1)
+        if first:
+            f.seek(0)
+            f.write(bytes([first[0] ^ 0xFF]))
+    return content_hash_of_file(path)
 
 
 # ---------------------------------------------------------------- errors
@@ -1353,6 +1364,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             size, chash = got
             if want_hash is not None and want_hash != chash:
                 raise RouteError(tag("content_hash_mismatch"))
+            if self.log_entry.get("fault") == "corrupt_commit":
+                chash = corrupt_first_byte(tmp)
             try:
                 md = emu.commit_file(commit["target"], commit["mode"], commit["autorename"],
                                      commit["client_modified"], commit["strict_conflict"],
@@ -1459,6 +1472,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             chash = content_hash_of_file(s["file"])
             tmp = emu.tmp_path()
             os.link(s["file"], tmp)
+            if self.log_entry.get("fault") == "corrupt_commit":
+                # Copy first: the session file, linked to tmp, must keep the bytes sent.
+                os.unlink(tmp)
+                shutil.copyfile(s["file"], tmp)
+                chash = corrupt_first_byte(tmp)
             try:
                 md = emu.commit_file(commit["target"], commit["mode"], commit["autorename"],
                                      commit["client_modified"], commit["strict_conflict"],

@@ -555,6 +555,23 @@ def test_drop_after_append_then_incorrect_offset(sdk, dbx, emu):
     assert md.content_hash == dropbox_content_hash(b"a" * 100 + b"b" * 50)
 
 
+def test_corrupt_commit_fault_stores_other_bytes(sdk, dbx, emu):
+    """The commit succeeds, but what is stored (and its content_hash) differs from what was sent."""
+    data = os.urandom(3000)
+    emu.control("faults", {"kinds": ["corrupt_commit"], "count": 2,
+                           "routes": ["/2/files/upload", "/2/files/upload_session/finish"]})
+    md = dbx.files_upload(data, "/c1.bin")
+    assert md.content_hash != dropbox_content_hash(data)
+    _, resp = dbx.files_download("/c1.bin")
+    assert resp.content[1:] == data[1:] and resp.content[0] == data[0] ^ 0xFF
+    assert md.content_hash == dropbox_content_hash(resp.content)
+    s = dbx.files_upload_session_start(data)
+    md = dbx.files_upload_session_finish(b"", sdk.files.UploadSessionCursor(s.session_id, len(data)),
+                                         sdk.files.CommitInfo(path="/c2.bin"))
+    assert md.content_hash != dropbox_content_hash(data)
+    emu.control("faults", {})
+
+
 def test_truncate_fault_and_resume_with_range(sdk, dbx, emu):
     import requests
     data = os.urandom(2 * MiB)

@@ -271,6 +271,26 @@ def test_webdav(servers):
     assert not os.path.exists(os.path.join(dav["data_dir"], "bad.bin"))
 
 
+# ---------------------------------------------------------------- Dropbox emulator
+
+
+def test_dropbox(servers):
+    box = servers.start("dropbox", "--page-size", "2")
+    assert box["state_dir"].startswith(servers.root)
+    assert box["access_token"] not in cmdline(box["pid"])
+    assert os.stat(os.path.join(box["state_dir"], "server.json")).st_mode & 0o077 == 0
+    assert box["page_size"] == 2
+    cfg = servers.secret_file('header = "Authorization: Bearer %s"\n' % box["access_token"])
+    r = curl("--cacert", box["ca_file"], "-X", "POST", "-H", "Content-Type: application/json",
+             "--data", "null", box["api_url"] + "/2/users/get_current_account", config=cfg)
+    assert (r.rc, r.code) == (0, 200), r
+    r = curl("--cacert", box["ca_file"], "-X", "POST", "-H", "Content-Type: application/json",
+             "--data", "null", box["api_url"] + "/2/users/get_current_account")
+    assert r.code == 400, r
+    servers.stop()
+    assert wait_for(lambda: not pid_alive(box["pid"]), 10)
+
+
 # ---------------------------------------------------------------- SFTP
 
 

@@ -2,7 +2,7 @@
 """Real test servers for storebackup's destination tests, on loopback only.
 
     python3 Tests/Servers/testservers.py install
-    python3 Tests/Servers/testservers.py start s3|webdav|sftp --root DIR
+    python3 Tests/Servers/testservers.py start s3|webdav|sftp|dropbox --root DIR
     python3 Tests/Servers/testservers.py start proxy --root DIR --upstream 127.0.0.1:PORT [--plan FILE]
     python3 Tests/Servers/testservers.py stop --root DIR
 
@@ -45,7 +45,7 @@ APACHE_MODULES_DIR = "/usr/lib/apache2/modules"
 APACHE_USER = "www-data"
 READY_TIMEOUT = 20.0  # seconds a server gets to accept connections
 STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL
-KINDS = ("s3", "webdav", "sftp", "proxy")
+KINDS = ("s3", "webdav", "sftp", "dropbox", "proxy")
 
 
 class ServerError(Exception):
@@ -560,9 +560,29 @@ def start_proxy(state, args):
     return info
 
 
+# ---------------------------------------------------------------- dropbox
+
+
+def start_dropbox(state, args):
+    """The Dropbox API emulator (Tests/DropboxEmulator), HTTPS with its own CA."""
+    pidfile = os.path.join(state, "emulator.pid")
+    cmd = [sys.executable, os.path.join(os.path.dirname(HERE), "DropboxEmulator", "dropbox_emulator.py"),
+           "--daemon", "--pidfile", pidfile, "--state", state, "--port", "0"]
+    if args.page_size:
+        cmd += ["--page-size", str(args.page_size)]
+    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, cwd=state, timeout=READY_TIMEOUT)
+    if r.returncode != 0:
+        raise ServerError("the Dropbox emulator did not start:\n" + r.stderr + tail(os.path.join(state, "emulator.log")))
+    info = json.loads(r.stdout.strip().splitlines()[-1])
+    info.update({"kind": "dropbox"})
+    return info
+
+
 # ---------------------------------------------------------------- start/stop
 
-STARTERS = {"s3": start_s3, "webdav": start_webdav, "sftp": start_sftp, "proxy": start_proxy}
+STARTERS = {"s3": start_s3, "webdav": start_webdav, "sftp": start_sftp, "dropbox": start_dropbox,
+            "proxy": start_proxy}
 
 
 def cmd_start(args):
@@ -654,6 +674,7 @@ def main(argv=None):
     s.add_argument("--bucket", default="backups", help="s3: bucket to create")
     s.add_argument("--upstream", help="proxy: HOST:PORT to forward to")
     s.add_argument("--plan", help="proxy: JSON fault plan file")
+    s.add_argument("--page-size", type=int, help="dropbox: most entries per list_folder page")
     t = sub.add_parser("stop", help="stop every server started under --root")
     t.add_argument("--root", required=True)
     args = p.parse_args(argv)

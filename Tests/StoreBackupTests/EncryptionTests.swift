@@ -18,8 +18,8 @@ final class EncryptionTests: XCTestCase {
         // Enough log rows that App.sqlite spans several 1 MiB blocks: restore then takes the
         // parallel decrypt-and-inflate path, not libzip's sequential one.
         try StoreFixture.make(at: store, logRows: 8_000)
-        FileManager.default.createFile(atPath: passwordFile, contents: Data((Self.password + "\n").utf8),
-                                       attributes: [.posixPermissions: 0o600])
+        XCTAssertTrue(FileManager.default.createFile(atPath: passwordFile, contents: Data((Self.password + "\n").utf8),
+                                       attributes: [.posixPermissions: 0o600]))
     }
 
     override func tearDownWithError() throws {
@@ -62,7 +62,7 @@ final class EncryptionTests: XCTestCase {
         // the archive as they are; the plain backup proves the check can fail.
         let marker = Array("storebackup-known-plaintext-\(UUID().uuidString)".utf8)
         let content = Array(repeating: marker, count: 2000).flatMap { $0 }
-        FileManager.default.createFile(atPath: store + "/known.txt", contents: Data(content))
+        XCTAssertTrue(FileManager.default.createFile(atPath: store + "/known.txt", contents: Data(content)))
         let plain = try runStoreBackup(["create", store, "--to", work + "/plain", "--level", "0"])
         XCTAssertEqual(plain.status, 0, plain.stderr)
         let plainBytes = try Data(contentsOf: URL(fileURLWithPath: try onlyBackup(in: work + "/plain")))
@@ -153,7 +153,7 @@ final class EncryptionTests: XCTestCase {
         XCTAssertEqual(outputs.last?.status, 0, outputs.last?.stderr ?? "")
         // A password file others can read is refused (and its content not echoed).
         let loose = work + "/loose-password"
-        FileManager.default.createFile(atPath: loose, contents: Data(Self.password.utf8), attributes: [.posixPermissions: 0o644])
+        XCTAssertTrue(FileManager.default.createFile(atPath: loose, contents: Data(Self.password.utf8), attributes: [.posixPermissions: 0o644]))
         let refused = try runStoreBackup(["create", store, "--to", backups, "--encrypt", "--password-file", loose])
         XCTAssertEqual(refused.status, 1)
         XCTAssertTrue(refused.stderr.contains("chmod 600"), refused.stderr)
@@ -233,6 +233,36 @@ final class EncryptionTests: XCTestCase {
     // MARK: helpers
 
     /// Flips one byte in the middle of an entry's stored (encrypted) data.
+    func testConfiguredStoreIsEncryptedAndItsRetentionReadsEncryptedBackups() throws {
+        let configuration = work + "/storebackup.yml"
+        try """
+            stores:
+              - name: app
+                path: \(store)
+                destination: \(backups)
+                schedule: daily 03:00
+                encrypt: {password-file: \(passwordFile)}
+                retention: {keep-last: 1}
+            """.write(toFile: configuration, atomically: true, encoding: .utf8)
+        let environment = ["STOREBACKUP_STATE_DIR": work + "/state"]
+        let first = try runStoreBackup(["create", "--config", configuration, "--store", "app", "--json"], environment: environment)
+        XCTAssertEqual(first.status, 0, first.stderr)
+        let firstName = try XCTUnwrap((try JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any])?["name"] as? String)
+        XCTAssertThrowsError(try ArchiveReader(path: backups + "/" + firstName, backupName: firstName), "needs the password")
+        // A copy under an older name is not in the origin cache: retention must open it with
+        // the password file to learn it belongs to this store (else it would be kept).
+        let older = BackupName.make(for: Date(timeIntervalSinceNow: -86_400))
+        try FileManager.default.copyItem(atPath: backups + "/" + firstName, toPath: backups + "/" + older)
+
+        let second = try runStoreBackup(["create", "--config", configuration, "--store", "app", "--prune"], environment: environment)
+        XCTAssertEqual(second.status, 0, second.stderr)
+        let secondName = second.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let remaining = try FileManager.default.contentsOfDirectory(atPath: backups).filter(BackupName.isBackup)
+        XCTAssertEqual(remaining, [secondName], "keep-last 1 leaves only the newest")
+        XCTAssertEqual(BackupInspection.isEncrypted(archiveAt: backups + "/" + secondName), true)
+        XCTAssertFalse((second.stdout + second.stderr).contains(Self.password))
+    }
+
     private func flipByte(in archive: String, entry: String) throws {
         try python("""
             import sys, zipfile, struct

@@ -89,6 +89,32 @@ final class SFTPDestinationTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: dataDirectory + "/nested dir/backups/" + created.name))
     }
 
+    /// The same round trip through the command line and the URL resolver.
+    func testRoundTripThroughTheCommandLine() throws {
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store)
+        let environment = ["HOME": work]
+        let keys = ["--ssh-key", key, "--known-hosts", knownHosts]
+        let created = try runStoreBackup(["create", store, "--to", url("cli")] + keys, environment: environment)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+
+        let listed = try runStoreBackup(["list", "--json", "--to", url("cli")] + keys, environment: environment)
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [[String: Any]]
+        XCTAssertEqual(rows.map { $0["name"] as! String }, [name])
+
+        let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--from", url("cli")] + keys,
+                                          environment: environment)
+        XCTAssertEqual(restored.status, 0, restored.stderr)
+        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false),
+                       try StoreFixture.describe(store, includeJournals: false))
+
+        let deleted = try runStoreBackup(["delete", name, "--yes", "--to", url("cli")] + keys, environment: environment)
+        XCTAssertEqual(deleted.status, 0, deleted.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dataDirectory + "/cli/" + name))
+    }
+
     func testDefaultKeyAndKnownHostsComeFromHome() async throws {
         try FileManager.default.createDirectory(atPath: work + "/.ssh", withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: key, toPath: work + "/.ssh/id_ed25519")

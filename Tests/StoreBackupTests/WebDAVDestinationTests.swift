@@ -92,6 +92,32 @@ final class WebDAVDestinationTests: XCTestCase {
         XCTAssertEqual(afterDelete.count, 0)
     }
 
+    /// The same round trip through the command line and the URL resolver.
+    func testRoundTripThroughTheCommandLine() throws {
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store)
+        let environment = ["HOME": work, "STOREBACKUP_WEBDAV_USER": user, "STOREBACKUP_WEBDAV_PASSWORD": password]
+        let to = ["--to", url("cli")]
+        let created = try runStoreBackup(["create", store] + to, environment: environment)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertFalse(created.stderr.contains(password), "no password in output")
+
+        let listed = try runStoreBackup(["list", "--json"] + to, environment: environment)
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [[String: Any]]
+        XCTAssertEqual(rows.map { $0["name"] as! String }, [name])
+
+        let restored = try runStoreBackup(["restore", name, work + "/Restored", "--yes", "--from", url("cli")], environment: environment)
+        XCTAssertEqual(restored.status, 0, restored.stderr)
+        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false),
+                       try StoreFixture.describe(store, includeJournals: false))
+
+        let deleted = try runStoreBackup(["delete", name, "--yes"] + to, environment: environment)
+        XCTAssertEqual(deleted.status, 0, deleted.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: dataDirectory + "/cli/" + name))
+    }
+
     func testNamesWithBracketsAndSpacesAndOnlyBackupsAreListed() async throws {
         let destination = try destination()
         let file = try makeFile("a.zip", bytes: 10_000)

@@ -15,6 +15,26 @@ public struct BackupPassword: Sendable, CustomStringConvertible, CustomDebugStri
         self.bytes = bytes
     }
 
+    /// The first line of a file that only its owner can read (chmod 600); a file others can
+    /// read is refused, since anyone who can read it can open the backups.
+    public init(contentsOfFile path: String) throws {
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            throw StoreBackupError.passwordUnavailable(reason: "cannot read password file \(path): \(String(cString: strerror(errno)))")
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            throw StoreBackupError.passwordUnavailable(reason: "password file \(path) can be read by others; chmod 600 it")
+        }
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw StoreBackupError.passwordUnavailable(reason: "cannot read password file \(path)")
+        }
+        defer { try? handle.close() }
+        let data = (try? handle.read(upToCount: 64 << 10)) ?? Data()
+        var text = String(decoding: data, as: UTF8.self)
+        if let newline = text.firstIndex(where: { $0 == "\n" || $0 == "\r\n" || $0 == "\r" }) { text = String(text[..<newline]) }
+        try self.init(text)
+    }
+
     public var description: String { "<password>" }
     public var debugDescription: String { "<password>" }
 
@@ -33,6 +53,12 @@ public struct PasswordProvider: Sendable {
     /// `passwordUnavailable` when there is none.
     public init(_ get: @escaping @Sendable () throws -> BackupPassword) {
         self.get = get
+    }
+
+    /// The first line of a file only its owner can read (refused when group or others can),
+    /// read each time a password is needed.
+    public static func file(_ path: String) -> PasswordProvider {
+        PasswordProvider { try BackupPassword(contentsOfFile: path) }
     }
 
     /// Always this password.

@@ -5,11 +5,15 @@ import Glibc
 
 /// The outcome of checking one backup.
 public struct VerificationResult: Sendable, Codable, Equatable {
+    /// The backup checked.
     public var name: String
+    /// Whether every check passed.
     public var ok: Bool
     /// What is wrong, when something is.
     public var problem: String?
+    /// Entries checked.
     public var files: Int
+    /// Databases that passed `PRAGMA integrity_check`.
     public var databases: Int
 }
 
@@ -17,21 +21,29 @@ public struct VerificationResult: Sendable, Codable, Equatable {
 /// reads the whole archive (CRCs), compares every file with its manifest checksum, and runs
 /// `PRAGMA integrity_check` on each database in a scratch folder, which is removed after.
 public struct BackupVerifier: Sendable {
+    /// Which backups to check.
     public enum Selection: Sendable {
+        /// The backup with this name.
         case named(String)
+        /// The newest backup.
         case latest
+        /// Every backup in the destination, newest first.
         case all
     }
 
+    /// Where the backups are.
     public let destination: any BackupDestination
     /// For encrypted backups: asked when one is met; a wrong or missing password is that backup's fault.
     public var passwords: PasswordProvider?
 
+    /// A verifier for the backups in `destination`; `passwords` opens encrypted ones.
     public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
         self.destination = destination
         self.passwords = passwords
     }
 
+    /// Checks the selected backups one after another; a damaged backup is a result with
+    /// `ok == false`, not an error. Throws when the selection cannot be resolved.
     public func verify(_ selection: Selection, progress: ProgressHandler? = nil) async throws -> [VerificationResult] {
         let backups: [BackupListing]
         switch selection {

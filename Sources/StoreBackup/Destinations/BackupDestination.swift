@@ -2,12 +2,16 @@ import Foundation
 
 /// A backup as a destination lists it.
 public struct BackupListing: Sendable, Equatable, Codable {
+    /// The backup's name, e.g. `2026-11-22 031507 Stores.zip`.
     public var name: String
+    /// Its size in bytes.
     public var size: Int64
     /// The date in the name, or the file's modification time when the name has none.
     public var date: Date
+    /// When the destination says the object was last written, when it says.
     public var modified: Date?
 
+    /// A listing entry; destinations make these.
     public init(name: String, size: Int64, date: Date, modified: Date?) {
         self.name = name
         self.size = size

@@ -6,12 +6,15 @@ import Foundation
 /// The seed app named its backups like `[2026-Nov-21] 10.15 PM Stores.zip` (local time);
 /// those are listed and restorable too.
 public enum BackupName {
+    /// Every backup name ends with this.
     public static let suffix = " Stores.zip"
 
+    /// Whether `name` looks like a backup (ends with ``suffix``).
     public static func isBackup(_ name: String) -> Bool {
         name.hasSuffix(suffix) && !name.hasPrefix(".") && name.count > suffix.count
     }
 
+    /// The name for a backup made at `date`: `yyyy-MM-dd HHmmss Stores.zip` in UTC, so names sort by time.
     public static func make(for date: Date) -> String {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")

@@ -7,7 +7,9 @@ import Foundation
 /// `STOREBACKUP_WEBDAV_PASSWORD`, …), then `~/.config/storebackup/credentials`.
 /// Credentials files must not be readable by group or others (chmod 600).
 public struct DestinationOptions: Sendable {
+    /// TLS and timeout settings for remote destinations.
     public var transport: TransportOptions
+    /// How remote destinations retry.
     public var retry: RetryPolicy
     /// S3 endpoint for S3-compatible services (--s3-endpoint / AWS_ENDPOINT_URL); path-style addressing.
     public var s3Endpoint: String?
@@ -17,13 +19,16 @@ public struct DestinationOptions: Sendable {
     public var knownHosts: String?
     /// A credentials file named explicitly (--credentials).
     public var credentialsFile: String?
+    /// Where credentials and settings are looked up after ``credentialsFile``; the process environment by default.
     public var environment: [String: String]
 
-    public init(transport: TransportOptions? = nil, retry: RetryPolicy = RetryPolicy(), s3Endpoint: String? = nil,
+    /// Options; `transport` defaults to ``TransportOptions/fromEnvironment(_:)`` of `environment`,
+    /// `retry` to ``RetryPolicy/fromEnvironment(_:)``.
+    public init(transport: TransportOptions? = nil, retry: RetryPolicy? = nil, s3Endpoint: String? = nil,
                 sshKey: String? = nil, knownHosts: String? = nil, credentialsFile: String? = nil,
                 environment: [String: String] = ProcessInfo.processInfo.environment) {
         self.transport = transport ?? TransportOptions.fromEnvironment(environment)
-        self.retry = retry
+        self.retry = retry ?? RetryPolicy.fromEnvironment(environment)
         self.s3Endpoint = s3Endpoint
         self.sshKey = sshKey
         self.knownHosts = knownHosts

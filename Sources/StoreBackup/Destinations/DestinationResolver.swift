@@ -13,7 +13,8 @@ public enum DestinationResolver {
     }
 
     /// Local paths and `file://` URLs are folders; `s3://` goes to S3 (or a compatible
-    /// endpoint), `webdav(s)://` to a WebDAV server, `sftp://` to an SSH server.
+    /// endpoint), `webdav(s)://` to a WebDAV server, `sftp://` to an SSH server,
+    /// `dropbox:///PATH` to a folder in Dropbox.
     /// Remote destinations are wrapped in `RetryingDestination`.
     public static func resolve(_ value: String?, options: DestinationOptions = DestinationOptions()) throws -> any BackupDestination {
         let environment = options.environment
@@ -33,10 +34,12 @@ public enum DestinationResolver {
                 return RetryingDestination(try WebDAVDestination.make(url: text, options: options), policy: options.retry)
             case "sftp":
                 return RetryingDestination(try SFTPDestination.make(url: text, options: options), policy: options.retry)
+            case "dropbox":
+                return RetryingDestination(try DropboxDestination.make(url: text, options: options), policy: options.retry)
             default:
                 throw StoreBackupError.invalidDestination(
                     url: RemoteURL.redacted(text),
-                    reason: "the \(scheme):// scheme is not supported (supported: a local path, file://, s3://, webdav://, webdavs://, sftp://)")
+                    reason: "the \(scheme):// scheme is not supported (supported: a local path, file://, s3://, webdav://, webdavs://, sftp://, dropbox:///PATH)")
             }
         }
         guard !text.isEmpty else { throw StoreBackupError.invalidDestination(url: text, reason: "empty path") }

@@ -10,9 +10,11 @@ import Glibc
 /// backup is ever overwritten. Temporary names carry the writer's pid so leftovers
 /// from a crashed run can be told from a running one and cleaned up.
 public struct LocalFolderDestination: BackupDestination {
+    /// The folder holding the backups (absolute).
     public let folder: String
     static let temporaryPrefix = ".storebackup-tmp-"
 
+    /// A destination for `folder`; it is created when the first backup is published.
     public init(folder: String) {
         self.folder = FileSystem.absolutePath(folder)
     }

@@ -4,9 +4,12 @@ import Foundation
 /// when they fail in a way that may heal, after each request already had its own retries.
 /// Backends stay free of retry logic; this and `RetryingTransport` are the only places.
 public struct RetryingDestination: BackupDestination {
+    /// The destination whose calls are retried.
     public let base: any BackupDestination
+    /// How often and how patiently.
     public let policy: RetryPolicy
 
+    /// Wraps `base` so each of its operations is retried by `policy`.
     public init(_ base: any BackupDestination, policy: RetryPolicy = RetryPolicy()) {
         self.base = base
         self.policy = policy

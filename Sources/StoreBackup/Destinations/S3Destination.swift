@@ -10,7 +10,9 @@ import Foundation
 /// parts streamed from the file by a few threads (memory stays small); a failed upload is
 /// aborted, and an object only exists, and so is only listed, once it is complete.
 public struct S3Destination: BackupDestination {
+    /// The bucket, from `s3://BUCKET/PREFIX`.
     public let bucket: String
+    /// The key prefix (a "folder"), without slashes at either end; may be empty.
     public let prefix: String
     let endpoint: String
     let region: String
@@ -25,6 +27,7 @@ public struct S3Destination: BackupDestination {
     static let maximumParts: Int64 = 10_000
     static let partConcurrency = 4
 
+    /// Parses `s3://BUCKET/PREFIX` and reads the credentials and region as ``DestinationOptions`` describes.
     public static func make(url: String, options: DestinationOptions) throws -> S3Destination {
         guard let components = URLComponents(string: url), components.scheme == "s3",
               let bucket = components.host, !bucket.isEmpty else {

@@ -18,14 +18,19 @@ import Glibc
 /// version 3 (what libssh2 speaks) defines rename to fail when the target exists, and
 /// OpenSSH implements it with link()+unlink(), so an existing backup is not replaced.
 public struct SFTPDestination: BackupDestination {
+    /// The SSH user.
     public let user: String
     /// Host as written in URLs (IPv6 addresses in brackets).
     public let host: String
+    /// The SSH port (22 unless the URL says).
     public let port: Int
     /// Absolute folder path on the server, without a trailing slash ("/" for the root).
     public let folder: String
+    /// The private key used to log in.
     public let privateKeyFile: String
+    /// Its `.pub` file, when there is one.
     public let publicKeyFile: String?
+    /// The known_hosts file the server's host key must be in.
     public let knownHostsFile: String
     let transport: RetryingTransport
     /// One attempt per request: cleanup after a failure must not add a round of retries.

@@ -20,6 +20,7 @@ public struct WebDAVDestination: BackupDestination {
     public let httpScheme: String
     /// Host as written in URLs (IPv6 addresses in brackets).
     public let host: String
+    /// The port when the URL gave one.
     public let port: Int?
     /// The folder's path segments, decoded ("my backups", not "my%20backups").
     public let folder: [String]

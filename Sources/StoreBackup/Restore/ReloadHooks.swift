@@ -1,17 +1,38 @@
 import Foundation
 
-/// How the app around a store takes part in a restore.
+/// How the app around a store takes part in a restore, so a server can restore without
+/// restarting.
 ///
-/// - `willSwap`: called before the live folder is renamed; pause writes, close connections.
-/// - `reload`: called with the stores directory once the restored store is live; open and
-///   validate it. Throwing rejects the restore: the old store is put back and `reload`
-///   is called again on it.
-/// - `didRollback`: called after a rejected store was moved aside and the old one is live.
+/// A restore calls them in this order, after the backup has been downloaded, unpacked
+/// beside the live store and checked:
+///
+/// 1. ``willSwap``: pause writes and close every connection to the store's databases.
+///    Throwing abandons the restore before anything is swapped (the unpacked copy is
+///    removed) and ``reload`` is called on the untouched live store so the app resumes.
+/// 2. The live folder is renamed to `<store>_Old` and the restored one into its place.
+/// 3. ``reload``: open the restored store and check that the app can use it. Returning
+///    commits the restore. Throwing rejects it: the restored store is moved to
+///    `<store>_FailedRestore`, the old one is put back, ``reload`` is called again on it, and
+///    then ``didRollback`` runs; the restore throws ``StoreBackupError/reloadFailed(reason:rolledBack:)``.
+///
+/// ```swift
+/// let hooks = ReloadHooks(
+///     willSwap: { try await database.pauseAndClose() },
+///     reload: { directory in try await database.open(directory + "/App.sqlite") },
+///     didRollback: { error in logger.warning("restore rejected: \(error)") })
+/// try await helper.restore("latest", hooks: hooks)
+/// ```
 public struct ReloadHooks: Sendable {
+    /// Called before the live folder is renamed: pause writes and close connections.
     public var willSwap: @Sendable () async throws -> Void
+    /// Called with the stores directory once the restored store is live (and again on the
+    /// old store after a rollback): open and validate it; throwing rejects the restore.
     public var reload: @Sendable (_ storesDirectory: String) async throws -> Void
+    /// Called with `reload`'s error after a rejected store was moved aside and the old one is
+    /// live (and reloaded) again.
     public var didRollback: @Sendable (_ error: Error) async -> Void
 
+    /// Makes hooks; only `reload` is required.
     public init(
         willSwap: @escaping @Sendable () async throws -> Void = {},
         reload: @escaping @Sendable (_ storesDirectory: String) async throws -> Void,
@@ -28,6 +49,7 @@ public struct ReloadHooks: Sendable {
     })
 }
 
+/// Checks a store's databases the way the command line's restore does.
 public enum DatabaseCheck {
     /// Opens every SQLite database under `directory` (found by header) and runs quick_check.
     public static func quickCheckAll(in directory: String) throws {

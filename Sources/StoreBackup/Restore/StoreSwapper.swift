@@ -2,6 +2,7 @@ import Foundation
 
 /// What recovery found and did.
 public enum RecoveryOutcome: Sendable, Equatable {
+    /// No restore was interrupted; nothing was changed.
     case nothingToDo
     /// An unfinished extraction was discarded; the live store was never touched.
     case discardedUnfinishedRestore(backup: String)
@@ -12,6 +13,7 @@ public enum RecoveryOutcome: Sendable, Equatable {
     /// A restore had succeeded and only cleanup was left; it is done.
     case finishedCleanup(backup: String)
 
+    /// One line for a log or terminal; nil when there was nothing to do.
     public var message: String? {
         switch self {
         case .nothingToDo: return nil

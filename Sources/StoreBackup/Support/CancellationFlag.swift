@@ -6,10 +6,13 @@ public final class CancellationFlag: @unchecked Sendable {
     private let lock = NSLock()
     private var cancelled = false
 
+    /// A flag that is not cancelled yet.
     public init() {}
 
+    /// Whether ``cancel()`` has been called.
     public var isCancelled: Bool { lock.withLock { cancelled } }
 
+    /// Asks the work to stop at its next check; it then throws ``StoreBackupError/cancelled``.
     public func cancel() { lock.withLock { cancelled = true } }
 
     func throwIfCancelled() throws {

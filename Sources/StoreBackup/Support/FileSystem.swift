@@ -95,7 +95,10 @@ enum FileSystem {
         return standardized
     }
 
+    /// This machine's name as recorded in manifests: `$STOREBACKUP_HOSTNAME` when set (containers
+    /// get random host names; several of them backing up one app should share one), else gethostname.
     static var hostName: String {
+        if let name = ProcessInfo.processInfo.environment["STOREBACKUP_HOSTNAME"], !name.isEmpty { return name }
         var buffer = [CChar](repeating: 0, count: 256)
         guard gethostname(&buffer, buffer.count) == 0 else { return "unknown" }
         return String(cString: buffer)

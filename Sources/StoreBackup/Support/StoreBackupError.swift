@@ -2,25 +2,60 @@ import Foundation
 
 /// Every failure the library reports. Cases carry what a caller needs to act on;
 /// `description` is the one line the command line prints.
+///
+/// ```swift
+/// do {
+///     try await helper.createBackup()
+/// } catch StoreBackupError.storeLocked(_, let holder) {
+///     // another backup or restore is running: try later
+/// } catch StoreBackupError.cancelled {
+///     // the task was cancelled: nothing was published
+/// } catch let error as StoreBackupError {
+///     logger.error("\(error)")   // description says what failed and what to do
+/// }
+/// ```
 public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertible {
+    /// The stores directory to back up does not exist.
     case storesDirectoryMissing(path: String)
+    /// The stores directory (or something in it) could not be read; `reason` says why.
     case storesDirectoryUnreadable(path: String, reason: String)
+    /// The stores directory holds no SQLite database (files are recognised by their header).
     case noDatabases(path: String)
+    /// Another storebackup operation (this process or another) is working on this store;
+    /// `holder` names its pid, host, purpose and start. Try again later.
     case storeLocked(path: String, holder: String)
+    /// The destination has no backup by that name.
     case backupNotFound(name: String, destination: String)
+    /// Publishing would overwrite an existing backup; storebackup never does that.
     case backupExists(name: String, destination: String)
+    /// `latest` was asked for, but the destination holds no backups.
     case noBackups(destination: String)
+    /// The name is not a backup's (backups end in " Stores.zip" and contain no slash).
     case invalidBackupName(name: String)
+    /// The backup cannot be read as a storebackup archive (truncated, not a ZIP, bad CRC,
+    /// no manifest, wrong password); nothing was changed.
     case corruptArchive(name: String, reason: String)
+    /// The backup holds a path that would land outside the stores directory; it is refused.
     case unsafeArchiveEntry(name: String, entry: String)
+    /// A file in the backup does not match the SHA-256 its manifest records.
     case checksumMismatch(name: String, entry: String)
+    /// A database failed `PRAGMA integrity_check` (or `quick_check`); `result` is SQLite's answer.
     case databaseCheckFailed(path: String, result: String)
+    /// SQLite returned an error; `message` is SQLite's.
     case sqlite(path: String, operation: String, message: String)
+    /// libzip could not write the archive (disk full, permissions…).
     case archiveWrite(reason: String)
+    /// A file-system call failed; `errno` is the C error number.
     case io(path: String, operation: String, errno: Int32)
+    /// The destination failed (network, authentication, server error) after retries.
     case destination(destination: String, reason: String)
+    /// A destination URL or path could not be used (unknown scheme, missing credentials…).
     case invalidDestination(url: String, reason: String)
+    /// The app's ``ReloadHooks/reload`` rejected the restored store. `rolledBack` is true when
+    /// the previous store is live again (the rejected one is in `<store>_FailedRestore`).
     case reloadFailed(reason: String, rolledBack: Bool)
+    /// A restore was refused before touching the live store; `reason` says why
+    /// (e.g. a leftover `<store>_New`, or the app's ``ReloadHooks/willSwap`` failed).
     case restoreRefused(reason: String)
     /// No password could be had (none given, or an empty one), or the two entries differ.
     case passwordUnavailable(reason: String)
@@ -28,8 +63,10 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case passwordRequired(name: String)
     /// The password does not open the backup.
     case wrongPassword(name: String)
+    /// The task was cancelled; nothing was published and no store was changed.
     case cancelled
 
+    /// One line for a person: what failed and, where possible, what to do.
     public var description: String {
         switch self {
         case .storesDirectoryMissing(let path):

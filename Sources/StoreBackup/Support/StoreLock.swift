@@ -10,6 +10,7 @@ import Glibc
 /// command never leaves the store locked; the file's text only says who holds it.
 public final class StoreLock: @unchecked Sendable {
     private let fd: Int32
+    /// The lock file, beside the stores directory: `.<name>.storebackup-lock`.
     public let path: String
 
     /// Takes the lock or throws `storeLocked` naming the holder.

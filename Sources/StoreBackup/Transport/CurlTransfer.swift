@@ -62,6 +62,9 @@ struct CurlTransfer {
             set(CURLOPT_AWS_SIGV4, "aws:amz:\(region):\(service)")
             set(CURLOPT_USERNAME, accessKey)
             set(CURLOPT_PASSWORD, secretKey)
+        case .bearer(let token):
+            set(CURLOPT_HTTPAUTH, 1 << 6)  // CURLAUTH_BEARER
+            set(CURLOPT_XOAUTH2_BEARER, token)
         case .sshKey(let user, let privateKey, let publicKey, let knownHosts):
             set(CURLOPT_USERNAME, user)
             set(CURLOPT_SSH_AUTH_TYPES, 1)  // CURLSSH_AUTH_PUBLICKEY

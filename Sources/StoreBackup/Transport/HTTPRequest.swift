@@ -24,6 +24,8 @@ struct TransferRequest: Sendable {
         case basic(user: String, password: String)
         /// AWS Signature V4 by libcurl (CURLOPT_AWS_SIGV4).
         case awsSigV4(accessKey: String, secretKey: String, region: String, service: String)
+        /// OAuth 2 bearer token (Dropbox), sent as `Authorization: Bearer …` by libcurl.
+        case bearer(token: String)
         /// SSH public-key auth (sftp://).
         case sshKey(user: String, privateKeyFile: String, publicKeyFile: String?, knownHostsFile: String)
     }
@@ -60,9 +62,11 @@ struct TransferResponse: Sendable {
 
 /// A failed transfer, classified so the retry wrapper and the user know what to do.
 public struct TransferError: Error, Sendable, CustomStringConvertible {
+    /// What kind of failure it was; decides whether a retry may help.
     public enum Kind: Sendable, Equatable {
         /// Connection refused, reset, DNS: worth retrying.
         case connection
+        /// The connection or the transfer timed out (including a stalled transfer).
         case timeout
         /// TLS handshake or certificate verification failed.
         case tls
@@ -72,15 +76,20 @@ public struct TransferError: Error, Sendable, CustomStringConvertible {
         case authentication
         /// The server answered with an HTTP status that is not a success.
         case http(status: Int)
+        /// The task was cancelled.
         case cancelled
+        /// Anything else libcurl reported.
         case other
     }
 
+    /// What kind of failure it was.
     public var kind: Kind
+    /// A one-line explanation without secrets.
     public var message: String
     /// Seconds the server asked us to wait (Retry-After), when it said.
     public var retryAfter: Double?
 
+    /// The same as ``message``.
     public var description: String { message }
 
     /// Whether trying again may succeed: network trouble, timeouts, 429, 5xx.
@@ -99,11 +108,14 @@ public struct TransportOptions: Sendable {
     public var caFile: String?
     /// Skip certificate verification (--insecure). Off unless asked for.
     public var insecure: Bool
+    /// Seconds to wait for a connection (20 by default).
     public var connectTimeout: Int
     /// Abort when slower than `lowSpeedLimit` bytes/s for `lowSpeedTime` seconds.
     public var lowSpeedLimit: Int
+    /// Seconds of slowness (below ``lowSpeedLimit``) after which a transfer is dropped.
     public var lowSpeedTime: Int
 
+    /// Settings with the defaults the command line uses.
     public init(caFile: String? = nil, insecure: Bool = false, connectTimeout: Int = 20,
                 lowSpeedLimit: Int = 1024, lowSpeedTime: Int = 60) {
         self.caFile = caFile
@@ -113,6 +125,7 @@ public struct TransportOptions: Sendable {
         self.lowSpeedTime = lowSpeedTime
     }
 
+    /// The defaults, with `STOREBACKUP_CA_FILE` from `environment` as ``caFile``.
     public static func fromEnvironment(_ environment: [String: String] = ProcessInfo.processInfo.environment) -> TransportOptions {
         TransportOptions(caFile: environment["STOREBACKUP_CA_FILE"].flatMap { $0.isEmpty ? nil : $0 })
     }

@@ -3,17 +3,31 @@ import Foundation
 /// How often and how patiently to retry. Defaults follow rclone: 10 low-level retries
 /// per request, 3 retries of a whole operation.
 public struct RetryPolicy: Sendable {
+    /// Tries per request (network errors, timeouts, 408, 429, 5xx).
     public var requestAttempts: Int
+    /// Tries of a whole operation (upload, download, list, delete) after its requests gave up.
     public var operationAttempts: Int
     /// First backoff; doubles each time up to `maximumDelay`, with full jitter.
     public var initialDelay: Double
+    /// Longest wait between tries, in seconds.
     public var maximumDelay: Double
 
+    /// A policy; the defaults are those of the command line.
     public init(requestAttempts: Int = 10, operationAttempts: Int = 3, initialDelay: Double = 0.2, maximumDelay: Double = 20) {
         self.requestAttempts = requestAttempts
         self.operationAttempts = operationAttempts
         self.initialDelay = initialDelay
         self.maximumDelay = maximumDelay
+    }
+
+    /// The default policy, with `STOREBACKUP_RETRY_ATTEMPTS` (tries per request) and
+    /// `STOREBACKUP_RETRY_OPERATIONS` (tries per whole operation) when set to a number ≥ 1:
+    /// a scheduled job that should fail fast, or a flaky link that needs more patience.
+    public static func fromEnvironment(_ environment: [String: String]) -> RetryPolicy {
+        var policy = RetryPolicy()
+        if let text = environment["STOREBACKUP_RETRY_ATTEMPTS"], let value = Int(text), value >= 1 { policy.requestAttempts = value }
+        if let text = environment["STOREBACKUP_RETRY_OPERATIONS"], let value = Int(text), value >= 1 { policy.operationAttempts = value }
+        return policy
     }
 
     /// The wait before attempt `attempt + 1`: the server's Retry-After when it gave one

@@ -1,0 +1,87 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes `NAME=value` credentials files (the format `DestinationOptions` reads).
+public enum CredentialsFile {
+    /// `~/.config/storebackup/credentials` for the given environment's HOME.
+    public static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        (environment["HOME"] ?? NSHomeDirectory()) + "/.config/storebackup/credentials"
+    }
+
+    /// Sets `values` in the file at `path`, keeping its other lines, replacing it
+    /// atomically (a temporary beside it, fsync, rename) with mode 0600 from the first
+    /// byte. Missing parent folders are created with mode 0700.
+    public static func update(_ path: String, values: [(String, String)]) throws {
+        for (name, value) in values where name.contains("=") || name.contains(where: \.isNewline) || value.contains(where: \.isNewline) {
+            throw StoreBackupError.invalidDestination(url: path, reason: "cannot store \(name): names and values must be single lines")
+        }
+        let parent = (path as NSString).deletingLastPathComponent
+        if !parent.isEmpty, !FileManager.default.fileExists(atPath: parent) {
+            try FileManager.default.createDirectory(atPath: parent, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+        }
+        var lines: [String] = []
+        if FileManager.default.fileExists(atPath: path) {
+            guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+                throw StoreBackupError.invalidDestination(url: path, reason: "credentials file cannot be read")
+            }
+            lines = text.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+            if lines.last == "" { lines.removeLast() }
+        }
+        for (name, value) in values {
+            let line = "\(name)=\(value)"
+            if let index = lines.firstIndex(where: { key(of: $0) == name }) {
+                lines[index] = line
+                // A name given twice would be ambiguous: keep only the first.
+                lines = lines.enumerated().filter { $0.offset <= index || key(of: $0.element) != name }.map(\.element)
+            } else {
+                lines.append(line)
+            }
+        }
+        try writeAtomically(path, Data((lines.joined(separator: "\n") + "\n").utf8))
+    }
+
+    private static func key(of line: String) -> String? {
+        let trimmed = line.trimmingCharacters(in: .whitespaces)
+        guard !trimmed.hasPrefix("#"), let equals = trimmed.firstIndex(of: "=") else { return nil }
+        return trimmed[..<equals].trimmingCharacters(in: .whitespaces)
+    }
+
+    private static func writeAtomically(_ path: String, _ data: Data) throws {
+        let temporary = path + ".tmp-\(getpid())-\(UUID().uuidString.prefix(8))"
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw StoreBackupError.io(path: temporary, operation: "create", errno: errno) }
+        var closed = false
+        defer {
+            if !closed { close(descriptor) }
+        }
+        do {
+            try data.withUnsafeBytes { bytes in
+                var offset = 0
+                while offset < bytes.count {
+                    let wrote = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
+                    if wrote < 0 && errno == EINTR { continue }
+                    guard wrote > 0 else { throw StoreBackupError.io(path: temporary, operation: "write", errno: errno) }
+                    offset += wrote
+                }
+            }
+            // The umask cannot widen it, but be explicit: secrets are for the owner only.
+            fchmod(descriptor, 0o600)
+            guard fsync(descriptor) == 0 else { throw StoreBackupError.io(path: temporary, operation: "fsync", errno: errno) }
+            close(descriptor)
+            closed = true
+            guard rename(temporary, path) == 0 else { throw StoreBackupError.io(path: path, operation: "replace", errno: errno) }
+        } catch {
+            unlink(temporary)
+            throw error
+        }
+        let parent = (path as NSString).deletingLastPathComponent
+        let directory = open(parent.isEmpty ? "." : parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            fsync(directory)
+            close(directory)
+        }
+    }
+}

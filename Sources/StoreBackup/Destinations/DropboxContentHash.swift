@@ -1,0 +1,121 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Dropbox's `content_hash`, as published in its API documentation: split the data into
+/// 4 MiB blocks, take the SHA-256 of each, then the SHA-256 of the concatenated block
+/// digests, written as lowercase hex. Fed incrementally, so a file of any size is hashed
+/// with a small, fixed amount of memory.
+struct DropboxContentHasher {
+    static let blockSize = 4 << 20
+
+    private var overall = SHA256()
+    private var block = SHA256()
+    private var bytesInBlock = 0
+
+    mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        var rest = bytes[...]
+        while !rest.isEmpty {
+            let take = min(rest.count, Self.blockSize - bytesInBlock)
+            block.update(bufferPointer: UnsafeRawBufferPointer(rebasing: rest.prefix(take)))
+            bytesInBlock += take
+            rest = rest.dropFirst(take)
+            if bytesInBlock == Self.blockSize { closeBlock() }
+        }
+    }
+
+    /// The hex digest of everything fed so far (the hasher itself is left as it was).
+    func finalize() -> String {
+        var copy = self
+        if copy.bytesInBlock > 0 { copy.closeBlock() }
+        return copy.overall.finalize().map { String(format: "%02x", $0) }.joined()
+    }
+
+    private mutating func closeBlock() {
+        let digest = block.finalize()
+        digest.withUnsafeBytes { overall.update(bufferPointer: $0) }
+        block = SHA256()
+        bytesInBlock = 0
+    }
+
+    /// Reads `length` bytes of `file` from `offset` in 1 MiB pieces and hands each
+    /// piece, with its absolute offset, to `consume`.
+    static func read(file: String, offset: Int64, length: Int64,
+                     _ consume: (_ at: Int64, _ bytes: UnsafeRawBufferPointer) -> Void) throws {
+        let descriptor = open(file, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw StoreBackupError.io(path: file, operation: "open for hashing", errno: errno) }
+        defer { close(descriptor) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        var position = offset
+        let end = offset + length
+        while position < end {
+            let want = Int(min(Int64(buffer.count), end - position))
+            let got = pread(descriptor, buffer.baseAddress, want, off_t(position))
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else {
+                throw StoreBackupError.io(path: file, operation: "read for hashing", errno: got < 0 ? errno : EIO)
+            }
+            consume(position, UnsafeRawBufferPointer(rebasing: buffer[0..<got]))
+            position += Int64(got)
+        }
+    }
+
+    /// The content hash of a slice of a file.
+    static func hash(file: String, offset: Int64 = 0, length: Int64) throws -> String {
+        var hasher = DropboxContentHasher()
+        try read(file: file, offset: offset, length: length) { _, bytes in hasher.update(bytes) }
+        return hasher.finalize()
+    }
+}
+
+/// The content hash of a whole file built up while its slices are sent, in whatever
+/// order a resumed upload sends them: bytes are taken in file order only, each once, so
+/// a slice sent again (after `incorrect_offset`) is not counted twice and a slice the
+/// server already had is read to catch up.
+struct DropboxFileHashTracker {
+    let file: String
+    private(set) var hashedUpTo: Int64 = 0
+    private var hasher = DropboxContentHasher()
+
+    init(file: String) { self.file = file }
+
+    /// Hashes `[offset, offset + length)` as its own content hash (what Dropbox checks for
+    /// one request) and, from the same read, extends the whole-file hash.
+    mutating func hashSlice(offset: Int64, length: Int64) throws -> String {
+        if hashedUpTo < offset {
+            try DropboxContentHasher.read(file: file, offset: hashedUpTo, length: offset - hashedUpTo) { _, bytes in
+                hasher.update(bytes)
+            }
+            hashedUpTo = offset
+        }
+        var slice = DropboxContentHasher()
+        var whole = hasher
+        var wholeUpTo = hashedUpTo
+        try DropboxContentHasher.read(file: file, offset: offset, length: length) { at, bytes in
+            slice.update(bytes)
+            let end = at + Int64(bytes.count)
+            if end > wholeUpTo {
+                let skip = Int(max(0, wholeUpTo - at))
+                whole.update(UnsafeRawBufferPointer(rebasing: bytes[skip...]))
+                wholeUpTo = end
+            }
+        }
+        hasher = whole
+        hashedUpTo = wholeUpTo
+        return slice.finalize()
+    }
+
+    /// The whole file's content hash, once every byte up to `size` went through.
+    mutating func finish(size: Int64) throws -> String {
+        if hashedUpTo < size {
+            try DropboxContentHasher.read(file: file, offset: hashedUpTo, length: size - hashedUpTo) { _, bytes in
+                hasher.update(bytes)
+            }
+            hashedUpTo = size
+        }
+        return hasher.finalize()
+    }
+}

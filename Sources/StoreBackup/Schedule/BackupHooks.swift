@@ -1,0 +1,173 @@
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Something to do after a backup: run a shell command or POST a JSON report to a URL.
+public struct HookAction: Sendable, Equatable {
+    public enum Target: Sendable, Equatable {
+        /// Run with `/bin/sh -c`; the outcome is in `STOREBACKUP_*` environment variables.
+        case command(String)
+        /// POST the outcome as JSON (`HookEvent`).
+        case url(String)
+    }
+    public var target: Target
+    /// After this long the command is killed or the request abandoned.
+    public var timeout: TimeInterval
+
+    public init(_ target: Target, timeout: TimeInterval = 30) {
+        self.target = target
+        self.timeout = timeout
+    }
+}
+
+/// Hooks run after each scheduled backup, by outcome.
+public struct BackupHooks: Sendable, Equatable {
+    public var onSuccess: [HookAction]
+    public var onFailure: [HookAction]
+
+    public init(onSuccess: [HookAction] = [], onFailure: [HookAction] = []) {
+        self.onSuccess = onSuccess
+        self.onFailure = onFailure
+    }
+}
+
+/// What a hook is told: the JSON body of a URL hook, and the environment of a command hook.
+public struct HookEvent: Sendable, Codable, Equatable {
+    /// "success" or "failure".
+    public var event: String
+    public var store: String
+    public var storesDirectory: String
+    public var destination: String
+    public var host: String
+    public var startedAt: Date
+    public var finishedAt: Date
+    /// The new backup's name and size (success).
+    public var backup: String?
+    public var size: Int64?
+    /// What went wrong (failure).
+    public var error: String?
+    /// Backups deleted by retention after this one.
+    public var pruned: [String]?
+
+    public init(event: String, store: String, storesDirectory: String, destination: String, host: String,
+                startedAt: Date, finishedAt: Date, backup: String? = nil, size: Int64? = nil,
+                error: String? = nil, pruned: [String]? = nil) {
+        self.event = event; self.store = store; self.storesDirectory = storesDirectory
+        self.destination = destination; self.host = host; self.startedAt = startedAt
+        self.finishedAt = finishedAt; self.backup = backup; self.size = size; self.error = error; self.pruned = pruned
+    }
+
+    var environment: [String: String] {
+        var values = [
+            "STOREBACKUP_EVENT": event, "STOREBACKUP_STORE": store, "STOREBACKUP_STORES_DIR": storesDirectory,
+            "STOREBACKUP_DESTINATION": destination, "STOREBACKUP_HOST": host,
+        ]
+        if let backup { values["STOREBACKUP_BACKUP"] = backup }
+        if let size { values["STOREBACKUP_SIZE"] = String(size) }
+        if let error { values["STOREBACKUP_ERROR"] = error }
+        return values
+    }
+
+    func json() -> Data {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.sortedKeys]
+        return (try? encoder.encode(self)) ?? Data("{}".utf8)
+    }
+}
+
+/// Runs hooks. A hook that fails, times out or cannot start is logged and otherwise
+/// ignored: hooks report on a backup, they never decide its outcome.
+public struct HookRunner: Sendable {
+    public var logger: Logger
+    var transport: TransportOptions
+
+    public init(logger: Logger, transport: TransportOptions = .fromEnvironment()) {
+        self.logger = logger
+        self.transport = transport
+    }
+
+    /// Runs each action in turn; returns how many succeeded.
+    @discardableResult
+    public func run(_ actions: [HookAction], event: HookEvent) async -> Int {
+        var succeeded = 0
+        for action in actions {
+            do {
+                switch action.target {
+                case .command(let command): try await runCommand(command, event: event, timeout: action.timeout)
+                case .url(let url): try await post(url, event: event, timeout: action.timeout)
+                }
+                succeeded += 1
+            } catch {
+                logger.warning("on-\(event.event) hook failed (the backup's outcome is unchanged)",
+                               metadata: ["hook": "\(Self.label(action.target))", "error": "\(error)"])
+            }
+        }
+        return succeeded
+    }
+
+    /// Names a hook in logs without secrets: a URL's path and query (webhook tokens live
+    /// there) are dropped, and a command is shown only by its first word.
+    static func label(_ target: HookAction.Target) -> String {
+        switch target {
+        case .command(let command):
+            return "command " + (command.split(separator: " ").first.map(String.init) ?? "")
+        case .url(let url):
+            guard let parts = URLComponents(string: url), let scheme = parts.scheme, let host = parts.host else { return "URL" }
+            return "POST \(scheme)://\(host)\(parts.port.map { ":\($0)" } ?? "")/…"
+        }
+    }
+
+    private func runCommand(_ command: String, event: HookEvent, timeout: TimeInterval) async throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        process.environment = ProcessInfo.processInfo.environment.merging(event.environment) { _, new in new }
+        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
+            process.terminationHandler = { finished in continuation.resume(returning: finished.terminationStatus) }
+            do { try process.run() } catch {
+                process.terminationHandler = nil
+                continuation.resume(throwing: HookError("cannot start /bin/sh: \(error.localizedDescription)"))
+                return
+            }
+            // The deadline: SIGTERM, then SIGKILL a few seconds later if it is still there.
+            let pid = process.processIdentifier
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout) {
+                guard process.isRunning else { return }
+                kill(pid, SIGTERM)
+                DispatchQueue.global().asyncAfter(deadline: .now() + 5) { if process.isRunning { kill(pid, SIGKILL) } }
+            }
+        }
+        if process.terminationReason == .uncaughtSignal {
+            throw HookError("killed by signal \(status) (timeout \(DurationText.format(timeout)))")
+        }
+        guard status == 0 else { throw HookError("exited with status \(status)") }
+    }
+
+    private func post(_ url: String, event: HookEvent, timeout: TimeInterval) async throws {
+        guard let scheme = URLComponents(string: url)?.scheme?.lowercased(), ["http", "https"].contains(scheme) else {
+            throw HookError("only http:// and https:// URLs can be hooks")
+        }
+        let request = TransferRequest(
+            method: "POST", url: url, headers: [("Content-Type", "application/json")],
+            body: .bytes(event.json()), sink: .memory(limit: 64 << 10), label: Self.label(.url(url)))
+        let transfer = CurlTransfer(options: transport)
+        let response = try await runBlocking(name: "storebackup-hook") { cancel in
+            // The timeout cancels the transfer through the same flag task cancellation uses.
+            let timer = DispatchWorkItem { cancel.cancel() }
+            DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
+            defer { timer.cancel() }
+            return try transfer.perform(request, cancel: cancel)
+        }
+        guard (200..<300).contains(response.status) else { throw HookError("the server answered HTTP \(response.status)") }
+    }
+}
+
+/// Why a hook failed (logged only).
+public struct HookError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}

@@ -1,0 +1,124 @@
+import Crypto
+import Foundation
+
+/// Who made a backup: the host and the stores directory, as its manifest records them.
+public struct BackupOrigin: Sendable, Codable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var storesDirectory: String
+
+    public init(host: String, storesDirectory: String) {
+        self.host = host
+        self.storesDirectory = storesDirectory
+    }
+
+    public var description: String { "\(host):\(storesDirectory)" }
+
+    /// This machine (or `$STOREBACKUP_HOSTNAME`), as create records it.
+    public static var currentHost: String { FileSystem.hostName }
+}
+
+/// Finds the origin of each backup in a destination, so several machines and stores can
+/// share one destination and `list --host` and retention can tell their backups apart.
+///
+/// Backup names carry only a date, so the origin comes from the manifest inside the
+/// archive. For a local folder that is cheap: the archive is opened in place. A remote
+/// backup would have to be downloaded, so origins are cached (by destination, name and
+/// size; backups never change) in the state folder: backups made by this machine are
+/// recorded when they are created, and others are read once, only when `download` is
+/// allowed (`prune`, the scheduler's retention), never for a plain `list`.
+public struct BackupOriginIndex: Sendable {
+    public let destination: any BackupDestination
+    /// Where the cache lives; nil: no cache.
+    public let cacheDirectory: String?
+    /// Opens the manifests of encrypted backups; without it (or with a password that does
+    /// not fit) their origin is unknown unless cached.
+    public let passwords: PasswordProvider?
+
+    public init(destination: any BackupDestination, cacheDirectory: String?, passwords: PasswordProvider? = nil) {
+        self.destination = destination
+        self.cacheDirectory = cacheDirectory
+        self.passwords = passwords
+    }
+
+    struct CacheEntry: Codable { var size: Int64; var origin: BackupOrigin }
+
+    var cachePath: String? {
+        guard let cacheDirectory else { return nil }
+        let digest = SHA256.hash(data: Data(destination.displayName.utf8)).map { String(format: "%02x", $0) }.joined()
+        return cacheDirectory + "/origins/" + digest.prefix(16) + ".json"
+    }
+
+    func loadCache() -> [String: CacheEntry] {
+        guard let path = cachePath, let data = FileManager.default.contents(atPath: path) else { return [:] }
+        return (try? JSONDecoder().decode([String: CacheEntry].self, from: data)) ?? [:]
+    }
+
+    func saveCache(_ cache: [String: CacheEntry]) {
+        guard let path = cachePath, let data = try? JSONEncoder().encode(cache) else { return }
+        try? FileSystem.createDirectories(FileSystem.parentDirectory(of: path), mode: 0o700)
+        let temporary = path + ".tmp-\(getpid())"
+        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else { return }
+        try? FileSystem.rename(from: temporary, to: path)
+    }
+
+    /// Remembers the origin of a backup this process just made (no download needed later).
+    public func record(_ result: BackupResult) {
+        guard cachePath != nil else { return }
+        var cache = loadCache()
+        cache[result.name] = CacheEntry(
+            size: result.size, origin: BackupOrigin(host: result.manifest.hostName, storesDirectory: result.manifest.sourcePath))
+        saveCache(cache)
+    }
+
+    /// The origin of each listed backup, by name; nil where it cannot be known cheaply
+    /// (remote, not cached, `download` false) or at all (no readable manifest, e.g. the
+    /// seed app's archives).
+    public func origins(of backups: [BackupListing], download: Bool) async -> [String: BackupOrigin?] {
+        var cache = loadCache()
+        var changed = false
+        var result: [String: BackupOrigin?] = [:]
+        let local = destination as? LocalFolderDestination
+        for backup in backups {
+            if let entry = cache[backup.name], entry.size == backup.size {
+                result[backup.name] = entry.origin
+                continue
+            }
+            var origin: BackupOrigin?
+            if let path = local?.localPath(of: backup.name) {
+                origin = readOrigin(archive: path, name: backup.name)
+            } else if download {
+                origin = await downloadOrigin(backup.name)
+                if let origin {
+                    cache[backup.name] = CacheEntry(size: backup.size, origin: origin)
+                    changed = true
+                }
+            }
+            result[backup.name] = origin
+        }
+        // Forget backups that are gone, so the cache stays as small as the destination.
+        let names = Set(backups.map(\.name))
+        if cache.keys.contains(where: { !names.contains($0) }) {
+            cache = cache.filter { names.contains($0.key) }
+            changed = true
+        }
+        if changed { saveCache(cache) }
+        return result
+    }
+
+    func readOrigin(archive path: String, name: String) -> BackupOrigin? {
+        guard let manifest = (try? ArchiveReader(path: path, backupName: name, passwords: passwords))?.manifest else { return nil }
+        return BackupOrigin(host: manifest.hostName, storesDirectory: manifest.sourcePath)
+    }
+
+    private func downloadOrigin(_ name: String) async -> BackupOrigin? {
+        let folder = destination.stagingDirectory ?? NSTemporaryDirectory()
+        let temporary = folder + "/.storebackup-tmp-\(getpid())-\(UUID().uuidString).zip"
+        defer { unlink(temporary) }
+        do {
+            try await destination.download(name, to: temporary, progress: nil)
+        } catch {
+            return nil
+        }
+        return readOrigin(archive: temporary, name: name)
+    }
+}

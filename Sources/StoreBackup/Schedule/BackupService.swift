@@ -1,0 +1,304 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// Backs up stores on their schedules: the long-running heart of `storebackup run`, and
+/// the piece an app embeds to back itself up.
+///
+/// A `swift-service-lifecycle` `Service`: add it to a `ServiceGroup` (or call `run()` in a
+/// task of your own). For each `StoreJob` it
+/// - waits for the next scheduled time (plus up to `jitter`, at random);
+/// - catches up once at start-up when a scheduled run was missed while the service was not
+///   running (the state file says when the last run was);
+/// - never runs two backups of one store at once (a firing that comes while the previous run
+///   is still going is skipped and logged);
+/// - applies the store's retention after each successful backup, to this host's backups of
+///   this store only;
+/// - records the outcome in the store's `BackupState` file and runs its hooks.
+///
+/// On graceful shutdown (SIGTERM/SIGINT in a `ServiceGroup`) or task cancellation, waiting
+/// stops and a backup in flight is cancelled: its temporary archive is removed and nothing
+/// partial is published; `run()` then returns.
+///
+/// ```swift
+/// let configuration = try BackupConfiguration.load(path: "/etc/storebackup.yml")
+/// let service = BackupService(configuration: configuration, logger: Logger(label: "backup"))
+/// let group = ServiceGroup(services: [service, httpServer], gracefulShutdownSignals: [.sigterm], logger: logger)
+/// try await group.run()
+/// // elsewhere, e.g. an admin endpoint:
+/// let outcome = try await service.backUpNow("app")
+/// ```
+public final class BackupService: Service, Sendable {
+    public let jobs: [StoreJob]
+    public let stateStore: BackupStateStore
+    public let destinationOptions: DestinationOptions
+    public let logger: Logger
+    private let running = RunningStores()
+
+    /// - Parameters:
+    ///   - jobs: the stores to back up; names must be unique.
+    ///   - stateStore: where per-store state (last success/failure, next run) is kept.
+    ///   - destinationOptions: credentials, endpoints and TLS for remote destinations.
+    ///   - logger: where the service logs each run, retention and hook outcome.
+    public init(jobs: [StoreJob], stateStore: BackupStateStore = BackupStateStore(directory: BackupStateStore.defaultDirectory()),
+                destinationOptions: DestinationOptions = DestinationOptions(), logger: Logger) {
+        self.jobs = jobs
+        self.stateStore = stateStore
+        self.destinationOptions = destinationOptions
+        self.logger = logger
+    }
+
+    /// A service for every store of a parsed configuration file.
+    public convenience init(configuration: BackupConfiguration, logger: Logger) {
+        self.init(jobs: configuration.stores, stateStore: configuration.stateStore,
+                  destinationOptions: configuration.destinationOptions(), logger: logger)
+    }
+
+    /// Runs every store's schedule until graceful shutdown or cancellation.
+    public func run() async throws {
+        logger.info("scheduler started", metadata: ["stores": "\(jobs.map(\.name).joined(separator: ", "))"])
+        await cancelWhenGracefulShutdown {
+            await withDiscardingTaskGroup { group in
+                for job in self.jobs {
+                    group.addTask { await self.runSchedule(of: job) }
+                }
+            }
+        }
+        logger.info("scheduler stopped")
+    }
+
+    /// Backs one store up now (outside its schedule), then applies its retention, records
+    /// the state and runs its hooks, exactly as a scheduled run does. Throws
+    /// `BackupServiceError.alreadyRunning` when that store's backup is in progress, and
+    /// the backup's error when it fails (the failure is recorded first).
+    @discardableResult
+    public func backUpNow(_ storeName: String) async throws -> BackupRunOutcome {
+        guard let job = jobs.first(where: { $0.name == storeName }) else { throw BackupServiceError.unknownStore(storeName) }
+        let outcome = try await runOnce(job)
+        if let error = outcome.error { throw error }
+        return outcome
+    }
+
+    /// Each store's recorded state (nil for a store that has never run).
+    public func states() -> [(job: StoreJob, state: BackupState?)] {
+        jobs.map { ($0, stateStore.load($0.name)) }
+    }
+
+    // MARK: the schedule of one store
+
+    private func runSchedule(of job: StoreJob) async {
+        let log = logger.with(store: job.name)
+        var next = firstRun(of: job, now: Date(), log: log)
+        while !Task.isCancelled {
+            recordNextRun(next, of: job, log: log)
+            guard await sleep(until: next) else { break }
+            let fired = Date()
+            do {
+                _ = try await runOnce(job)
+            } catch BackupServiceError.alreadyRunning {
+                log.warning("the previous backup is still running; skipping this run")
+            } catch {
+                log.error("run failed", metadata: ["error": "\(error)"])
+            }
+            if Task.isCancelled { break }
+            next = job.schedule.nextFire(after: max(fired, Date())) + randomJitter(job)
+        }
+        // Stopped: no run is planned any more (status then shows when the schedule would fire).
+        _ = try? stateStore.update(job.name, default: initialState(job)) { $0.nextRun = nil }
+    }
+
+    /// The first run: now when one was missed, else the next scheduled time.
+    func firstRun(of job: StoreJob, now: Date, log: Logger) -> Date {
+        let state = stateStore.load(job.name)
+        if let last = state?.lastSuccess?.at ?? state?.lastStarted {
+            if job.schedule.missedRun(lastRun: last, now: now) {
+                log.info("a scheduled run was missed (last run \(ISO8601DateFormatter().string(from: last))); running now")
+                return now
+            }
+            if case .every = job.schedule { return job.schedule.nextFire(after: last) + randomJitter(job) }
+        }
+        return job.schedule.nextFire(after: now) + randomJitter(job)
+    }
+
+    private func randomJitter(_ job: StoreJob) -> TimeInterval {
+        job.jitter > 0 ? TimeInterval.random(in: 0...job.jitter) : 0
+    }
+
+    private func recordNextRun(_ next: Date, of job: StoreJob, log: Logger) {
+        do {
+            try stateStore.update(job.name, default: initialState(job)) { $0.nextRun = next; $0.schedule = job.schedule.description }
+        } catch {
+            log.warning("cannot write the state file", metadata: ["error": "\(error)"])
+        }
+        log.info("next backup at \(ISO8601DateFormatter().string(from: next))")
+    }
+
+    /// Sleeps until the wall-clock time `date`, in steps of at most a minute so a suspended
+    /// machine or a changed clock is noticed. Returns false when cancelled.
+    private func sleep(until date: Date) async -> Bool {
+        while true {
+            let remaining = date.timeIntervalSinceNow
+            if remaining <= 0 { return !Task.isCancelled }
+            do { try await Task.sleep(nanoseconds: UInt64(min(remaining, 60) * 1_000_000_000)) } catch { return false }
+        }
+    }
+
+    // MARK: one run
+
+    func initialState(_ job: StoreJob) -> BackupState {
+        BackupState(store: job.name, storesDirectory: job.storesDirectory, destination: job.destination.map(RemoteURL.redacted),
+                    schedule: job.schedule.description)
+    }
+
+    private func runOnce(_ job: StoreJob) async throws -> BackupRunOutcome {
+        guard await running.begin(job.name) else { throw BackupServiceError.alreadyRunning(job.name) }
+        defer { Task { await running.end(job.name) } }
+        let log = logger.with(store: job.name)
+        let started = Date()
+        _ = try? stateStore.update(job.name, default: initialState(job)) { $0.lastStarted = started; $0.nextRun = nil }
+        log.info("backup started")
+        var outcome = BackupRunOutcome(store: job.name, startedAt: started)
+        var destinationName = job.destination.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment)
+        do {
+            let destination = try DestinationResolver.resolve(job.destination, options: destinationOptions)
+            destinationName = destination.displayName
+            let helper = makeHelper(for: job, destination: destination)
+            let result = try await helper.createBackup()
+            outcome.backup = result
+            let pruner = BackupPruner(destination: destination, stateDirectory: stateStore.directory,
+                                      passwords: job.passwordFile.map(PasswordProvider.file))
+            pruner.origins.record(result)
+            log.info("backup created", metadata: ["backup": "\(result.name)", "size": "\(result.size)", "destination": "\(result.destination)"])
+            if let policy = job.retention {
+                do {
+                    outcome.pruned = try await applyRetention(policy, job: job, pruner: pruner, host: result.manifest.hostName, log: log)
+                } catch {
+                    // The backup itself succeeded; a failed cleanup is retried after the next one.
+                    outcome.retentionError = "\(error)"
+                    log.error("retention failed", metadata: ["error": "\(error)"])
+                }
+            }
+        } catch {
+            outcome.error = error
+        }
+        outcome.finishedAt = Date()
+        record(outcome, job: job, log: log)
+        await runHooks(for: outcome, job: job, destination: destinationName, log: log)
+        return outcome
+    }
+
+    /// The one place a job becomes a `StoreHelper`.
+    private func makeHelper(for job: StoreJob, destination: any BackupDestination) -> StoreHelper {
+        // The password file is read at each run, so a changed password applies to the next backup.
+        StoreHelper(storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
+                    encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
+    }
+
+    private func applyRetention(_ policy: RetentionPolicy, job: StoreJob, pruner: BackupPruner, host: String, log: Logger) async throws -> [String] {
+        let groups = try await pruner.plan(policy, host: host, storesDirectory: job.storesDirectory)
+        for group in groups {
+            for decision in group.decisions where !decision.keep {
+                log.info("retention: deleting \(decision.backup.name)", metadata: ["policy": "\(policy.summary)"])
+            }
+        }
+        return try await pruner.execute(groups)
+    }
+
+    private func record(_ outcome: BackupRunOutcome, job: StoreJob, log: Logger) {
+        do {
+            try stateStore.update(job.name, default: initialState(job)) { state in
+                if let backup = outcome.backup {
+                    state.lastSuccess = BackupState.Success(
+                        at: outcome.finishedAt, backup: backup.name, size: backup.size,
+                        durationSeconds: outcome.finishedAt.timeIntervalSince(outcome.startedAt))
+                } else if let error = outcome.error {
+                    state.lastFailure = BackupState.Failure(at: outcome.finishedAt, error: Self.describe(error))
+                }
+            }
+        } catch {
+            log.warning("cannot write the state file", metadata: ["error": "\(error)"])
+        }
+        if let error = outcome.error {
+            if outcome.wasCancelled {
+                log.notice("backup cancelled; nothing was published")
+            } else {
+                log.error("backup failed", metadata: ["error": "\(Self.describe(error))"])
+            }
+        }
+    }
+
+    private func runHooks(for outcome: BackupRunOutcome, job: StoreJob, destination: String, log: Logger) async {
+        // A backup cancelled by shutdown is not a failure worth an alert.
+        if outcome.wasCancelled { return }
+        let actions = outcome.error == nil ? job.hooks.onSuccess : job.hooks.onFailure
+        guard !actions.isEmpty else { return }
+        let event = HookEvent(
+            event: outcome.error == nil ? "success" : "failure", store: job.name, storesDirectory: job.storesDirectory,
+            destination: destination, host: BackupOrigin.currentHost, startedAt: outcome.startedAt, finishedAt: outcome.finishedAt,
+            backup: outcome.backup?.name, size: outcome.backup?.size, error: outcome.error.map(Self.describe),
+            pruned: outcome.error == nil ? outcome.pruned : nil)
+        // Hooks run even during shutdown: detached from cancellation, bounded by their timeouts.
+        let runner = HookRunner(logger: log, transport: destinationOptions.transport)
+        _ = await Task.detached { await runner.run(actions, event: event) }.value
+    }
+
+    static func describe(_ error: Error) -> String {
+        if let error = error as? StoreBackupError { return error.description }
+        if error is CancellationError { return StoreBackupError.cancelled.description }
+        return "\(error)"
+    }
+}
+
+/// What one run of one store did.
+public struct BackupRunOutcome: Sendable {
+    public var store: String
+    public var startedAt: Date
+    public var finishedAt: Date
+    /// The new backup (nil when the run failed).
+    public var backup: BackupResult?
+    /// Why the run failed.
+    public var error: (any Error)?
+    /// Backups deleted by retention after this one.
+    public var pruned: [String] = []
+    /// Retention failed after a successful backup (the backup stands).
+    public var retentionError: String?
+
+    init(store: String, startedAt: Date) {
+        self.store = store
+        self.startedAt = startedAt
+        self.finishedAt = startedAt
+    }
+
+    public var wasCancelled: Bool {
+        guard let error else { return false }
+        return error is CancellationError || (error as? StoreBackupError) == .cancelled
+    }
+}
+
+/// Errors of the service itself (a backup's own errors are `StoreBackupError`s).
+public enum BackupServiceError: Error, Sendable, Equatable, CustomStringConvertible {
+    case unknownStore(String)
+    case alreadyRunning(String)
+
+    public var description: String {
+        switch self {
+        case .unknownStore(let name): return "no store named \"\(name)\" in the configuration"
+        case .alreadyRunning(let name): return "a backup of \"\(name)\" is already running"
+        }
+    }
+}
+
+/// Which stores have a run in progress: the guard against overlapping runs.
+actor RunningStores {
+    private var names: Set<String> = []
+    func begin(_ name: String) -> Bool { names.insert(name).inserted }
+    func end(_ name: String) { names.remove(name) }
+}
+
+extension Logger {
+    func with(store: String) -> Logger {
+        var copy = self
+        copy[metadataKey: "store"] = "\(store)"
+        return copy
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// What the scheduler remembers about one store between runs: the last success, the last
+/// failure, the next planned run. One small JSON file per store, replaced atomically (write
+/// a temporary file, fsync, rename), so a crash leaves the old state or the new one.
+public struct BackupState: Sendable, Codable, Equatable {
+    public struct Success: Sendable, Codable, Equatable {
+        public var at: Date
+        public var backup: String
+        public var size: Int64
+        public var durationSeconds: Double
+        public init(at: Date, backup: String, size: Int64, durationSeconds: Double) {
+            self.at = at; self.backup = backup; self.size = size; self.durationSeconds = durationSeconds
+        }
+    }
+    public struct Failure: Sendable, Codable, Equatable {
+        public var at: Date
+        public var error: String
+        public init(at: Date, error: String) { self.at = at; self.error = error }
+    }
+
+    public var store: String
+    public var storesDirectory: String
+    public var destination: String?
+    public var schedule: String?
+    public var lastSuccess: Success?
+    public var lastFailure: Failure?
+    /// When the most recent run began (successful or not).
+    public var lastStarted: Date?
+    /// When the service plans the next run; nil when no service is scheduling this store.
+    public var nextRun: Date?
+
+    public init(store: String, storesDirectory: String, destination: String? = nil, schedule: String? = nil) {
+        self.store = store
+        self.storesDirectory = storesDirectory
+        self.destination = destination
+        self.schedule = schedule
+    }
+}
+
+/// Reads and writes `BackupState` files in one folder (`<folder>/<store>.json`).
+public struct BackupStateStore: Sendable {
+    public let directory: String
+
+    public init(directory: String) {
+        self.directory = FileSystem.absolutePath(directory)
+    }
+
+    /// `$STOREBACKUP_STATE_DIR`, else `$XDG_STATE_HOME/storebackup`, else `~/.local/state/storebackup`.
+    public static func defaultDirectory(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+        if let explicit = environment["STOREBACKUP_STATE_DIR"], !explicit.isEmpty { return explicit }
+        if let state = environment["XDG_STATE_HOME"], !state.isEmpty { return state + "/storebackup" }
+        return (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state/storebackup"
+    }
+
+    public func path(for store: String) -> String { directory + "/" + store + ".json" }
+
+    /// The store's state, or nil when it has none yet. A damaged file reads as none (it is
+    /// rewritten at the next run) rather than stopping the service.
+    public func load(_ store: String) -> BackupState? {
+        guard let data = FileManager.default.contents(atPath: path(for: store)) else { return nil }
+        return try? Self.decoder.decode(BackupState.self, from: data)
+    }
+
+    /// Every state file in the folder, by store name.
+    public func loadAll() -> [BackupState] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        return names.filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }.sorted()
+            .compactMap { load(String($0.dropLast(5))) }
+    }
+
+    public func save(_ state: BackupState) throws {
+        try FileSystem.createDirectories(directory, mode: 0o700)
+        let target = path(for: state.store)
+        let temporary = directory + "/.\(state.store).json.tmp-\(getpid())"
+        let data = try Self.encoder.encode(state)
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw StoreBackupError.io(path: temporary, operation: "create", errno: errno) }
+        let wrote = data.withUnsafeBytes { write(descriptor, $0.baseAddress, data.count) }
+        let synced = fsync(descriptor)
+        close(descriptor)
+        guard wrote == data.count, synced == 0 else {
+            unlink(temporary)
+            throw StoreBackupError.io(path: temporary, operation: "write", errno: errno)
+        }
+        try FileSystem.rename(from: temporary, to: target)
+    }
+
+    /// Loads, changes and saves one store's state.
+    @discardableResult
+    public func update(_ store: String, default initial: @autoclosure () -> BackupState,
+                       _ change: (inout BackupState) -> Void) throws -> BackupState {
+        var state = load(store) ?? initial()
+        change(&state)
+        try save(state)
+        return state
+    }
+
+    static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .iso8601
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        return encoder
+    }()
+    static let decoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
+}

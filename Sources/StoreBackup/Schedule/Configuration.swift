@@ -1,0 +1,303 @@
+import Foundation
+import Yams
+
+/// The YAML configuration of `storebackup run` (default `/etc/storebackup.yml`).
+///
+/// ```yaml
+/// destination: /var/backups/storebackup   # default for every store (a path or URL)
+/// schedule: daily 02:30                   # default: daily HH:MM, 5-field cron, or every 6h
+/// retention: {keep-daily: 7, keep-weekly: 4}
+/// stores:
+///   - name: app
+///     path: /var/lib/app/Stores
+///     destination: s3://bucket/app        # overrides the default
+///     jitter: 10m
+///     encrypt: {password-file: /etc/storebackup.pass}
+/// hooks:
+///   on-failure: {url: "https://example.test/alert", timeout: 10s}
+/// ```
+///
+/// Every per-store key may also be given at the top level as a default. `${NAME}` in any
+/// value is replaced by the environment variable NAME (an unset one is an error), so
+/// secrets can stay out of the file. Unknown keys are errors: a misspelt `retention`
+/// must not silently keep everything.
+public struct BackupConfiguration: Sendable, Equatable {
+    public static let defaultPath = "/etc/storebackup.yml"
+
+    /// The file it was read from (nil when parsed from text).
+    public var file: String?
+    public var stores: [StoreJob]
+    /// Where `BackupState` files go; nil: `BackupStateStore.defaultDirectory()`.
+    public var stateDirectory: String?
+    /// `s3-endpoint`, `ca-file`, `credentials`, `ssh-key`, `known-hosts`: as the command-line options.
+    public var s3Endpoint: String?
+    public var caFile: String?
+    public var credentialsFile: String?
+    public var sshKey: String?
+    public var knownHosts: String?
+
+    public init(file: String? = nil, stores: [StoreJob], stateDirectory: String? = nil) {
+        self.file = file
+        self.stores = stores
+        self.stateDirectory = stateDirectory
+    }
+
+    /// The destination options (endpoint, CA, credentials file, SSH files) the file names.
+    public func destinationOptions(environment: [String: String] = ProcessInfo.processInfo.environment) -> DestinationOptions {
+        var options = DestinationOptions(s3Endpoint: s3Endpoint, sshKey: sshKey, knownHosts: knownHosts,
+                                         credentialsFile: credentialsFile, environment: environment)
+        if let caFile { options.transport.caFile = caFile }
+        return options
+    }
+
+    public var stateStore: BackupStateStore {
+        BackupStateStore(directory: stateDirectory ?? BackupStateStore.defaultDirectory())
+    }
+
+    /// Reads and checks a configuration file.
+    public static func load(path: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> BackupConfiguration {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            let reason = FileSystem.fileExists(path) ? "cannot be read (permissions?)" : "does not exist"
+            throw ConfigurationError(file: path, line: nil, key: nil, message: "configuration file \(reason)")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw ConfigurationError(file: path, line: nil, key: nil, message: "is not UTF-8 text")
+        }
+        return try parse(yaml: text, file: path, environment: environment)
+    }
+
+    /// Parses configuration text; `file` is only used in error messages.
+    public static func parse(yaml: String, file: String = "<configuration>",
+                             environment: [String: String] = ProcessInfo.processInfo.environment) throws -> BackupConfiguration {
+        let root: Node?
+        do { root = try Yams.compose(yaml: yaml) } catch let error as YamlError {
+            throw ConfigurationError.syntax(error, file: file)
+        }
+        guard let root else { throw ConfigurationError(file: file, line: 1, key: nil, message: "the file is empty; it needs a `stores:` list") }
+        let reader = ConfigurationReader(file: file, environment: environment)
+        return try reader.read(root)
+    }
+}
+
+/// A configuration problem, located: `/etc/storebackup.yml:7: stores[0].schedule: …`.
+public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    /// 1-based line, when known.
+    public var line: Int?
+    /// Where in the document, e.g. `stores[0].retention.keep-daily`.
+    public var key: String?
+    public var message: String
+
+    public init(file: String, line: Int?, key: String?, message: String) {
+        self.file = file; self.line = line; self.key = key; self.message = message
+    }
+
+    public var description: String {
+        var text = file
+        if let line { text += ":\(line)" }
+        if let key { text += ": \(key)" }
+        return text + ": " + message
+    }
+
+    static func syntax(_ error: YamlError, file: String) -> ConfigurationError {
+        switch error {
+        case .scanner(_, let problem, let mark, _), .parser(_, let problem, let mark, _), .composer(_, let problem, let mark, _):
+            return ConfigurationError(file: file, line: mark.line, key: nil, message: "invalid YAML: \(problem) (column \(mark.column))")
+        default:
+            return ConfigurationError(file: file, line: nil, key: nil, message: "invalid YAML: \(error)")
+        }
+    }
+}
+
+/// Walks the YAML tree, checking each key and keeping track of where it is for errors.
+private struct ConfigurationReader {
+    let file: String
+    let environment: [String: String]
+
+    static let storeKeys: Set<String> = ["name", "path", "destination", "schedule", "jitter", "retention", "level", "encrypt", "hooks"]
+    static let topKeys: Set<String> = storeKeys.subtracting(["name", "path"]).union(
+        ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts"])
+    static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
+
+    func fail(_ node: Node?, _ key: String, _ message: String) -> ConfigurationError {
+        ConfigurationError(file: file, line: node?.mark?.line, key: key, message: message)
+    }
+
+    /// The pairs of a mapping, refusing unknown keys.
+    func mapping(_ node: Node, at key: String, allowed: Set<String>) throws -> [String: Node] {
+        guard case .mapping(let mapping) = node else { throw fail(node, key, "must be a mapping (key: value)") }
+        var result: [String: Node] = [:]
+        for (keyNode, value) in mapping {
+            guard let name = keyNode.string else { throw fail(keyNode, key, "keys must be plain text") }
+            let path = key.isEmpty ? name : key + "." + name
+            guard allowed.contains(name) else {
+                throw fail(keyNode, path, "unknown key (expected one of: \(allowed.sorted().joined(separator: ", ")))")
+            }
+            guard result[name] == nil else { throw fail(keyNode, path, "given twice") }
+            result[name] = value
+        }
+        return result
+    }
+
+    /// A scalar's text with `${NAME}` replaced from the environment.
+    func string(_ node: Node, at key: String) throws -> String {
+        guard case .scalar(let scalar) = node else { throw fail(node, key, "must be a single value") }
+        var text = scalar.string
+        while let start = text.range(of: "${") {
+            guard let end = text.range(of: "}", range: start.upperBound..<text.endIndex) else {
+                throw fail(node, key, "unterminated ${…} reference")
+            }
+            let name = String(text[start.upperBound..<end.lowerBound])
+            guard let value = environment[name] else {
+                throw fail(node, key, "refers to the environment variable \(name), which is not set")
+            }
+            text.replaceSubrange(start.lowerBound..<end.upperBound, with: value)
+        }
+        return text
+    }
+
+    func count(_ node: Node, at key: String) throws -> Int {
+        guard let value = Int(try string(node, at: key)), value >= 0 else { throw fail(node, key, "must be a whole number ≥ 0") }
+        return value
+    }
+
+    func read(_ root: Node) throws -> BackupConfiguration {
+        let top = try mapping(root, at: "", allowed: Self.topKeys)
+        guard let storesNode = top["stores"] else {
+            throw fail(root, "stores", "missing: list the stores to back up (each with a name and a path)")
+        }
+        guard case .sequence(let list) = storesNode, !list.isEmpty else {
+            throw fail(storesNode, "stores", "must be a non-empty list of stores")
+        }
+        var jobs: [StoreJob] = []
+        for (index, storeNode) in list.enumerated() {
+            let key = "stores[\(index)]"
+            let store = try mapping(storeNode, at: key, allowed: Self.storeKeys)
+            let job = try readStore(store, defaults: top, node: storeNode, at: key)
+            if jobs.contains(where: { $0.name == job.name }) {
+                throw fail(store["name"], key + ".name", "\"\(job.name)\" names two stores; names must be unique")
+            }
+            jobs.append(job)
+        }
+        var configuration = BackupConfiguration(file: file, stores: jobs)
+        configuration.stateDirectory = try top["state-directory"].map { try string($0, at: "state-directory") }
+        configuration.s3Endpoint = try top["s3-endpoint"].map { try string($0, at: "s3-endpoint") }
+        configuration.caFile = try top["ca-file"].map { try string($0, at: "ca-file") }
+        configuration.credentialsFile = try top["credentials"].map { try string($0, at: "credentials") }
+        configuration.sshKey = try top["ssh-key"].map { try string($0, at: "ssh-key") }
+        configuration.knownHosts = try top["known-hosts"].map { try string($0, at: "known-hosts") }
+        return configuration
+    }
+
+    /// One store, each setting taken from the store or else from the top-level default.
+    func readStore(_ store: [String: Node], defaults: [String: Node], node: Node, at key: String) throws -> StoreJob {
+        func setting(_ name: String) -> (Node, String)? {
+            if let value = store[name] { return (value, key + "." + name) }
+            if let value = defaults[name] { return (value, name) }
+            return nil
+        }
+        guard let nameNode = store["name"] else { throw fail(node, key + ".name", "missing: each store needs a name") }
+        let name = try string(nameNode, at: key + ".name")
+        guard StoreJob.isValidName(name) else {
+            throw fail(nameNode, key + ".name", "\"\(name)\" may only contain letters, digits, '.', '_' and '-'")
+        }
+        guard let pathNode = store["path"] else { throw fail(node, key + ".path", "missing: the stores directory to back up") }
+        let path = try string(pathNode, at: key + ".path")
+        guard !path.isEmpty else { throw fail(pathNode, key + ".path", "must not be empty") }
+
+        guard let (scheduleNode, scheduleKey) = setting("schedule") else {
+            throw fail(node, key + ".schedule", "missing: e.g. \"daily 02:30\", \"0 3 * * *\" or \"every 6h\"")
+        }
+        let schedule: Schedule
+        do { schedule = try Schedule.parse(try string(scheduleNode, at: scheduleKey)) } catch let error as ScheduleError {
+            throw fail(scheduleNode, scheduleKey, error.description)
+        }
+        var jitter: TimeInterval = 0
+        if let (jitterNode, jitterKey) = setting("jitter") {
+            do { jitter = try DurationText.parseSeconds(try string(jitterNode, at: jitterKey)) } catch let error as ScheduleError {
+                throw fail(jitterNode, jitterKey, error.description)
+            }
+        }
+        var level = CompressionLevel.default
+        if let (levelNode, levelKey) = setting("level") {
+            guard let parsed = CompressionLevel.parse(try string(levelNode, at: levelKey)) else {
+                throw fail(levelNode, levelKey, "must be fast, default, best or a number from 0 to 9")
+            }
+            level = parsed
+        }
+        let destination = try setting("destination").map { try string($0.0, at: $0.1) }
+        if let destination, destination.isEmpty { throw fail(setting("destination")?.0, setting("destination")!.1, "must not be empty") }
+        let retention = try setting("retention").map { try readRetention($0.0, at: $0.1) }
+        var passwordFile: String?
+        if let (encryptNode, encryptKey) = setting("encrypt") {
+            let encrypt = try mapping(encryptNode, at: encryptKey, allowed: ["password-file"])
+            guard let fileNode = encrypt["password-file"] else {
+                throw fail(encryptNode, encryptKey + ".password-file", "missing: the file holding the archive password")
+            }
+            passwordFile = try string(fileNode, at: encryptKey + ".password-file")
+        }
+        let hooks = try setting("hooks").map { try readHooks($0.0, at: $0.1) } ?? BackupHooks()
+        return StoreJob(name: name, storesDirectory: path, destination: destination, schedule: schedule, jitter: jitter,
+                        retention: retention, compressionLevel: level, passwordFile: passwordFile, hooks: hooks)
+    }
+
+    func readRetention(_ node: Node, at key: String) throws -> RetentionPolicy {
+        let values = try mapping(node, at: key, allowed: Set(Self.retentionKeys))
+        var policy = RetentionPolicy()
+        for (name, value) in values {
+            let path = key + "." + name
+            switch name {
+            case "keep-last": policy.keepLast = try count(value, at: path)
+            case "keep-hourly": policy.keepHourly = try count(value, at: path)
+            case "keep-daily": policy.keepDaily = try count(value, at: path)
+            case "keep-weekly": policy.keepWeekly = try count(value, at: path)
+            case "keep-monthly": policy.keepMonthly = try count(value, at: path)
+            case "keep-yearly": policy.keepYearly = try count(value, at: path)
+            default:
+                do { policy.keepWithin = try RetentionSpan.parse(try string(value, at: path)) } catch let error as ScheduleError {
+                    throw fail(value, path, error.description)
+                }
+            }
+        }
+        guard !policy.isEmpty else { throw fail(node, key, "gives no rule; use e.g. {keep-daily: 7, keep-weekly: 4}") }
+        return policy
+    }
+
+    func readHooks(_ node: Node, at key: String) throws -> BackupHooks {
+        let values = try mapping(node, at: key, allowed: ["on-success", "on-failure"])
+        var hooks = BackupHooks()
+        if let success = values["on-success"] { hooks.onSuccess = try readActions(success, at: key + ".on-success") }
+        if let failure = values["on-failure"] { hooks.onFailure = try readActions(failure, at: key + ".on-failure") }
+        return hooks
+    }
+
+    /// One action `{command: …}` / `{url: …}` (with an optional `timeout`), or a list of them.
+    func readActions(_ node: Node, at key: String) throws -> [HookAction] {
+        if case .sequence(let list) = node {
+            return try list.enumerated().map { try readAction($0.element, at: key + "[\($0.offset)]") }
+        }
+        return [try readAction(node, at: key)]
+    }
+
+    func readAction(_ node: Node, at key: String) throws -> HookAction {
+        let values = try mapping(node, at: key, allowed: ["command", "url", "timeout"])
+        var timeout: TimeInterval = 30
+        if let timeoutNode = values["timeout"] {
+            do { timeout = try DurationText.parseSeconds(try string(timeoutNode, at: key + ".timeout")) } catch let error as ScheduleError {
+                throw fail(timeoutNode, key + ".timeout", error.description)
+            }
+        }
+        switch (values["command"], values["url"]) {
+        case (let command?, nil):
+            return HookAction(.command(try string(command, at: key + ".command")), timeout: timeout)
+        case (nil, let url?):
+            let text = try string(url, at: key + ".url")
+            guard let scheme = URLComponents(string: text)?.scheme?.lowercased(), ["http", "https"].contains(scheme) else {
+                throw fail(url, key + ".url", "must be an http:// or https:// URL")
+            }
+            return HookAction(.url(text), timeout: timeout)
+        default:
+            throw fail(node, key, "give either `command` or `url`")
+        }
+    }
+}

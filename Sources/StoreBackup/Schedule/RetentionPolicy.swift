@@ -1,0 +1,157 @@
+import Foundation
+
+/// Which backups to keep, with restic's `forget` semantics.
+///
+/// Backups are taken newest first. `keepLast` keeps the n newest. Each of `keepHourly`,
+/// `keepDaily`, `keepWeekly` (ISO weeks), `keepMonthly` and `keepYearly` keeps the newest
+/// backup of each of the n most recent hours/days/… that have a backup at all (periods
+/// without one are not counted). `keepWithin` keeps every backup newer than that span
+/// before the *newest backup* (not before now, so a machine that stopped backing up keeps
+/// its last ones). A backup kept by several rules counts against each of them. Periods are
+/// read in `calendar`'s time zone (local time by default). The newest backup is always kept.
+public struct RetentionPolicy: Sendable, Equatable, Codable {
+    public var keepLast = 0
+    public var keepHourly = 0
+    public var keepDaily = 0
+    public var keepWeekly = 0
+    public var keepMonthly = 0
+    public var keepYearly = 0
+    public var keepWithin: RetentionSpan?
+
+    public init(keepLast: Int = 0, keepHourly: Int = 0, keepDaily: Int = 0, keepWeekly: Int = 0,
+                keepMonthly: Int = 0, keepYearly: Int = 0, keepWithin: RetentionSpan? = nil) {
+        self.keepLast = keepLast
+        self.keepHourly = keepHourly
+        self.keepDaily = keepDaily
+        self.keepWeekly = keepWeekly
+        self.keepMonthly = keepMonthly
+        self.keepYearly = keepYearly
+        self.keepWithin = keepWithin
+    }
+
+    /// No rule given: such a policy would delete everything but the newest, so callers refuse it.
+    public var isEmpty: Bool {
+        keepLast == 0 && keepHourly == 0 && keepDaily == 0 && keepWeekly == 0
+            && keepMonthly == 0 && keepYearly == 0 && keepWithin == nil
+    }
+
+    /// The configuration and command-line spelling, e.g. "keep-daily 7, keep-weekly 4".
+    public var summary: String {
+        var parts: [String] = []
+        for (name, value) in [("keep-last", keepLast), ("keep-hourly", keepHourly), ("keep-daily", keepDaily),
+                              ("keep-weekly", keepWeekly), ("keep-monthly", keepMonthly), ("keep-yearly", keepYearly)]
+        where value > 0 { parts.append("\(name) \(value)") }
+        if let keepWithin { parts.append("keep-within \(keepWithin)") }
+        return parts.isEmpty ? "(none)" : parts.joined(separator: ", ")
+    }
+
+    /// One backup's fate and the rules that keep it.
+    public struct Decision: Sendable, Equatable {
+        public var backup: BackupListing
+        /// Empty: the backup is to be deleted. Otherwise e.g. ["daily snapshot", "weekly snapshot"].
+        public var reasons: [String]
+        public var keep: Bool { !reasons.isEmpty }
+    }
+
+    /// Applies the policy to one group of backups (one store of one host). Returns one
+    /// decision per backup, newest first.
+    public func apply(to backups: [BackupListing], calendar: Calendar = .current) -> [Decision] {
+        let sorted = backups.sorted { ($0.date, $0.name) > ($1.date, $1.name) }
+        guard let newest = sorted.first else { return [] }
+        var iso = Calendar(identifier: .iso8601)
+        iso.timeZone = calendar.timeZone
+
+        // One bucket per rule: a backup is kept when its period differs from the last kept one's.
+        struct Bucket {
+            var remaining: Int
+            var last: String?
+            let reason: String
+            let period: (Date, Int) -> String
+        }
+        func key(_ date: Date, _ components: Set<Calendar.Component>) -> String {
+            let parts = calendar.dateComponents(components, from: date)
+            return [parts.year, parts.month, parts.day, parts.hour].compactMap { $0 }.map(String.init).joined(separator: "-")
+        }
+        var buckets = [
+            Bucket(remaining: keepLast, reason: "last snapshot") { _, index in String(index) },
+            Bucket(remaining: keepHourly, reason: "hourly snapshot") { date, _ in key(date, [.year, .month, .day, .hour]) },
+            Bucket(remaining: keepDaily, reason: "daily snapshot") { date, _ in key(date, [.year, .month, .day]) },
+            Bucket(remaining: keepWeekly, reason: "weekly snapshot") { date, _ in
+                let parts = iso.dateComponents([.yearForWeekOfYear, .weekOfYear], from: date)
+                return "\(parts.yearForWeekOfYear!)-W\(parts.weekOfYear!)"
+            },
+            Bucket(remaining: keepMonthly, reason: "monthly snapshot") { date, _ in key(date, [.year, .month]) },
+            Bucket(remaining: keepYearly, reason: "yearly snapshot") { date, _ in key(date, [.year]) },
+        ]
+        let withinLimit = keepWithin.map { $0.subtracted(from: newest.date, calendar: calendar) }
+
+        var decisions: [Decision] = []
+        for (index, backup) in sorted.enumerated() {
+            var reasons: [String] = []
+            if let withinLimit, backup.date > withinLimit, let keepWithin {
+                reasons.append("within \(keepWithin)")
+            }
+            for slot in buckets.indices where buckets[slot].remaining > 0 {
+                let period = buckets[slot].period(backup.date, index)
+                if period != buckets[slot].last {
+                    buckets[slot].last = period
+                    buckets[slot].remaining -= 1
+                    reasons.append(buckets[slot].reason)
+                }
+            }
+            // Whatever the rules say, the newest backup stays: a policy must never leave nothing.
+            if index == 0 && reasons.isEmpty { reasons.append("newest backup") }
+            decisions.append(Decision(backup: backup, reasons: reasons))
+        }
+        return decisions
+    }
+}
+
+/// restic's `--keep-within` span: years, months, days and hours, written like `1y5m7d2h`
+/// (`m` is months here, as in restic).
+public struct RetentionSpan: Sendable, Equatable, Codable, CustomStringConvertible {
+    public var years = 0, months = 0, days = 0, hours = 0
+
+    public init(years: Int = 0, months: Int = 0, days: Int = 0, hours: Int = 0) {
+        self.years = years; self.months = months; self.days = days; self.hours = hours
+    }
+
+    public static func parse(_ text: String) throws -> RetentionSpan {
+        var span = RetentionSpan()
+        var number = ""
+        var sawUnit = false
+        for character in text.trimmingCharacters(in: .whitespaces).lowercased() {
+            if character.isNumber { number.append(character); continue }
+            guard let value = Int(number) else { throw Self.invalid(text) }
+            switch character {
+            case "y": span.years += value
+            case "m": span.months += value
+            case "d": span.days += value
+            case "h": span.hours += value
+            default: throw Self.invalid(text)
+            }
+            number = ""
+            sawUnit = true
+        }
+        guard number.isEmpty, sawUnit, span != RetentionSpan() else { throw Self.invalid(text) }
+        return span
+    }
+
+    private static func invalid(_ text: String) -> ScheduleError {
+        ScheduleError("\"\(text)\" is not a keep-within span; use years, months, days and hours like restic: 1y5m7d2h, 30d, 12h (m is months)")
+    }
+
+    public var description: String {
+        var text = ""
+        for (value, unit) in [(years, "y"), (months, "m"), (days, "d"), (hours, "h")] where value > 0 {
+            text += "\(value)\(unit)"
+        }
+        return text
+    }
+
+    /// `date` minus this span, month and year arithmetic by the calendar (as restic's AddDate).
+    func subtracted(from date: Date, calendar: Calendar) -> Date {
+        let shifted = calendar.date(byAdding: DateComponents(year: -years, month: -months, day: -days), to: date) ?? date
+        return shifted.addingTimeInterval(TimeInterval(-hours * 3600))
+    }
+}

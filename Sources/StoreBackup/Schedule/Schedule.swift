@@ -1,0 +1,113 @@
+import Foundation
+
+/// When a store is backed up: every day at a local time, a 5-field cron expression, or a
+/// fixed interval.
+///
+/// Written as text in the configuration: `daily 02:30`, `0 3 * * 1-5`, `every 6h`,
+/// `every 90s`, `every 1h30m`.
+public enum Schedule: Sendable, Equatable, CustomStringConvertible {
+    /// Every day at this local wall-clock time.
+    case daily(hour: Int, minute: Int)
+    /// A cron expression (minute hour day-of-month month day-of-week), in local time.
+    case cron(CronExpression)
+    /// A fixed interval, counted from the previous run.
+    case every(seconds: TimeInterval)
+
+    /// Parses the configuration's text form; the error says what was expected.
+    public static func parse(_ text: String) throws -> Schedule {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let words = trimmed.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        if words.first?.lowercased() == "daily" {
+            guard words.count == 2 else { throw ScheduleError("\"daily\" needs a time, e.g. \"daily 02:30\"") }
+            let parts = words[1].split(separator: ":").map { Int($0) }
+            guard parts.count == 2, let hour = parts[0], let minute = parts[1],
+                  (0...23).contains(hour), (0...59).contains(minute) else {
+                throw ScheduleError("\"\(words[1])\" is not a time of day; use HH:MM, e.g. 02:30")
+            }
+            return .daily(hour: hour, minute: minute)
+        }
+        if words.first?.lowercased() == "every" {
+            guard words.count == 2 else { throw ScheduleError("\"every\" needs an interval, e.g. \"every 6h\"") }
+            let seconds = try DurationText.parseSeconds(words[1])
+            guard seconds >= 1 else { throw ScheduleError("the interval must be at least 1s") }
+            return .every(seconds: seconds)
+        }
+        if words.count == 5 { return .cron(try CronExpression(trimmed)) }
+        throw ScheduleError("\"\(text)\" is not a schedule; use \"daily HH:MM\", a 5-field cron expression, or \"every <interval>\" (e.g. every 6h)")
+    }
+
+    public var description: String {
+        switch self {
+        case .daily(let hour, let minute): return String(format: "daily %02d:%02d", hour, minute)
+        case .cron(let expression): return expression.text
+        case .every(let seconds): return "every \(DurationText.format(seconds))"
+        }
+    }
+
+    /// The first time strictly after `date` at which this schedule fires.
+    public func nextFire(after date: Date, calendar: Calendar = .current) -> Date {
+        switch self {
+        case .daily(let hour, let minute):
+            // .nextTime: on a day where HH:MM does not exist (DST gap) fire at the first time after it.
+            return calendar.nextDate(
+                after: date, matching: DateComponents(hour: hour, minute: minute, second: 0),
+                matchingPolicy: .nextTime) ?? date.addingTimeInterval(86_400)
+        case .cron(let expression):
+            return expression.nextFire(after: date, calendar: calendar)
+        case .every(let seconds):
+            return date.addingTimeInterval(seconds)
+        }
+    }
+
+    /// Whether a firing was due between `lastRun` and `now` and did not happen (the machine
+    /// was off or the service stopped): the service then runs once at start-up.
+    public func missedRun(lastRun: Date, now: Date, calendar: Calendar = .current) -> Bool {
+        nextFire(after: lastRun, calendar: calendar) <= now
+    }
+}
+
+/// A schedule or duration that could not be read.
+public struct ScheduleError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// Durations as the configuration writes them: `90s`, `10m`, `6h`, `1d`, `1h30m`, `2w`
+/// (a bare number is seconds).
+public enum DurationText {
+    static let units: [Character: TimeInterval] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
+
+    public static func parseSeconds(_ text: String) throws -> TimeInterval {
+        let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
+        if let plain = Double(trimmed), plain >= 0 { return plain }
+        var total: TimeInterval = 0
+        var number = ""
+        var sawUnit = false
+        for character in trimmed {
+            if character.isNumber || character == "." {
+                number.append(character)
+            } else if let unit = units[character], let value = Double(number) {
+                total += value * unit
+                number = ""
+                sawUnit = true
+            } else {
+                throw ScheduleError("\"\(text)\" is not a duration; use e.g. 90s, 10m, 6h, 1d, 1h30m")
+            }
+        }
+        guard number.isEmpty, sawUnit else {
+            throw ScheduleError("\"\(text)\" is not a duration; use e.g. 90s, 10m, 6h, 1d, 1h30m")
+        }
+        return total
+    }
+
+    public static func format(_ seconds: TimeInterval) -> String {
+        var rest = Int(seconds.rounded())
+        if rest == 0 { return "0s" }
+        var text = ""
+        for (unit, size) in [("d", 86_400), ("h", 3600), ("m", 60), ("s", 1)] where rest >= size {
+            text += "\(rest / size)\(unit)"
+            rest %= size
+        }
+        return text
+    }
+}

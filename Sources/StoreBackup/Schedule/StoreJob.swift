@@ -1,0 +1,41 @@
+import Foundation
+
+/// One store the service backs up on a schedule: what, where, when, and what to keep.
+public struct StoreJob: Sendable, Equatable {
+    /// A short name, unique in a configuration: it names the state file and log lines.
+    public var name: String
+    public var storesDirectory: String
+    /// A destination URL or local path (see `DestinationResolver`); nil: the default folder.
+    public var destination: String?
+    public var schedule: Schedule
+    /// Each run starts up to this many seconds (chosen at random) after its scheduled time,
+    /// so many machines on one schedule do not all hit a destination at once.
+    public var jitter: TimeInterval
+    /// Applied after each successful backup; nil keeps everything.
+    public var retention: RetentionPolicy?
+    public var compressionLevel: Int
+    /// A file holding the archive password (`encrypt: {password-file: …}`); nil: not encrypted.
+    public var passwordFile: String?
+    public var hooks: BackupHooks
+
+    public init(name: String, storesDirectory: String, destination: String? = nil, schedule: Schedule,
+                jitter: TimeInterval = 0, retention: RetentionPolicy? = nil,
+                compressionLevel: Int = CompressionLevel.default, passwordFile: String? = nil,
+                hooks: BackupHooks = BackupHooks()) {
+        self.name = name
+        self.storesDirectory = FileSystem.absolutePath(storesDirectory)
+        self.destination = destination
+        self.schedule = schedule
+        self.jitter = jitter
+        self.retention = retention
+        self.compressionLevel = compressionLevel
+        self.passwordFile = passwordFile
+        self.hooks = hooks
+    }
+
+    /// Store names become file names: letters, digits, `.`, `_`, `-`.
+    public static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && name.count <= 100 && !name.hasPrefix(".")
+            && name.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) && $0.isASCII || "._-".unicodeScalars.contains($0) }
+    }
+}

@@ -1,0 +1,41 @@
+import ArgumentParser
+import Foundation
+import Logging
+import ServiceLifecycle
+import StoreBackup
+
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Back up the configured stores on their schedules, until stopped.",
+        discussion: """
+            Reads the YAML configuration and backs up each store at its scheduled time (daily at a \
+            local time, a cron expression, or every N seconds/minutes/hours; plus random jitter). \
+            A run missed while the service was not running is made at start-up. Two backups of one \
+            store never overlap. After each successful backup the store's retention is applied to \
+            this host's backups of that store. Outcomes go to the state files (`storebackup status`) \
+            and to the hooks. SIGTERM or SIGINT stops it: a backup in progress is cancelled and \
+            leaves nothing behind. Logs go to stderr (STOREBACKUP_LOG_LEVEL=debug for more).
+            """)
+
+    @OptionGroup var configurationFile: ConfigurationOption
+
+    func run() async throws {
+        let configuration = configurationFile.load()
+        let level = ProcessInfo.processInfo.environment["STOREBACKUP_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "storebackup")
+        let service = BackupService(configuration: configuration, logger: logger)
+        let group = ServiceGroup(configuration: .init(
+            services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do {
+            try await group.run()
+        } catch {
+            Terminal.fail(error)
+        }
+    }
+}

@@ -1,0 +1,82 @@
+import ArgumentParser
+import Foundation
+import StoreBackup
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show each store's last backup, last failure and next scheduled run.",
+        discussion: """
+            Reads the state files that `run` and `create --config` keep (in state-directory from the \
+            configuration, else $STOREBACKUP_STATE_DIR, else $XDG_STATE_HOME/storebackup, else \
+            ~/.local/state/storebackup). With a configuration, every configured store is shown, \
+            also those that never ran.
+            """)
+
+    @OptionGroup var configurationFile: ConfigurationOption
+
+    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun}.")
+    var json = false
+
+    func run() async throws {
+        let now = Date()
+        let configuration = configurationFile.loadIfPresent()
+        let stateStore = configuration?.stateStore ?? BackupStateStore(directory: BackupStateStore.defaultDirectory())
+        var rows: [BackupState] = []
+        if let configuration {
+            for job in configuration.stores {
+                var state = stateStore.load(job.name) ?? BackupState(
+                    store: job.name, storesDirectory: job.storesDirectory, destination: job.destination)
+                state.schedule = job.schedule.description
+                // A plan from a service that has stopped is stale: show when the schedule would fire.
+                if (state.nextRun ?? .distantPast) < now { state.nextRun = job.schedule.nextFire(after: now) }
+                rows.append(state)
+            }
+        } else {
+            rows = stateStore.loadAll()
+        }
+
+        if json {
+            let formatter = ISO8601DateFormatter()
+            let objects: [[String: Any]] = rows.map { state in
+                var object: [String: Any] = ["store": state.store, "storesDirectory": state.storesDirectory]
+                object["destination"] = state.destination ?? NSNull()
+                object["schedule"] = state.schedule ?? NSNull()
+                object["lastStarted"] = state.lastStarted.map(formatter.string(from:)) ?? NSNull()
+                object["nextRun"] = state.nextRun.map(formatter.string(from:)) ?? NSNull()
+                object["lastSuccess"] = state.lastSuccess.map { success in
+                    ["at": formatter.string(from: success.at), "backup": success.backup, "size": success.size,
+                     "durationSeconds": success.durationSeconds, "ageSeconds": Int(now.timeIntervalSince(success.at))] as [String: Any]
+                } ?? NSNull()
+                object["lastFailure"] = state.lastFailure.map { failure in
+                    ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
+                } ?? NSNull()
+                return object
+            }
+            let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys, .prettyPrinted])
+            Terminal.output(String(decoding: data, as: UTF8.self))
+            return
+        }
+        guard !rows.isEmpty else {
+            Terminal.info("no store has run yet (state folder: \(stateStore.directory))")
+            return
+        }
+        let formatter = DateFormatter()
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss zzz"
+        for state in rows {
+            Terminal.output("\(state.store)  \(state.storesDirectory)")
+            if let destination = state.destination { Terminal.output("  destination   \(destination)") }
+            if let schedule = state.schedule { Terminal.output("  schedule      \(schedule)") }
+            if let success = state.lastSuccess {
+                let age = DurationText.format(now.timeIntervalSince(success.at).rounded())
+                Terminal.output("  last backup   \(formatter.string(from: success.at)) (\(age) ago)  \(Terminal.formatBytes(success.size))  \(success.backup)")
+            } else {
+                Terminal.output("  last backup   never")
+            }
+            if let failure = state.lastFailure {
+                Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
+            }
+            if let next = state.nextRun { Terminal.output("  next run      \(formatter.string(from: next))") }
+        }
+    }
+}

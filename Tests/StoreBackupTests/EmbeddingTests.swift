@@ -1,0 +1,233 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// The library API a server app embeds: progress as an AsyncSequence, cancellation by
+/// cancelling the task at each stage, the create quiesce hook, verify, and the reload
+/// hooks' failure paths (the throwing-`reload` rollback itself is
+/// `RestoreTests.testReloadFailureRollsBackToTheOldStore`).
+final class EmbeddingTests: XCTestCase {
+    var work = ""
+    var store: String { work + "/Stores" }
+    var backups: String { work + "/backups" }
+    var helper: StoreHelper { StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups)) }
+
+    override func setUpWithError() throws {
+        work = try TestEnvironment.temporaryDirectory("embed")
+        try StoreFixture.make(at: store, logRows: 20_000)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    private func backupFolderContents() throws -> [String] {
+        guard FileManager.default.fileExists(atPath: backups) else { return [] }
+        return try FileManager.default.contentsOfDirectory(atPath: backups).sorted()
+    }
+
+    private func ourTemporaryFiles() throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: NSTemporaryDirectory())
+            .filter { $0.hasPrefix(".storebackup-\(getpid())-") || $0.hasPrefix(".storebackup-tmp-\(getpid())-") }
+    }
+
+    private var liveTheme: String { (try? StoreFixture.query(store + "/Settings.sqlite", "SELECT v FROM kv")) ?? "missing" }
+
+    private func changeTheme(to value: String) throws {
+        let settings = try SQLiteConnection(path: store + "/Settings.sqlite", mode: .readWrite)
+        defer { settings.close() }
+        try settings.execute("UPDATE kv SET v='\(value)' WHERE k='theme'", operation: "change")
+    }
+
+    // MARK: progress
+
+    func testOperationStreamsProgressAndEndsWithTheResult() async throws {
+        let helper = self.helper
+        // A buffer big enough to keep every update, so the test sees the whole sequence.
+        let operation = BackupOperation(bufferingNewest: 1_000_000) { try await helper.createBackup(progress: $0) }
+        var updates: [BackupProgress] = []
+        for await update in operation.progress { updates.append(update) }
+        let result = try await operation.value
+
+        XCTAssertEqual(try backupFolderContents(), [result.name])
+        let phases = updates.map(\.phase)
+        XCTAssertEqual(phases.first, .scanning)
+        XCTAssertEqual(phases.last, .done)
+        // A local folder publishes by rename: there is no upload phase to report.
+        for phase in [BackupProgress.Phase.snapshotting, .archiving] {
+            XCTAssertTrue(phases.contains(phase), "reports \(phase)")
+        }
+        let archiving = updates.filter { $0.phase == .archiving }
+        XCTAssertTrue(archiving.contains { $0.currentFile != nil }, "names the file being archived")
+        XCTAssertTrue(archiving.allSatisfy { $0.bytesTotal > 0 && $0.bytesDone <= $0.bytesTotal })
+        XCTAssertEqual(archiving.last?.fractionCompleted, 1)
+        // Remaining phases count down to 0 and never go back up.
+        let remaining = updates.compactMap(\.remainingPhases)
+        XCTAssertEqual(remaining.count, updates.count, "every update from StoreHelper knows its plan")
+        XCTAssertEqual(remaining, remaining.sorted(by: >))
+        XCTAssertEqual(remaining.first, 4)
+        XCTAssertEqual(remaining.last, 0)
+    }
+
+    func testRestoreProgressIncludesTheSwapAndReload() async throws {
+        let created = try await helper.createBackup()
+        let phases = CallLog()
+        _ = try await helper.restore(created.name, progress: { phases.append($0.phase.rawValue) })
+        let seen = phases.entries.reduce(into: [String]()) { if $0.last != $1 { $0.append($1) } }
+        // A local folder needs no download; databases are checked as they are extracted.
+        XCTAssertEqual(seen, ["extracting", "swapping", "reloading", "done"])
+    }
+
+    // MARK: cancellation
+
+    func testCancellingAnOperationMidwayLeavesNoBackupAndNoTemporaryFiles() async throws {
+        let helper = self.helper
+        let canceller = TaskCanceller()
+        let operation = BackupOperation { progress in
+            try await helper.createBackup(progress: { update in
+                progress(update)
+                if update.phase == .archiving && update.bytesDone > 0 { canceller.cancel() }
+            })
+        }
+        canceller.attach { operation.cancel() }
+        var sawArchiving = false
+        for await update in operation.progress where update.phase == .archiving { sawArchiving = true }
+        do {
+            _ = try await operation.value
+            XCTFail("create should have been cancelled")
+        } catch StoreBackupError.cancelled {}
+        XCTAssertTrue(sawArchiving, "it was cancelled midway, while archiving")
+        XCTAssertEqual(try backupFolderContents(), [], "no backup and no temporary archive")
+        XCTAssertEqual(try ourTemporaryFiles(), [])
+        let listed = try await helper.listBackups()
+        XCTAssertEqual(listed, [])
+        XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA integrity_check"), "ok")
+    }
+
+    func testCancellingBeforeTheSnapshotPublishesNothing() async throws {
+        var helper = self.helper
+        let canceller = TaskCanceller()
+        let quiesced = CallLog()
+        // The app's quiesce hook runs while the task is cancelled; create must stop there.
+        helper.quiesce = { quiesced.append("quiesce"); canceller.cancel() }
+        let frozen = helper
+        let task = Task { try await frozen.createBackup() }
+        canceller.attach { task.cancel() }
+        do {
+            _ = try await task.value
+            XCTFail("create should have been cancelled")
+        } catch StoreBackupError.cancelled {}
+        XCTAssertEqual(quiesced.entries, ["quiesce"])
+        XCTAssertEqual(try backupFolderContents(), [])
+        XCTAssertEqual(try ourTemporaryFiles(), [])
+    }
+
+    func testRestoreCancelledBeforeTheSwapLeavesTheStoreUntouched() async throws {
+        let created = try await helper.createBackup()
+        try changeTheme(to: "light")
+        let before = try StoreFixture.describe(store)
+        let helper = self.helper
+        let canceller = TaskCanceller()
+        let hookCalls = CallLog()
+        let hooks = ReloadHooks(willSwap: { hookCalls.append("willSwap") },
+                                reload: { _ in hookCalls.append("reload") })
+        let task = Task {
+            try await helper.restore(created.name, hooks: hooks, progress: { update in
+                if update.phase == .extracting { canceller.cancel() }
+            })
+        }
+        canceller.attach { task.cancel() }
+        do {
+            _ = try await task.value
+            XCTFail("restore should have been cancelled")
+        } catch StoreBackupError.cancelled {}
+        XCTAssertEqual(hookCalls.entries, [], "the app was never paused")
+        XCTAssertEqual(try StoreFixture.describe(store), before)
+        let layout = StoreLayout(storesDirectory: store)
+        for leftover in [layout.new, layout.old, layout.failed, layout.journal] {
+            XCTAssertFalse(FileSystem.fileExists(leftover), leftover)
+        }
+    }
+
+    // MARK: hooks
+
+    func testQuiesceRunsBeforeTheSnapshotAndItsWritesAreInTheBackup() async throws {
+        var helper = self.helper
+        helper.quiesce = { [store] in
+            // What an app's cache flush does: write what it held in memory.
+            let settings = try SQLiteConnection(path: store + "/Settings.sqlite", mode: .readWrite)
+            defer { settings.close() }
+            try settings.execute("INSERT INTO kv VALUES('flushed', 'from quiesce')", operation: "flush")
+        }
+        let created = try await helper.createBackup()
+        try changeTheme(to: "light")
+        _ = try await self.helper.restore(created.name)
+        XCTAssertEqual(try StoreFixture.query(store + "/Settings.sqlite", "SELECT v FROM kv WHERE k='flushed'"), "from quiesce")
+        XCTAssertEqual(liveTheme, "dark")
+    }
+
+    func testAFailingQuiesceHookPublishesNothing() async throws {
+        struct FlushFailed: Error {}
+        var helper = self.helper
+        helper.quiesce = { throw FlushFailed() }
+        do {
+            _ = try await helper.createBackup()
+            XCTFail("create should have failed")
+        } catch is FlushFailed {}
+        XCTAssertEqual(try backupFolderContents(), [])
+    }
+
+    func testAFailingWillSwapAbandonsTheRestoreAndReloadsTheLiveStore() async throws {
+        struct CannotPause: Error {}
+        let created = try await helper.createBackup()
+        try changeTheme(to: "light")
+        let before = try StoreFixture.describe(store)
+        let calls = CallLog()
+        let hooks = ReloadHooks(
+            willSwap: { calls.append("willSwap"); throw CannotPause() },
+            reload: { [store] directory in
+                XCTAssertEqual(directory, store)
+                calls.append("reload " + (try StoreFixture.query(directory + "/Settings.sqlite", "SELECT v FROM kv WHERE k='theme'")))
+            },
+            didRollback: { _ in calls.append("didRollback") })
+        do {
+            _ = try await helper.restore(created.name, hooks: hooks)
+            XCTFail("restore should have been refused")
+        } catch StoreBackupError.restoreRefused(let reason) {
+            XCTAssertTrue(reason.contains("willSwap"), reason)
+        }
+        XCTAssertEqual(calls.entries, ["willSwap", "reload light"], "the app resumes on its own, untouched store")
+        XCTAssertEqual(try StoreFixture.describe(store), before)
+        let layout = StoreLayout(storesDirectory: store)
+        for leftover in [layout.new, layout.old, layout.failed, layout.journal] {
+            XCTAssertFalse(FileSystem.fileExists(leftover), leftover)
+        }
+    }
+
+    // MARK: verify and errors
+
+    func testVerifyThroughTheHelper() async throws {
+        let created = try await helper.createBackup()
+        let results = try await helper.verify()
+        XCTAssertEqual(results.map(\.name), [created.name])
+        XCTAssertEqual(results.first?.ok, true, results.first?.problem ?? "")
+        XCTAssertEqual(results.first?.databases, 2)
+    }
+
+    func testErrorsAreTypedCasesACallerCanSwitchOn() async throws {
+        do {
+            _ = try await helper.restore("latest")
+            XCTFail("there are no backups yet")
+        } catch StoreBackupError.noBackups(let destination) {
+            XCTAssertEqual(destination, backups)
+        }
+        let lock = try StoreLock(storesDirectory: store, purpose: "test holds it")
+        defer { withExtendedLifetime(lock) {} }
+        do {
+            _ = try await helper.createBackup()
+            XCTFail("the store is locked")
+        } catch StoreBackupError.storeLocked(_, let holder) {
+            XCTAssertTrue(holder.contains("test holds it"), holder)
+        }
+    }
+}

@@ -1,0 +1,192 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// Retention decisions on synthetic dated backups: restic's documented examples, and the
+/// same decisions as the real `restic forget` on the same snapshot dates.
+final class RetentionTests: XCTestCase {
+    var utc: Calendar = {
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        return calendar
+    }()
+
+    func listing(_ date: Date) -> BackupListing {
+        BackupListing(name: BackupName.make(for: date), size: 1, date: date, modified: date)
+    }
+
+    func kept(_ decisions: [RetentionPolicy.Decision]) -> [String] { decisions.filter(\.keep).map(\.backup.name) }
+
+    /// restic's docs: daily backups with --keep-daily 7 --keep-weekly 5 --keep-monthly 12
+    /// --keep-yearly 75 keep the 7 newest days, then 4 more week ends (the dailies already hold
+    /// one week), the month ends, and one per year.
+    func testDocumentedDailyWeeklyMonthlyYearlyExample() throws {
+        // Daily at 10:00 UTC from 2024-01-01 to Sunday 2026-03-15.
+        let start = utc.date(from: DateComponents(year: 2024, month: 1, day: 1, hour: 10))!
+        let end = utc.date(from: DateComponents(year: 2026, month: 3, day: 15, hour: 10))!
+        var backups: [BackupListing] = []
+        var day = start
+        while day <= end { backups.append(listing(day)); day = utc.date(byAdding: .day, value: 1, to: day)! }
+        let policy = RetentionPolicy(keepDaily: 7, keepWeekly: 5, keepMonthly: 12, keepYearly: 75)
+        let decisions = policy.apply(to: backups, calendar: utc)
+        let byReason = { (reason: String) in decisions.filter { $0.reasons.contains(reason) } }
+        XCTAssertEqual(byReason("daily snapshot").count, 7)
+        XCTAssertEqual(byReason("weekly snapshot").count, 5)
+        XCTAssertEqual(byReason("weekly snapshot").filter { !$0.reasons.contains("daily snapshot") }.count, 4,
+                       "the 7 dailies already include one week's end")
+        XCTAssertEqual(byReason("monthly snapshot").count, 12)
+        XCTAssertEqual(byReason("yearly snapshot").count, 3, "only three years have backups")
+        // Every weekly keeper is a Sunday (the ISO week's last day), every monthly one a month's last day.
+        for decision in byReason("weekly snapshot") {
+            XCTAssertEqual(utc.component(.weekday, from: decision.backup.date), 1)
+        }
+        for decision in byReason("monthly snapshot").dropFirst() {
+            let nextDay = utc.date(byAdding: .day, value: 1, to: decision.backup.date)!
+            XCTAssertEqual(utc.component(.day, from: nextDay), 1, decision.backup.name)
+        }
+        XCTAssertEqual(decisions.first?.backup.date, end)
+        XCTAssertTrue(decisions.first!.keep)
+    }
+
+    /// restic's docs: --keep-within 2y5m7d3h keeps everything made in the two years, five months,
+    /// seven days and three hours before the newest backup (not before now).
+    func testKeepWithinIsRelativeToTheNewestBackup() throws {
+        let newest = utc.date(from: DateComponents(year: 2020, month: 6, day: 30, hour: 12))!
+        let limit = utc.date(from: DateComponents(year: 2018, month: 1, day: 23, hour: 9))!  // newest − 2y5m7d3h
+        let dates = [newest, limit.addingTimeInterval(60), limit, limit.addingTimeInterval(-60),
+                     utc.date(from: DateComponents(year: 2010, month: 1, day: 1))!]
+        let policy = RetentionPolicy(keepWithin: try RetentionSpan.parse("2y5m7d3h"))
+        let decisions = policy.apply(to: dates.map(listing), calendar: utc)
+        XCTAssertEqual(kept(decisions), [newest, limit.addingTimeInterval(60)].map { BackupName.make(for: $0) })
+        XCTAssertEqual(decisions[0].reasons, ["within 2y5m7d3h"])
+    }
+
+    func testKeepLastAndTheNewestIsNeverDeleted() {
+        let base = utc.date(from: DateComponents(year: 2026, month: 3, day: 1))!
+        let backups = (0..<5).map { listing(base.addingTimeInterval(TimeInterval($0) * 3600)) }
+        let lastTwo = RetentionPolicy(keepLast: 2).apply(to: backups, calendar: utc)
+        XCTAssertEqual(kept(lastTwo), [backups[4].name, backups[3].name])
+        XCTAssertEqual(lastTwo.filter { !$0.keep }.count, 3)
+        // A rule that keeps nothing recent (a span of 1h but only one backup in it) still keeps the newest.
+        let within = RetentionPolicy(keepWithin: RetentionSpan(hours: 1)).apply(to: backups, calendar: utc)
+        XCTAssertEqual(kept(within), [backups[4].name])
+        XCTAssertTrue(RetentionPolicy().isEmpty)
+    }
+
+    /// The same snapshot dates given to the real restic (Debian's, installed by scripts/install-deps):
+    /// `restic forget --dry-run --json` must keep exactly what we keep, for the same reasons.
+    func testSameDecisionsAsResticForget() throws {
+        guard let restic = ["/usr/bin/restic", "/usr/local/bin/restic"].first(where: FileManager.default.isExecutableFile(atPath:)) else {
+            throw XCTSkip("restic is not installed (scripts/install-deps installs it)")
+        }
+        let work = try TestEnvironment.temporaryDirectory("restic-retention")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let data = work + "/data"
+        try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: data + "/file", contents: Data("x".utf8))
+        let environment = ["RESTIC_PASSWORD": "test-only", "RESTIC_REPOSITORY": work + "/repo", "TZ": "UTC",
+                           "RESTIC_CACHE_DIR": work + "/cache"]
+
+        // Irregular dates over two years: clusters within hours, gaps of weeks (a fixed LCG, so repeatable).
+        var seed: UInt64 = 42
+        var date = utc.date(from: DateComponents(year: 2024, month: 2, day: 27, hour: 23, minute: 10))!
+        var dates: [Date] = []
+        for _ in 0..<36 {
+            seed = seed &* 6364136223846793005 &+ 1442695040888963407
+            let hours = [1, 3, 20, 26, 70, 170, 400, 900][Int(seed >> 61)]
+            date = date.addingTimeInterval(TimeInterval(hours * 3600 + Int(seed >> 40 & 0xFFF)))
+            dates.append(date)
+        }
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(identifier: "UTC")
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
+
+        XCTAssertEqual(try runTool(restic, ["init", "--quiet"], environment: environment).status, 0)
+        for date in dates {
+            let result = try runTool(restic, ["backup", "--quiet", "--host", "h", "--time", formatter.string(from: date), data], environment: environment)
+            XCTAssertEqual(result.status, 0, result.stderr)
+        }
+
+        let cases: [([String], RetentionPolicy)] = [
+            (["--keep-daily", "7", "--keep-weekly", "4", "--keep-monthly", "6", "--keep-yearly", "2"],
+             RetentionPolicy(keepDaily: 7, keepWeekly: 4, keepMonthly: 6, keepYearly: 2)),
+            (["--keep-last", "3", "--keep-hourly", "5"], RetentionPolicy(keepLast: 3, keepHourly: 5)),
+            (["--keep-within", "3m10d"], RetentionPolicy(keepWithin: RetentionSpan(months: 3, days: 10))),
+            (["--keep-weekly", "10"], RetentionPolicy(keepWeekly: 10)),
+        ]
+        for (flags, policy) in cases {
+            let result = try runTool(restic, ["forget", "--dry-run", "--json"] + flags, environment: environment)
+            XCTAssertEqual(result.status, 0, result.stderr)
+            let groups = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [[String: Any]], result.stdout)
+            let reasons = try XCTUnwrap(groups.first?["reasons"] as? [[String: Any]])
+            var resticKept: [String: [String]] = [:]
+            for reason in reasons {
+                let snapshot = try XCTUnwrap(reason["snapshot"] as? [String: Any])
+                let time = try XCTUnwrap(snapshot["time"] as? String)
+                let key = String(time.prefix(19)).replacingOccurrences(of: "T", with: " ")
+                resticKept[key] = (reason["matches"] as? [String] ?? []).map { $0.hasPrefix("within") ? "within" : $0 }
+            }
+            let ours = policy.apply(to: dates.map(listing), calendar: utc)
+            var oursKept: [String: [String]] = [:]
+            for decision in ours where decision.keep {
+                oursKept[formatter.string(from: decision.backup.date)] = decision.reasons.map { $0.hasPrefix("within") ? "within" : $0 }
+            }
+            XCTAssertEqual(oursKept, resticKept, "policy \(flags.joined(separator: " "))")
+        }
+    }
+
+    /// Per-host retention on a real destination: another host's backups are never counted or deleted.
+    func testPrunerKeepsOtherHostsApart() async throws {
+        let work = try TestEnvironment.temporaryDirectory("prune-hosts")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        try StoreFixture.make(at: work + "/Stores", logRows: 50, blobCount: 1)
+        let folder = work + "/backups"
+        let destination = LocalFolderDestination(folder: folder)
+        let helper = StoreHelper(storesDirectory: work + "/Stores", destination: destination)
+        let mine = try await helper.createBackup()
+        setenv("STOREBACKUP_HOSTNAME", "other-host", 1)
+        let theirs = try await helper.createBackup()
+        unsetenv("STOREBACKUP_HOSTNAME")
+        // Three more of each, dated in the past, by copying the archives under older names.
+        for day in 1...3 {
+            for (source, offset) in [(mine.name, 0.0), (theirs.name, 60.0)] {
+                let name = BackupName.make(for: Date(timeIntervalSinceNow: -Double(day) * 86_400 - offset))
+                try FileManager.default.copyItem(atPath: folder + "/" + source, toPath: folder + "/" + name)
+            }
+        }
+        let pruner = BackupPruner(destination: destination, stateDirectory: work + "/state")
+        let groups = try await pruner.plan(RetentionPolicy(keepLast: 2), host: BackupOrigin.currentHost, storesDirectory: nil)
+        XCTAssertEqual(groups.count, 1)
+        XCTAssertEqual(groups[0].origin?.host, BackupOrigin.currentHost)
+        XCTAssertEqual(groups[0].decisions.count, 4)
+        XCTAssertEqual(groups[0].toDelete.count, 2)
+        let deleted = try await pruner.execute(groups)
+        let remaining = try await destination.listBackups()
+        XCTAssertEqual(remaining.count, 8 - 2)
+        XCTAssertTrue(Set(deleted).isDisjoint(with: remaining.map(\.name)))
+        let origins = await pruner.origins.origins(of: remaining, download: false)
+        XCTAssertEqual(origins.values.compactMap { $0 }.filter { $0.host == "other-host" }.count, 4, "the other host's four are untouched")
+    }
+}
+
+/// Runs a tool (not storebackup) to completion.
+func runTool(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+    let out = Pipe(), err = Pipe()
+    process.standardOutput = out
+    process.standardError = err
+    process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+    try process.run()
+    let group = DispatchGroup()
+    nonisolated(unsafe) var outData = Data(), errData = Data()
+    group.enter(); DispatchQueue.global().async { outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+    group.enter(); DispatchQueue.global().async { errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+    group.wait()
+    process.waitUntilExit()
+    return CommandResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+                         stderr: String(decoding: errData, as: UTF8.self))
+}
