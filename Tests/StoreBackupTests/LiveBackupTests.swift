@@ -101,6 +101,47 @@ final class LiveBackupTests: XCTestCase {
         XCTAssertEqual(try StoreFixture.query(copy, "PRAGMA integrity_check"), "ok")
     }
 
+    /// Another connection holding a read transaction keeps the WAL from being emptied
+    /// (a TRUNCATE checkpoint must wait for it). The snapshot still takes the one-pass
+    /// path: the WAL is checkpointed into the main file under the write lock, and the read
+    /// starts on it. Its bytes hold every commit made before it, the WAL's included.
+    func testAReaderHoldingTheWALOpenDoesNotForceTheFallback() throws {
+        let work = try TestEnvironment.temporaryDirectory("reader")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store, logRows: 500)
+        let path = store + "/App.sqlite"
+        let writer = try SQLiteConnection(path: path, mode: .readWrite)
+        try writer.execute("PRAGMA wal_autocheckpoint=0", operation: "no automatic checkpoints")
+        for _ in 0..<50 { try writer.execute("INSERT INTO log(note) VALUES ('in the WAL')", operation: "insert") }
+        let reader = try SQLiteConnection(path: path, mode: .readOnly)
+        try reader.execute("BEGIN", operation: "begin")
+        XCTAssertEqual(try reader.scalar("SELECT count(*) FROM log", operation: "count"), "550")
+        var info = stat()
+        XCTAssertEqual(stat(path + "-wal", &info), 0)
+        XCTAssertGreaterThan(info.st_size, 0, "the commits are in the WAL")
+
+        let snapshot = try DatabaseSnapshot(path: path, relativePath: "App.sqlite", scratchDirectory: work)
+        XCTAssertEqual(snapshot.method, .walReadLock)
+        try writer.execute("INSERT INTO log(note) VALUES ('after the snapshot')", operation: "insert")
+        let copy = work + "/copy.sqlite"
+        FileManager.default.createFile(atPath: copy, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: copy))
+        var offset: Int64 = 0
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let got = try buffer.withUnsafeMutableBytes { try snapshot.read(into: $0.baseAddress!, count: $0.count, offset: offset) }
+            if got == 0 { break }
+            handle.write(Data(buffer[0..<got]))
+            offset += Int64(got)
+        }
+        try handle.close()
+        snapshot.finish()
+        try reader.execute("COMMIT", operation: "end")
+        XCTAssertEqual(try StoreFixture.query(copy, "SELECT count(*) FROM log"), "550")
+        XCTAssertEqual(try StoreFixture.query(copy, "PRAGMA integrity_check"), "ok")
+    }
+
     // MARK: helpers
 
     private func startWriter(database: String) throws -> (Process, Pipe, Pipe) {

@@ -7,13 +7,16 @@ import Glibc
 /// One database frozen at one moment while other connections keep writing.
 ///
 /// How (GUIDE §3, SQLite's wal.c):
-/// - WAL databases: checkpoint the WAL to empty, then start a read transaction at
-///   once. A reader that begins on an empty WAL holds read-lock 0 and reads only the
-///   main file; no checkpoint may write into the main file while that lock is held,
-///   so the file's first `pageCount` pages stay exactly this snapshot while writers
-///   append to the WAL. We then stream those pages through SQLite's own file handle:
-///   one read pass, no extra copy. If the WAL was not empty when the read began
-///   (a writer slipped in), we retry a few times and then fall back to the backup API.
+/// - WAL databases: a second connection takes the write lock for a moment, so no
+///   commit can slip in; meanwhile the WAL is checkpointed into the main file (PASSIVE,
+///   which needs no write lock) and the read transaction starts. A reader that begins on
+///   a fully checkpointed WAL holds read-lock 0 and reads only the main file; no
+///   checkpoint may write into the main file while that lock is held, so the file's
+///   first `pageCount` pages stay exactly this snapshot while writers append to the
+///   WAL once the write lock is released. We then stream those pages through SQLite's
+///   own file handle: one read pass, no extra copy. When the checkpoint cannot finish
+///   (another reader holds an older snapshot, or the write lock cannot be had), we retry
+///   a few times and then fall back to the backup API.
 /// - Rollback-journal databases: a read transaction holds a SHARED lock, which keeps
 ///   writers out until the copy is done.
 final class DatabaseSnapshot: @unchecked Sendable {
@@ -47,8 +50,12 @@ final class DatabaseSnapshot: @unchecked Sendable {
         let forced = ProcessInfo.processInfo.environment["STOREBACKUP_SNAPSHOT_METHOD"]
         var chosen: Method?
         if mode == "wal" && forced != Method.backupCopy.rawValue {
+            // The write-lock holder; none for a read-only store (then only an empty WAL will do).
+            let gate = try? SQLiteConnection(path: path, mode: .readWrite)
+            gate?.setBusyTimeout(milliseconds: 200)
+            defer { gate?.close() }
             for _ in 0..<8 where chosen == nil {
-                if try Self.beginReadOnEmptyWAL(connection: connection, path: path) { chosen = .walReadLock }
+                if try Self.beginReadOnCheckpointedWAL(connection: connection, gate: gate, path: path) { chosen = .walReadLock }
             }
         } else if mode != "wal" {
             try connection.execute("BEGIN", operation: "begin read transaction")
@@ -120,20 +127,35 @@ final class DatabaseSnapshot: @unchecked Sendable {
         }
     }
 
-    /// Checkpoints, begins a read, and tells whether the read started on an empty WAL.
-    /// When it did not, the read transaction is ended again.
-    private static func beginReadOnEmptyWAL(connection: SQLiteConnection, path: String) throws -> Bool {
-        // PASSIVE first copies most frames without taking the writer lock, so the
-        // TRUNCATE that follows (which does take it) holds it only briefly.
+    /// Checkpoints, begins a read, and tells whether the read started on a WAL that is
+    /// wholly in the main file (so the read holds read-lock 0). When it did not, the read
+    /// transaction is ended again.
+    private static func beginReadOnCheckpointedWAL(connection: SQLiteConnection, gate: SQLiteConnection?, path: String) throws -> Bool {
+        // Without the write lock first: most frames are copied while writers carry on, so
+        // the write lock below is held only for the last few.
         _ = try? connection.checkpoint(mode: "PASSIVE")
+        if let gate, (try? gate.execute("BEGIN IMMEDIATE", operation: "take the write lock")) != nil {
+            // Writers wait from here until the ROLLBACK, a few milliseconds at most.
+            defer { try? gate.execute("ROLLBACK", operation: "release the write lock") }
+            let checkpoint = try? connection.checkpoint(mode: "PASSIVE")
+            try beginRead(connection)
+            if let checkpoint, !checkpoint.busy, checkpoint.logFrames == checkpoint.checkpointedFrames { return true }
+            try connection.execute("COMMIT", operation: "end read transaction")
+            return false
+        }
+        // No write lock to be had (read-only store, or a long write transaction): only a
+        // WAL seen empty after the read began is safe.
         _ = try? connection.checkpoint(mode: "TRUNCATE")
-        try connection.execute("BEGIN", operation: "begin read transaction")
-        _ = try connection.scalar("SELECT count(*) FROM sqlite_master", operation: "start read transaction")
+        try beginRead(connection)
         var info = stat()
-        let walIsEmpty = stat(path + "-wal", &info) != 0 || info.st_size == 0
-        if walIsEmpty { return true }
+        if stat(path + "-wal", &info) != 0 || info.st_size == 0 { return true }
         try connection.execute("COMMIT", operation: "end read transaction")
         return false
+    }
+
+    private static func beginRead(_ connection: SQLiteConnection) throws {
+        try connection.execute("BEGIN", operation: "begin read transaction")
+        _ = try connection.scalar("SELECT count(*) FROM sqlite_master", operation: "start read transaction")
     }
 
     /// The fallback: SQLite's online backup in a single step is one read transaction
