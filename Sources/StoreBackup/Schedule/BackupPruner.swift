@@ -6,7 +6,12 @@ public struct BackupPruner: Sendable {
     public let destination: any BackupDestination
     public let origins: BackupOriginIndex
 
-    /// - Parameter passwords: Opens encrypted backups to learn their origin (see ``BackupOriginIndex``).
+    /// A pruner for one destination.
+    ///
+    /// - Parameters:
+    ///   - destination: Where the backups are.
+    ///   - stateDirectory: Where origins read from remote backups are cached; nil: no cache.
+    ///   - passwords: Opens encrypted backups to learn their origin (see ``BackupOriginIndex``).
     public init(destination: any BackupDestination, stateDirectory: String?, passwords: PasswordProvider? = nil) {
         self.destination = destination
         self.origins = BackupOriginIndex(destination: destination, cacheDirectory: stateDirectory, passwords: passwords)
