@@ -5,16 +5,21 @@ import XCTest
 /// Acceptance: a backup taken while another process keeps writing restores to a
 /// consistent store with everything else in the directory intact.
 final class LiveBackupTests: XCTestCase {
+    /// The writer commits back to back, so which method create picks depends on timing: the
+    /// one-pass read-lock path normally, SQLite's backup API when the writer kept the
+    /// checkpoint from finishing (seen on a busy disk). Both must give a consistent store.
+    /// `testSnapshotDoesNotBlockWritersAndStaysFrozen` and
+    /// `testAReaderHoldingTheWALOpenDoesNotForceTheFallback` pin the read-lock path itself.
     func testBackupWhileAnotherProcessWritesRestoresConsistentStore() throws {
-        try backUpWhileWriting(environment: [:], expectedMethod: "wal-read-lock")
+        try backUpWhileWriting(environment: [:], expectedMethods: ["wal-read-lock", "backup-api-copy"])
     }
 
     /// The fallback path (SQLite's backup API) must be just as consistent.
     func testBackupAPIFallbackIsConsistentToo() throws {
-        try backUpWhileWriting(environment: ["STOREBACKUP_SNAPSHOT_METHOD": "backup-api-copy"], expectedMethod: "backup-api-copy")
+        try backUpWhileWriting(environment: ["STOREBACKUP_SNAPSHOT_METHOD": "backup-api-copy"], expectedMethods: ["backup-api-copy"])
     }
 
-    private func backUpWhileWriting(environment: [String: String], expectedMethod: String) throws {
+    private func backUpWhileWriting(environment: [String: String], expectedMethods: Set<String>) throws {
         let work = try TestEnvironment.temporaryDirectory("live")
         defer { try? FileManager.default.removeItem(atPath: work) }
         let store = work + "/Stores", backups = work + "/backups", restored = work + "/Restored"
@@ -49,7 +54,8 @@ final class LiveBackupTests: XCTestCase {
         XCTAssertEqual(after[".secret-config"]?.mode, 0o600)
 
         let reader = try ArchiveReader(path: try onlyBackup(in: backups), backupName: "test")
-        XCTAssertEqual(reader.manifest?.databases.first { $0.path == "App.sqlite" }?.snapshotMethod, expectedMethod)
+        let method = reader.manifest?.databases.first { $0.path == "App.sqlite" }?.snapshotMethod ?? "none"
+        XCTAssertTrue(expectedMethods.contains(method), "snapshot method \(method)")
     }
 
     /// Proof that a snapshot does not block writers: while a snapshot holds its read

@@ -133,7 +133,7 @@ final class DatabaseSnapshot: @unchecked Sendable {
     private static func beginReadOnCheckpointedWAL(connection: SQLiteConnection, gate: SQLiteConnection?, path: String) throws -> Bool {
         // Without the write lock first: most frames are copied while writers carry on, so
         // the write lock below is held only for the last few.
-        _ = try? connection.checkpoint(mode: "PASSIVE")
+        waitForCheckpointLock(connection)
         if let gate, (try? gate.execute("BEGIN IMMEDIATE", operation: "take the write lock")) != nil {
             // Writers wait from here until the ROLLBACK, a few milliseconds at most.
             defer { try? gate.execute("ROLLBACK", operation: "release the write lock") }
@@ -151,6 +151,17 @@ final class DatabaseSnapshot: @unchecked Sendable {
         if stat(path + "-wal", &info) != 0 || info.st_size == 0 { return true }
         try connection.execute("COMMIT", operation: "end read transaction")
         return false
+    }
+
+    /// Checkpoints PASSIVE until the checkpoint lock is free (for up to about 2 s). Another
+    /// connection's checkpoint (a writer's automatic one, every 1000 frames) holds that lock
+    /// for as long as it copies and syncs, and a PASSIVE checkpoint then gives up at once;
+    /// on a slow disk that lasts longer than all our attempts would without this wait.
+    private static func waitForCheckpointLock(_ connection: SQLiteConnection) {
+        for _ in 0..<2000 {
+            guard let result = try? connection.checkpoint(mode: "PASSIVE"), result.busy, result.logFrames < 0 else { return }
+            usleep(1000)
+        }
     }
 
     private static func beginRead(_ connection: SQLiteConnection) throws {
