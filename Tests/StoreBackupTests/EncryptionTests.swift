@@ -38,10 +38,10 @@ final class EncryptionTests: XCTestCase {
         let blocks = manifest.files.first { $0.path == "App.sqlite" }?.deflateBlocks ?? []
         XCTAssertGreaterThan(blocks.count, 1, "App.sqlite should be restored through the parallel path")
 
-        let sevenZip = try run("/usr/bin/7z", ["t", "-p" + Self.password, archive])
+        let sevenZip = try runTool("/usr/bin/7z", ["t", "-p" + Self.password, archive])
         XCTAssertEqual(sevenZip.status, 0, sevenZip.stdout + sevenZip.stderr)
         XCTAssertTrue(sevenZip.stdout.contains("Everything is Ok"), sevenZip.stdout)
-        let wrong = try run("/usr/bin/7z", ["t", "-pnot-the-password", archive])
+        let wrong = try runTool("/usr/bin/7z", ["t", "-pnot-the-password", archive])
         XCTAssertNotEqual(wrong.status, 0, "7-Zip must not open it with another password")
 
         let listed = try runStoreBackup(["list", "--to", backups, "--json"])
@@ -182,12 +182,12 @@ final class EncryptionTests: XCTestCase {
             child.expect(pexpect.EOF); child.close()
             sys.stdout.write(child.before or ""); sys.exit(child.exitstatus)
             """
-        let result = try run("/usr/bin/env", ["python3", "-c", script, TestEnvironment.binary, store, backups, Self.password])
+        let result = try runTool("/usr/bin/env", ["python3", "-c", script, TestEnvironment.binary, store, backups, Self.password])
         XCTAssertEqual(result.status, 0, result.stdout + result.stderr)
         XCTAssertFalse(result.stdout.contains(Self.password), "the password was echoed: \(result.stdout)")
         let archive = try onlyBackup(in: backups)
         XCTAssertEqual(BackupInspection.isEncrypted(archiveAt: archive), true)
-        let sevenZip = try run("/usr/bin/7z", ["t", "-p" + Self.password, archive])
+        let sevenZip = try runTool("/usr/bin/7z", ["t", "-p" + Self.password, archive])
         XCTAssertEqual(sevenZip.status, 0, sevenZip.stdout)
     }
 
@@ -318,26 +318,7 @@ final class EncryptionTests: XCTestCase {
     }
 
     private func python(_ script: String, _ arguments: [String]) throws {
-        let result = try run("/usr/bin/env", ["python3", "-c", script] + arguments)
+        let result = try runTool("/usr/bin/env", ["python3", "-c", script] + arguments)
         XCTAssertEqual(result.status, 0, "helper script failed: \(result.stderr)")
-    }
-
-    private func run(_ executable: String, _ arguments: [String]) throws -> CommandResult {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
-        try process.run()
-        let group = DispatchGroup()
-        nonisolated(unsafe) var outData = Data(), errData = Data()
-        group.enter(); DispatchQueue.global().async { outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
-        group.enter(); DispatchQueue.global().async { errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
-        group.wait()
-        process.waitUntilExit()
-        return CommandResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                             stderr: String(decoding: errData, as: UTF8.self))
     }
 }

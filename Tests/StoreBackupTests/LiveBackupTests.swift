@@ -91,18 +91,7 @@ final class LiveBackupTests: XCTestCase {
 
         // Copy the snapshot bytes out and check they hold the old state.
         let copy = work + "/copy.sqlite"
-        FileManager.default.createFile(atPath: copy, contents: nil)
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: copy))
-        var offset: Int64 = 0
-        var buffer = [UInt8](repeating: 0, count: 1 << 16)
-        while true {
-            let got = try buffer.withUnsafeMutableBytes { try snapshot.read(into: $0.baseAddress!, count: $0.count, offset: offset) }
-            if got == 0 { break }
-            handle.write(Data(buffer[0..<got]))
-            offset += Int64(got)
-        }
-        try handle.close()
-        snapshot.finish()
+        try copyOut(snapshot, to: copy)
         XCTAssertEqual(try StoreFixture.query(copy, "SELECT count(*) FROM log"), "500")
         XCTAssertEqual(try StoreFixture.query(copy, "PRAGMA integrity_check"), "ok")
     }
@@ -131,8 +120,18 @@ final class LiveBackupTests: XCTestCase {
         XCTAssertEqual(snapshot.method, .walReadLock)
         try writer.execute("INSERT INTO log(note) VALUES ('after the snapshot')", operation: "insert")
         let copy = work + "/copy.sqlite"
-        FileManager.default.createFile(atPath: copy, contents: nil)
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: copy))
+        try copyOut(snapshot, to: copy)
+        try reader.execute("COMMIT", operation: "end")
+        XCTAssertEqual(try StoreFixture.query(copy, "SELECT count(*) FROM log"), "550")
+        XCTAssertEqual(try StoreFixture.query(copy, "PRAGMA integrity_check"), "ok")
+    }
+
+    // MARK: helpers
+
+    /// Writes the snapshot's bytes to `path`, then ends the snapshot.
+    private func copyOut(_ snapshot: DatabaseSnapshot, to path: String) throws {
+        FileManager.default.createFile(atPath: path, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         var offset: Int64 = 0
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
@@ -143,12 +142,7 @@ final class LiveBackupTests: XCTestCase {
         }
         try handle.close()
         snapshot.finish()
-        try reader.execute("COMMIT", operation: "end")
-        XCTAssertEqual(try StoreFixture.query(copy, "SELECT count(*) FROM log"), "550")
-        XCTAssertEqual(try StoreFixture.query(copy, "PRAGMA integrity_check"), "ok")
     }
-
-    // MARK: helpers
 
     private func startWriter(database: String) throws -> (Process, Pipe, Pipe) {
         let process = Process()

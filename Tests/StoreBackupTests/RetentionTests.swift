@@ -169,24 +169,3 @@ final class RetentionTests: XCTestCase {
         XCTAssertEqual(origins.values.compactMap { $0 }.filter { $0.host == "other-host" }.count, 4, "the other host's four are untouched")
     }
 }
-
-/// Runs a tool (not storebackup) to completion.
-func runTool(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
-    let process = Process()
-    process.executableURL = URL(fileURLWithPath: path)
-    process.arguments = arguments
-    process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
-    let out = Pipe(), err = Pipe()
-    process.standardOutput = out
-    process.standardError = err
-    process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
-    try process.run()
-    let group = DispatchGroup()
-    nonisolated(unsafe) var outData = Data(), errData = Data()
-    group.enter(); DispatchQueue.global().async { outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
-    group.enter(); DispatchQueue.global().async { errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
-    group.wait()
-    process.waitUntilExit()
-    return CommandResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                         stderr: String(decoding: errData, as: UTF8.self))
-}

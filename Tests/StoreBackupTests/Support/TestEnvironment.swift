@@ -38,26 +38,29 @@ struct CommandResult {
 /// Runs `storebackup` with arguments; stdin is empty (not a terminal).
 @discardableResult
 func runStoreBackup(_ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
+    try runTool(TestEnvironment.binary, arguments, environment: environment)
+}
+
+/// Runs a program to completion, reading both pipes to the end before waiting so a full
+/// pipe cannot stall the child.
+@discardableResult
+func runTool(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
     let process = Process()
-    process.executableURL = URL(fileURLWithPath: TestEnvironment.binary)
+    process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    env.merge(environment) { _, new in new }
-    process.environment = env
+    process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
     let out = Pipe(), err = Pipe()
     process.standardOutput = out
     process.standardError = err
     process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
     try process.run()
-    // Read both pipes to the end before waiting, so a full pipe cannot stall the child.
     let group = DispatchGroup()
     nonisolated(unsafe) var outData = Data(), errData = Data()
     group.enter(); DispatchQueue.global().async { outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
     group.enter(); DispatchQueue.global().async { errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
     group.wait()
     process.waitUntilExit()
-    return CommandResult(status: process.terminationStatus,
-                         stdout: String(decoding: outData, as: UTF8.self),
+    return CommandResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
                          stderr: String(decoding: errData, as: UTF8.self))
 }
 
