@@ -176,25 +176,7 @@ final class DropboxDestinationTests: XCTestCase {
         let store = work + "/Big"
         try StoreFixture.make(at: store, logRows: 100, blobCount: 1)
         _ = try makeFile("Big/.App_SUPPORT/big.bin", bytes: 300 << 20)
-        let script = """
-            import resource, subprocess, sys
-            r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if r.returncode: sys.stderr.write(r.stderr.decode()); sys.exit(1)
-            print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-            """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, TestEnvironment.binary, "create", store, "--to", "dropbox:///Backups"]
-        var environment = ProcessInfo.processInfo.environment
-        environment.merge(emulator.environment(home: work, token: emulator.accessToken)) { _, new in new }
-        process.environment = environment
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let peak = Int(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? .max
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0)
+        let peak = try peakRSSKiBOfStoreBackup(["create", store, "--to", "dropbox:///Backups"], environment: emulator.environment(home: work, token: emulator.accessToken))
         XCTAssertLessThan(peak, 64 * 1024, "peak RSS \(peak) KiB")
         let routes = try requests().map(\.route)
         XCTAssertGreaterThanOrEqual(routes.filter { $0 == "/2/files/upload_session/append_v2" }.count, 30)

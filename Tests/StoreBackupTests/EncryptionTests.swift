@@ -264,7 +264,7 @@ final class EncryptionTests: XCTestCase {
     }
 
     private func flipByte(in archive: String, entry: String) throws {
-        try python("""
+        try runPythonScript("""
             import sys, zipfile, struct
             path, name = sys.argv[1], sys.argv[2]
             info = zipfile.ZipFile(path).getinfo(name)
@@ -281,7 +281,7 @@ final class EncryptionTests: XCTestCase {
     /// AES), keeping every other entry and the manifest exactly as they were.
     private func replaceEntryKeepingManifest(_ source: String, into target: String, entry: String, content: String) throws {
         try FileManager.default.copyItem(atPath: source, toPath: target)
-        try python("""
+        try runPythonScript("""
             import ctypes, sys
             path, name, content, password = sys.argv[1], sys.argv[2].encode(), sys.argv[3].encode(), sys.argv[4].encode()
             z = ctypes.CDLL("libzip.so.4")
@@ -303,22 +303,8 @@ final class EncryptionTests: XCTestCase {
     /// An encrypted backup of a store whose database has a damaged page.
     private func makeEncryptedBackupOfCorruptDatabase(into archive: String) throws {
         let corrupt = work + "/Corrupt"
-        try FileManager.default.createDirectory(atPath: corrupt, withIntermediateDirectories: true)
-        try python("""
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1] + "/Data.sqlite")
-            db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)"); db.execute("CREATE INDEX tx ON t(x)")
-            db.executemany("INSERT INTO t(x) VALUES (?)", [("row %d" % i * 3,) for i in range(3000)])
-            db.commit(); db.close()
-            with open(sys.argv[1] + "/Data.sqlite", "r+b") as f:
-                f.seek(4096 * 5 + 200); f.write(b"\\xff" * 300)
-            """, [corrupt])
+        try StoreFixture.makeWithCorruptDatabase(at: corrupt)
         let made = try createEncrypted(corrupt, to: work + "/corrupt-backups")
         try FileManager.default.moveItem(atPath: made, toPath: archive)
-    }
-
-    private func python(_ script: String, _ arguments: [String]) throws {
-        let result = try runTool("/usr/bin/env", ["python3", "-c", script] + arguments)
-        XCTAssertEqual(result.status, 0, "helper script failed: \(result.stderr)")
     }
 }

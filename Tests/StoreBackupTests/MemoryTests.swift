@@ -15,32 +15,11 @@ final class MemoryTests: XCTestCase {
         // 320 MiB in one file: half random (stored), half text (deflated).
         try shell("head -c 167772160 /dev/urandom > '\(store)/.App_SUPPORT/big.bin' && yes 'grocery dude row of text 0123456789' | head -c 167772160 >> '\(store)/.App_SUPPORT/big.bin'")
 
-        let createRSS = try peakKiB(["create", store, "--to", work + "/backups"])
-        let restoreRSS = try peakKiB(["restore", "latest", work + "/Restored", "--from", work + "/backups", "--yes"])
+        let createRSS = try peakRSSKiBOfStoreBackup(["create", store, "--to", work + "/backups"])
+        let restoreRSS = try peakRSSKiBOfStoreBackup(["restore", "latest", work + "/Restored", "--from", work + "/backups", "--yes"])
         XCTAssertLessThan(createRSS, Self.limitKiB, "create peak RSS \(createRSS) KiB")
         XCTAssertLessThan(restoreRSS, Self.limitKiB, "restore peak RSS \(restoreRSS) KiB")
         XCTAssertEqual(try FileSystem.lstatInfo(work + "/Restored/.App_SUPPORT/big.bin").st_size, 335_544_320)
-    }
-
-    /// Runs the command line under Python's getrusage to read the child's peak RSS.
-    private func peakKiB(_ arguments: [String]) throws -> Int {
-        let script = """
-            import resource, subprocess, sys
-            result = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if result.returncode != 0:
-                sys.stderr.write(result.stderr.decode()); sys.exit(1)
-            print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-            """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, TestEnvironment.binary] + arguments
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0)
-        return Int(String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)) ?? Int.max
     }
 
     private func shell(_ command: String) throws {

@@ -79,7 +79,7 @@ final class RestoreTests: XCTestCase {
         let original = try onlyBackup(in: backups)
         let forged = backups + "/2000-01-01 000000 Stores.zip"
         // Same manifest, one file's content replaced: every CRC is valid, the SHA-256 is not.
-        try python("""
+        try runPythonScript("""
             import sys, zipfile
             src = zipfile.ZipFile(sys.argv[1]); dst = zipfile.ZipFile(sys.argv[2], "w")
             for info in src.infolist():
@@ -94,7 +94,7 @@ final class RestoreTests: XCTestCase {
     func testEscapingPathIsRefused() throws {
         for (index, entry) in ["../evil.txt", "/tmp/storebackup-evil.txt", "a/../../evil.txt"].enumerated() {
             let name = "2000-01-0\(index + 1) 000000 Stores.zip"
-            try python("""
+            try runPythonScript("""
                 import sys, zipfile
                 z = zipfile.ZipFile(sys.argv[1], "w")
                 z.writestr("notes.txt", b"fine")
@@ -109,7 +109,7 @@ final class RestoreTests: XCTestCase {
 
     func testSymlinkPointingOutsideIsRefused() throws {
         let name = "2000-01-01 000000 Stores.zip"
-        try python("""
+        try runPythonScript("""
             import sys, zipfile
             z = zipfile.ZipFile(sys.argv[1], "w")
             info = zipfile.ZipInfo("data/link"); info.create_system = 3; info.external_attr = 0o120777 << 16
@@ -211,7 +211,7 @@ final class RestoreTests: XCTestCase {
     }
 
     private func flipByteInsideEntry(archive: String, entry: String) throws {
-        try python("""
+        try runPythonScript("""
             import sys, zipfile, struct
             path, name = sys.argv[1], sys.argv[2]
             info = zipfile.ZipFile(path).getinfo(name)
@@ -225,15 +225,6 @@ final class RestoreTests: XCTestCase {
                 f.seek(data_start + info.compress_size // 2)
                 f.write(bytes([byte[0] ^ 0xFF]))
             """, [archive, entry])
-    }
-
-    private func python(_ script: String, _ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script] + arguments
-        try process.run()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0, "helper script failed")
     }
 
     private func runCopy(_ source: String, _ target: String) throws -> Int32 {

@@ -143,25 +143,7 @@ final class S3DestinationTests: XCTestCase {
         let store = work + "/Big"
         try StoreFixture.make(at: store, logRows: 100, blobCount: 1)
         try shell("head -c 1073741824 /dev/urandom > '\(store)/.App_SUPPORT/big.bin'")
-        let script = """
-            import resource, subprocess, sys
-            r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if r.returncode: sys.stderr.write(r.stderr.decode()); sys.exit(1)
-            print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
-            """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, TestEnvironment.binary, "create", store, "--to", "s3://backups/big", "--s3-endpoint", endpoint]
-        var environment = ProcessInfo.processInfo.environment
-        environment.merge(credentials) { _, new in new }
-        process.environment = environment
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let peak = Int(String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines)) ?? .max
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0)
+        let peak = try peakRSSKiBOfStoreBackup(["create", store, "--to", "s3://backups/big", "--s3-endpoint", endpoint], environment: credentials)
         XCTAssertLessThan(peak, 64 * 1024, "peak RSS \(peak) KiB")
         let listing = try runStoreBackup(["list", "--json", "--to", "s3://backups/big", "--s3-endpoint", endpoint], environment: credentials)
         let rows = try JSONSerialization.jsonObject(with: Data(listing.stdout.utf8)) as! [[String: Any]]

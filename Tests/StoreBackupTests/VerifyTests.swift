@@ -31,7 +31,7 @@ final class VerifyTests: XCTestCase {
         let good = try onlyBackup(in: backups)
         let flipped = backups + "/2000-01-01 000001 Stores.zip"
         try FileManager.default.copyItem(atPath: good, toPath: flipped)
-        try python("""
+        try runPythonScript("""
             import sys, zipfile, struct
             path = sys.argv[1]; info = zipfile.ZipFile(path).getinfo("App.sqlite")
             with open(path, "r+b") as f:
@@ -44,7 +44,7 @@ final class VerifyTests: XCTestCase {
         try FileManager.default.copyItem(atPath: good, toPath: truncated)
         XCTAssertEqual(truncate(truncated, try FileSystem.lstatInfo(truncated).st_size - 300), 0)
         let mismatch = backups + "/2000-01-01 000003 Stores.zip"
-        try python("""
+        try runPythonScript("""
             import sys, zipfile
             src = zipfile.ZipFile(sys.argv[1]); dst = zipfile.ZipFile(sys.argv[2], "w")
             for info in src.infolist():
@@ -76,27 +76,9 @@ final class VerifyTests: XCTestCase {
     /// A store whose database has a damaged page, backed up as it is.
     private func makeBackupOfCorruptDatabase(into archive: String) throws {
         let store = work + "/Corrupt"
-        try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
-        try python("""
-            import sqlite3, sys
-            db = sqlite3.connect(sys.argv[1] + "/Data.sqlite")
-            db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)"); db.execute("CREATE INDEX tx ON t(x)")
-            db.executemany("INSERT INTO t(x) VALUES (?)", [("row %d" % i * 3,) for i in range(3000)])
-            db.commit(); db.close()
-            with open(sys.argv[1] + "/Data.sqlite", "r+b") as f:
-                f.seek(4096 * 5 + 200); f.write(b"\\xff" * 300)
-            """, [store])
+        try StoreFixture.makeWithCorruptDatabase(at: store)
         let created = try runStoreBackup(["create", store, "--to", work + "/corrupt-backups"])
         XCTAssertEqual(created.status, 0, created.stderr)
         try FileManager.default.moveItem(atPath: try onlyBackup(in: work + "/corrupt-backups"), toPath: archive)
-    }
-
-    private func python(_ script: String, _ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script] + arguments
-        try process.run()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0, "helper script failed")
     }
 }

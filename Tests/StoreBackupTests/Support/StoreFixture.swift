@@ -5,6 +5,21 @@ import XCTest
 
 /// Builds realistic stores directories and describes trees for comparison.
 enum StoreFixture {
+    /// A store holding one database with a damaged page (integrity_check fails on it).
+    static func makeWithCorruptDatabase(at root: String) throws {
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let script = """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1] + "/Data.sqlite")
+            db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)"); db.execute("CREATE INDEX tx ON t(x)")
+            db.executemany("INSERT INTO t(x) VALUES (?)", [("row %d" % i * 3,) for i in range(3000)])
+            db.commit(); db.close()
+            with open(sys.argv[1] + "/Data.sqlite", "r+b") as f:
+                f.seek(4096 * 5 + 200); f.write(b"\\xff" * 300)
+            """
+        try runPythonScript(script, [root])
+    }
+
     static let accountCount = 20
     static let startingBalance = 1_000
 

@@ -64,6 +64,29 @@ func runTool(_ path: String, _ arguments: [String], environment: [String: String
                          stderr: String(decoding: errData, as: UTF8.self))
 }
 
+/// Runs a Python helper script (test fixtures: damaging archives, building odd databases);
+/// a non-zero exit is a test failure showing its stderr.
+func runPythonScript(_ script: String, _ arguments: [String], file: StaticString = #filePath, line: UInt = #line) throws {
+    let result = try runTool("/usr/bin/env", ["python3", "-c", script] + arguments)
+    XCTAssertEqual(result.status, 0, "helper script failed: \(result.stderr)", file: file, line: line)
+}
+
+/// Runs `storebackup` under Python's getrusage and returns its peak RSS in KiB (Int.max
+/// when it failed, with a test failure naming its stderr).
+func peakRSSKiBOfStoreBackup(_ arguments: [String], environment: [String: String] = [:],
+                             file: StaticString = #filePath, line: UInt = #line) throws -> Int {
+    let script = """
+        import resource, subprocess, sys
+        result = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if result.returncode != 0:
+            sys.stderr.write(result.stderr.decode()); sys.exit(1)
+        print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        """
+    let result = try runTool("/usr/bin/env", ["python3", "-c", script, TestEnvironment.binary] + arguments, environment: environment)
+    XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
+    return Int(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? Int.max
+}
+
 /// A storebackup process started in the background, for tests that kill it mid-way.
 final class BackgroundCommand {
     let process = Process()
