@@ -20,7 +20,9 @@ extension StoreHelper {
         let progress = ProgressPlan.stamping(ProgressPlan.verify, progress)
         let results: [VerificationResult]
         do {
-            results = try await BackupVerifier(destination: destination).verify(selection, progress: progress)
+            var verifier = BackupVerifier(destination: destination, passwords: passwords)
+            verifier.allowUnverified = allowUnverified
+            results = try await verifier.verify(selection, progress: progress)
         } catch is CancellationError {
             throw StoreBackupError.cancelled
         }

@@ -51,6 +51,9 @@ public struct RestoreResult: Sendable {
     public var databasesChecked: [String]
     /// How many entries the archive held.
     public var fileCount: Int
+    /// What could not be checked, when ``StoreHelper/allowUnverified`` let a backup without
+    /// a manifest through; nil for a fully checked restore.
+    public var warning: String? = nil
 }
 
 /// The front door: back up, list, restore, verify and delete one stores directory's backups.
@@ -89,6 +92,10 @@ public struct StoreHelper: Sendable {
     /// committed state while writers carry on). Throwing from the hook abandons the backup
     /// with nothing published.
     public var quiesce: (@Sendable () async throws -> Void)? = nil
+
+    /// Restore a backup that has no manifest (made by hand or by another tool), checking
+    /// only CRCs and `PRAGMA integrity_check`. Off by default: such a backup is refused.
+    public var allowUnverified = false
 
     /// Makes a helper for one stores directory.
     ///
@@ -136,6 +143,10 @@ public struct StoreHelper: Sendable {
             password = try passwords.password()
         } else {
             password = nil
+        }
+        // Before the lock: taking it would create the lock file (and its folder) beside a store that is not there.
+        guard FileSystem.isDirectory(storesDirectory) else {
+            throw StoreBackupError.storesDirectoryMissing(path: storesDirectory)
         }
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
         defer { withExtendedLifetime(lock) {} }
@@ -251,6 +262,10 @@ public struct StoreHelper: Sendable {
     ) async throws -> RestoreResult {
         let progress = ProgressPlan.stamping(ProgressPlan.restore, progress)
         let layout = self.layout
+        // Only a folder (or nothing) can be replaced; anything else is refused before any change.
+        if let info = try? FileSystem.lstatInfo(layout.live), info.st_mode & S_IFMT != S_IFDIR {
+            throw StoreBackupError.restoreRefused(reason: "\(layout.live) is not a directory; restore replaces a stores directory and will not remove anything else")
+        }
         try FileSystem.createDirectories(layout.parent)
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "restore")
         defer { withExtendedLifetime(lock) {} }
@@ -276,14 +291,17 @@ public struct StoreHelper: Sendable {
         let swapper = StoreSwapper(layout: layout)
 
         // 1. Unpack and verify beside the live store; any failure leaves it untouched.
-        let extracted: (databases: [String], files: Int)
+        let extracted: (databases: [String], files: Int, unverified: Bool)
+        let allowUnverified = self.allowUnverified
         do {
             extracted = try await runBlocking(name: "storebackup-restore") { cancel in
                 let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
                 try swapper.journal(.extracting, backup: backup.name, hadLiveStore: hadLiveStore)
                 TestPausePoint.reach("extracting")
-                let databases = try Extractor(reader: reader, cancel: cancel, progress: throttle).extract(into: layout.new)
-                return (databases, reader.entries.count)
+                var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
+                extractor.allowUnverified = allowUnverified
+                let databases = try extractor.extract(into: layout.new)
+                return (databases, reader.entries.count, reader.manifest == nil)
             }
         } catch {
             try? FileSystem.removeTree(layout.new)
@@ -324,7 +342,8 @@ public struct StoreHelper: Sendable {
         try swapper.commit(backup: backup.name, hadLiveStore: hadLiveStore)
         throttle.report(BackupProgress(phase: .done), force: true)
         return RestoreResult(backupName: backup.name, storesDirectory: layout.live,
-                             databasesChecked: extracted.databases, fileCount: extracted.files)
+                             databasesChecked: extracted.databases, fileCount: extracted.files,
+                             warning: extracted.unverified ? Extractor.unverifiedWarning : nil)
     }
 
     // MARK: recover

@@ -17,7 +17,7 @@ struct ListCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Only backups made by this host (see the host column).", valueName: "name"))
     var host: String?
 
-    @Flag(help: "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted} (host null when not known; encrypted only for local folders).")
+    @Flag(help: "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted, dated} (host null when not known; encrypted only for local folders).")
     var json = false
 
     func run() async throws {
@@ -46,6 +46,7 @@ struct ListCommand: AsyncParsableCommand {
                 var row: [String: Any] = ["name": backup.name, "size": backup.size, "date": formatter.string(from: backup.date)]
                 if let modified = backup.modified { row["modified"] = formatter.string(from: modified) }
                 if let flag = encrypted[backup.name] { row["encrypted"] = flag }
+                row["dated"] = backup.hasDateInName
                 let origin = origins[backup.name] ?? nil
                 row["host"] = origin?.host ?? NSNull()
                 row["storesDirectory"] = origin?.storesDirectory ?? NSNull()
@@ -66,7 +67,9 @@ struct ListCommand: AsyncParsableCommand {
             let size = Terminal.formatBytes(backup.size).padding(toLength: 10, withPad: " ", startingAt: 0)
             let hostName = ((origins[backup.name] ?? nil)?.host ?? "?").padding(toLength: hostWidth, withPad: " ", startingAt: 0)
             let lock = encrypted[backup.name] == true ? "encrypted" : "         "
-            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(hostName)  \(lock)  \(backup.name)")
+            // An undated name shows its upload time, marked: it is never `latest`.
+            let undated = backup.hasDateInName ? "" : "  (no date in name: restore it by name)"
+            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(hostName)  \(lock)  \(backup.name)\(undated)")
         }
     }
 }

@@ -28,9 +28,14 @@ struct RestoreCommand: AsyncParsableCommand {
     @Flag(help: "Do not ask for confirmation (required when not on a terminal).")
     var yes = false
 
+    @Flag(help: "Restore a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check.")
+    var allowUnverified = false
+
     func run() async throws {
-        let helper = StoreHelper(storesDirectory: storesDirectory, destination: try destination.resolve(),
-                                 passwords: password.provider(confirm: false))
+        var configured = StoreHelper(storesDirectory: storesDirectory, destination: try destination.resolve(),
+                                     passwords: password.provider(confirm: false))
+        configured.allowUnverified = allowUnverified
+        let helper = configured
         if !yes {
             guard Terminal.standardInputIsTerminal else {
                 Terminal.fail(StoreBackupError.restoreRefused(
@@ -46,6 +51,7 @@ struct RestoreCommand: AsyncParsableCommand {
             try await helper.restore(name, hooks: hooks, progress: printer.handler())
         }
         printer.finishLine()
+        if let warning = result.warning { Terminal.info("storebackup: warning: \(warning)") }
         Terminal.info("storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)")
     }
 

@@ -22,7 +22,10 @@ struct VerifyCommand: AsyncParsableCommand {
 
     @OptionGroup var password: PasswordOption
 
-    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases}.")
+    @Flag(help: "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable.")
+    var allowUnverified = false
+
+    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning}.")
     var json = false
 
     func validate() throws {
@@ -30,7 +33,9 @@ struct VerifyCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let verifier = BackupVerifier(destination: try destination.resolve(), passwords: password.provider(confirm: false))
+        var configured = BackupVerifier(destination: try destination.resolve(), passwords: password.provider(confirm: false))
+        configured.allowUnverified = allowUnverified
+        let verifier = configured
         let selection: BackupVerifier.Selection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
         let printer = ProgressPrinter.shared
         let results = await Terminal.runCancellable { try await verifier.verify(selection, progress: printer.handler()) }
@@ -42,7 +47,7 @@ struct VerifyCommand: AsyncParsableCommand {
         } else {
             for result in results {
                 Terminal.output(result.ok
-                    ? "ok      \(result.name)  (\(result.files) entries, \(result.databases) databases)"
+                    ? "ok      \(result.name)  (\(result.files) entries, \(result.databases) databases)" + (result.warning.map { "; \($0)" } ?? "")
                     : "FAILED  \(result.name): \(result.problem ?? "unknown problem")")
             }
         }

@@ -51,6 +51,8 @@ final class ArchiveReader: @unchecked Sendable {
     init(path: String, backupName: String, passwords: PasswordProvider? = nil) throws {
         self.path = path
         self.backupName = backupName
+        // Counts, sizes and names are checked with fixed buffers before libzip allocates for them.
+        try CentralDirectoryCheck(path: path, backupName: backupName).run()
         archive = try Self.open(path: path, backupName: backupName)
         // If this throws, deinit still runs (every property is set) and discards the handle.
         try readEntries(passwords: passwords)
@@ -96,10 +98,14 @@ final class ArchiveReader: @unchecked Sendable {
         var encryptedIndex: UInt64?
         for index in 0..<UInt64(count) {
             var stat = zip_stat_t()
-            guard zip_stat_index(archive, index, 0, &stat) == 0, let rawName = stat.name else {
+            // ZIP_FL_ENC_RAW: the name's bytes as stored, not converted from CP437 (which
+            // would hide control characters); they must be UTF-8 without any.
+            guard zip_stat_index(archive, index, zip_flags_t(ZIP_FL_ENC_RAW), &stat) == 0, let rawName = stat.name else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(index) is unreadable")
             }
-            let name = String(cString: rawName)
+            guard let name = String(validatingCString: rawName), !name.unicodeScalars.contains(where: Self.isControl) else {
+                throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: Self.printable(rawName))
+            }
             if name == Manifest.archivePath {
                 manifestIndex = index
                 if stat.encryption_method != UInt16(ZIP_EM_NONE) { encryptedIndex = encryptedIndex ?? index }
@@ -125,18 +131,27 @@ final class ArchiveReader: @unchecked Sendable {
             case UnixMode.symlink?: kind = .symlink
             default: kind = isDirectoryName ? .directory : .file
             }
-            let permissions = unixMode.map { $0 & 0o7777 } ?? (kind == .directory ? 0o755 : 0o644)
+            // Permission bits only: no set-user-ID, set-group-ID or sticky bit from an archive.
+            let permissions = unixMode.map { $0 & 0o777 } ?? (kind == .directory ? 0o755 : 0o644)
             entries.append(ArchiveEntry(
                 index: index, path: path, kind: kind, permissions: permissions,
-                modificationTime: modificationTime(index: index, stat: stat), size: Int64(stat.size),
-                compressedSize: Int64(stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc,
+                modificationTime: modificationTime(index: index, stat: stat), size: Int64(clamping: stat.size),
+                compressedSize: Int64(clamping: stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc,
                 encryptionMethod: stat.encryption_method))
         }
         if let encryptedIndex {
             try checkPassword(passwords, onEntry: manifestIndex.flatMap { encrypted($0) ? $0 : nil } ?? encryptedIndex)
         }
+        guard entries.filter({ $0.kind == .symlink }).count <= ArchiveLimits.maxLinks else {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "it holds more than \(ArchiveLimits.maxLinks) links")
+        }
         if let manifestIndex {
-            let data = try readSmallEntry(index: manifestIndex, limit: 64 << 20)
+            var stat = zip_stat_t()
+            guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0,
+                  stat.size <= UInt64(ArchiveLimits.maxManifestBytes) else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest is larger than \(ArchiveLimits.maxManifestBytes) bytes")
+            }
+            let data = try readSmallEntry(index: manifestIndex, limit: Int(ArchiveLimits.maxManifestBytes))
             do { manifest = try Manifest.decode(data) } catch {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
             }
@@ -192,6 +207,23 @@ final class ArchiveReader: @unchecked Sendable {
             guard data.count <= limit else { throw StoreBackupError.corruptArchive(name: backupName, reason: "entry too large") }
         }
         return data
+    }
+
+    /// C0 controls and DEL, and the C1 controls, which terminals act on.
+    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value)
+    }
+
+    /// A raw name for a message: bytes outside printable ASCII as `\xNN`.
+    static func printable(_ raw: UnsafePointer<CChar>) -> String {
+        var text = ""
+        var pointer = raw
+        while pointer.pointee != 0 && text.utf8.count < 300 {
+            let byte = UInt8(bitPattern: pointer.pointee)
+            text += (0x20..<0x7f).contains(byte) ? String(UnicodeScalar(byte)) : String(format: "\\x%02x", byte)
+            pointer += 1
+        }
+        return text
     }
 
     /// True for a non-empty relative path with no empty, "." or ".." parts.

@@ -22,6 +22,11 @@ public struct BackupPassword: Sendable, CustomStringConvertible, CustomDebugStri
         guard stat(path, &info) == 0 else {
             throw StoreBackupError.passwordUnavailable(reason: "cannot read password file \(path): \(String(cString: strerror(errno)))")
         }
+        // A folder, device or pipe gives confusing errors further on (an empty password, or
+        // a hang on a FIFO); say plainly what is expected.
+        guard info.st_mode & S_IFMT == S_IFREG else {
+            throw StoreBackupError.passwordUnavailable(reason: "password file \(path) is not a regular file")
+        }
         guard info.st_mode & 0o077 == 0 else {
             throw StoreBackupError.passwordUnavailable(reason: "password file \(path) can be read by others; chmod 600 it")
         }

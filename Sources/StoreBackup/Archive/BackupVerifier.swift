@@ -15,6 +15,9 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     public var files: Int
     /// Databases that passed `PRAGMA integrity_check`.
     public var databases: Int
+    /// What could not be checked (a backup without a manifest, let through by
+    /// ``BackupVerifier/allowUnverified``); nil when everything was.
+    public var warning: String? = nil
 }
 
 /// Checks backups without touching any live store: downloads each to a temporary place,
@@ -35,6 +38,9 @@ public struct BackupVerifier: Sendable {
     public let destination: any BackupDestination
     /// For encrypted backups: asked when one is met; a wrong or missing password is that backup's fault.
     public var passwords: PasswordProvider?
+    /// Check what can be checked in a backup without a manifest (CRCs, databases) and call
+    /// it ok with a ``VerificationResult/warning``; by default such a backup fails as not verifiable.
+    public var allowUnverified = false
 
     /// A verifier for the backups in `destination`; `passwords` opens encrypted ones.
     public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
@@ -75,12 +81,15 @@ public struct BackupVerifier: Sendable {
             let path = archive!
             let throttle = ProgressThrottle(progress)
             let passwords = self.passwords
+            let allowUnverified = self.allowUnverified
             return try await runBlocking(name: "storebackup-verify") { cancel in
                 let reader = try ArchiveReader(path: path, backupName: name, passwords: passwords)
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.verifyOnly = true
+                extractor.allowUnverified = allowUnverified
                 let databases = try extractor.extract(into: scratch + "/store")
-                return VerificationResult(name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count)
+                return VerificationResult(name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count,
+                                          warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)
             }
         } catch {
             let text = (error as? StoreBackupError)?.description ?? "\(error)"

@@ -5,10 +5,16 @@ import Foundation
 import Glibc
 #endif
 
-/// Unpacks a verified-as-it-goes archive into a new folder: checks each file's SHA-256
-/// and size against the manifest while writing it (one pass), restores modes and times,
-/// refuses links that point outside, then runs `PRAGMA integrity_check` on every
-/// database. Any failure throws; the caller removes the half-made folder.
+/// Unpacks a backup into a new folder, treating the archive as hostile input.
+///
+/// Before anything is written: every name was checked by ``ArchiveReader`` (raw bytes, no
+/// control characters, no `..`, no absolute paths), every entry must be in the manifest
+/// with the same type and size, every link's target is resolved through the archive's
+/// other links and must stay inside, and the declared sizes must fit in the target file
+/// system with a reserve left for the app. Then each file is written through a directory
+/// descriptor (``ConfinedTree``), checked against its SHA-256 while it is written and cut
+/// off the moment it exceeds its declared size; links come last. Every database passes
+/// `PRAGMA integrity_check`. Any failure throws; the caller removes the half-made folder.
 struct Extractor {
     let reader: ArchiveReader
     let cancel: CancellationFlag
@@ -17,39 +23,53 @@ struct Extractor {
     /// Verify mode: every file is read and checked, but only the databases are written
     /// (they must exist on disk for `PRAGMA integrity_check`); links are not created.
     var verifyOnly = false
+    /// Accept an archive without a manifest (checking only CRCs and databases).
+    var allowUnverified = false
+
+    /// What an archive without a manifest leaves unchecked, for the caller to say.
+    static let unverifiedWarning = "the backup has no manifest: only CRCs and PRAGMA integrity_check were checked (no SHA-256 of any file, no list of what should be there)"
 
     /// Extracts into `target`, which must not exist yet. Returns the databases checked.
     @discardableResult
     func extract(into target: String) throws -> [String] {
         let manifestByPath = try crossCheckManifest()
         let links = try readLinks(manifestByPath: manifestByPath)
-        guard mkdir(target, 0o700) == 0 else { throw StoreBackupError.io(path: target, operation: "create", errno: errno) }
-
-        let directories = reader.entries.filter { $0.kind == .directory }
-        for directory in directories.sorted(by: { $0.path < $1.path }) {
-            try FileSystem.createDirectories(target + "/" + directory.path, mode: 0o700)
+        var tree = ArchiveTree(entries: reader.entries, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
+                               backupName: reader.backupName)
+        try tree.check()
+        if reader.manifest == nil && !allowUnverified {
+            throw StoreBackupError.restoreRefused(reason: "backup \"\(reader.backupName)\" has no manifest, so its files cannot be checked against checksums (it was not made by storebackup, or was altered); it is not verifiable. Pass --allow-unverified to restore it with only CRC and database checks")
         }
         let files = reader.entries.filter { $0.kind == .file }
-        for file in files {
-            let parent = FileSystem.parentDirectory(of: target + "/" + file.path)
-            if !FileSystem.isDirectory(parent) { try FileSystem.createDirectories(parent, mode: 0o700) }
+        let written = verifyOnly && reader.manifest != nil ? files.filter(isDatabase) : files
+        try FreeSpace.check(needed: Self.diskUsage(of: written, entryCount: reader.entries.count),
+                            in: FileSystem.parentDirectory(of: target), backupName: reader.backupName)
+
+        let root = try ConfinedTree(creating: target)
+        let directories = reader.entries.filter { $0.kind == .directory }
+        for directory in directories.sorted(by: { $0.path < $1.path }) {
+            try root.makeDirectories(directory.path)
         }
 
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
-        try extractInParallel(files.sorted { $0.size > $1.size }, into: target, manifestByPath: manifestByPath) { bytes, name in
+        try extractInParallel(files.sorted { $0.size > $1.size }, into: root, manifestByPath: manifestByPath) { bytes, name in
             let done = counter.add(bytes)
             progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
         }
 
-        if !verifyOnly { try createLinks(links, into: target) }
-
-        for directory in directories.sorted(by: { $0.path.count > $1.path.count }) {
-            try applyAttributes(path: target + "/" + directory.path, permissions: directory.permissions, mtime: directory.modificationTime)
+        if !verifyOnly {
+            for (link, destination) in links {
+                try root.createLink(link.path, target: destination, modificationTime: link.modificationTime)
+            }
         }
 
-        try applyAttributes(path: target, permissions: reader.manifest?.rootMode ?? 0o755,
-                            mtime: reader.manifest?.rootMtime ?? Int64(Date().timeIntervalSince1970))
+        for directory in directories.sorted(by: { $0.path.count > $1.path.count }) {
+            try root.setDirectoryAttributes(directory.path, permissions: directory.permissions, modificationTime: directory.modificationTime)
+        }
+        let rootMode: UInt32 = reader.manifest?.rootMode ?? 0o755
+        let rootTime: Int64 = reader.manifest?.rootMtime ?? Int64(Date().timeIntervalSince1970)
+        try root.setDirectoryAttributes(nil, permissions: rootMode & 0o777, modificationTime: rootTime)
 
         let databases = try databasePaths(in: target, files: files)
         if reader.manifest == nil {
@@ -60,12 +80,26 @@ struct Extractor {
         return databases
     }
 
-    /// Reads every link's target and refuses any that would point outside the store.
+    /// Bytes the files take on disk: their declared sizes plus a block per entry,
+    /// saturating instead of overflowing on absurd declared sizes.
+    static func diskUsage(of files: [ArchiveEntry], entryCount: Int) -> Int64 {
+        var total = Int64(entryCount) * 4096
+        for file in files {
+            let (sum, overflow) = total.addingReportingOverflow(max(0, file.size))
+            total = overflow ? Int64.max : sum
+        }
+        return total
+    }
+
+    /// Reads every link's target and refuses any that would point outside the store on its own
+    /// (chains through other links are judged by ``ArchiveTree``).
     private func readLinks(manifestByPath: [String: Manifest.File]) throws -> [(entry: ArchiveEntry, target: String)] {
         try reader.entries.filter { $0.kind == .symlink }.map { link in
-            let target = String(decoding: try reader.readSmallEntry(index: link.index, limit: 4096), as: UTF8.self)
-            guard ArchiveReader.isContainedLink(linkPath: link.path, target: target) else {
-                throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: "\(link.path) -> \(target)")
+            let bytes = try reader.readSmallEntry(index: link.index, limit: ArchiveLimits.maxLinkTargetBytes)
+            guard let target = String(validating: bytes, as: UTF8.self),
+                  !target.unicodeScalars.contains(where: ArchiveReader.isControl),
+                  ArchiveReader.isContainedLink(linkPath: link.path, target: target) else {
+                throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: "\(link.path) -> \(String(decoding: bytes, as: UTF8.self).debugDescription)")
             }
             if let expected = manifestByPath[link.path]?.linkTarget, expected != target {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: link.path)
@@ -74,24 +108,16 @@ struct Extractor {
         }
     }
 
-    private func createLinks(_ links: [(entry: ArchiveEntry, target: String)], into root: String) throws {
-        for (link, destination) in links {
-            let path = root + "/" + link.path
-            let parent = FileSystem.parentDirectory(of: path)
-            if !FileSystem.isDirectory(parent) { try FileSystem.createDirectories(parent, mode: 0o700) }
-            guard symlink(destination, path) == 0 else { throw StoreBackupError.io(path: path, operation: "create link", errno: errno) }
-            var times = [timespec(tv_sec: time_t(link.modificationTime), tv_nsec: 0),
-                         timespec(tv_sec: time_t(link.modificationTime), tv_nsec: 0)]
-            utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW)
-        }
-    }
-
-    /// Every archive entry must be in the manifest with the same kind, and every
+    /// Every archive entry must be in the manifest with the same kind and size, and every
     /// manifest entry in the archive: a missing or extra file is damage.
     private func crossCheckManifest() throws -> [String: Manifest.File] {
         guard let manifest = reader.manifest else { return [:] }
         var byPath: [String: Manifest.File] = [:]
-        for file in manifest.files { byPath[file.path] = file }
+        for file in manifest.files {
+            guard byPath.updateValue(file, forKey: file.path) == nil else {
+                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "its manifest lists \(file.path) twice")
+            }
+        }
         for entry in reader.entries {
             guard let expected = byPath[entry.path] else {
                 throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) is not in its manifest")
@@ -100,16 +126,23 @@ struct Extractor {
             guard expectedKind == entry.kind else {
                 throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) has the wrong type")
             }
+            // The central directory and the manifest must agree on the size: it bounds the write.
+            if entry.kind == .file && expected.size != entry.size {
+                throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
+            }
         }
         let present = Set(reader.entries.map(\.path))
         if let missing = manifest.files.first(where: { !present.contains($0.path) }) {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(missing.path) is missing")
         }
+        if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type == "directory" || $0.type == "symlink" } ?? true }) {
+            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "its manifest names \(stray.path) as a database but has no such file")
+        }
         return byPath
     }
 
     private func extractInParallel(
-        _ files: [ArchiveEntry], into target: String, manifestByPath: [String: Manifest.File],
+        _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let queue = WorkQueue(items: files)
@@ -126,12 +159,12 @@ struct Extractor {
                     var buffer = [UInt8](repeating: 0, count: 1 << 20)
                     while let entry = queue.next(), !failures.hasFailed {
                         try cancel.throwIfCancelled()
-                        try extractFile(entry, archive: archive, buffer: &buffer, into: target,
+                        try extractFile(entry, archive: archive, buffer: &buffer, into: root,
                                         expected: manifestByPath[entry.path], onBytes: onBytes)
                         // Check a database as soon as it is whole, while other threads keep
                         // extracting (databases are usually the largest entries, so come first).
                         if reader.manifest?.databases.contains(where: { $0.path == entry.path }) == true {
-                            try Self.checkDatabase(target + "/" + entry.path)
+                            try Self.checkDatabase(root.root + "/" + entry.path)
                         }
                     }
                 } catch {
@@ -147,13 +180,14 @@ struct Extractor {
     }
 
     private func extractFile(
-        _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], into target: String,
+        _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], into root: ConfinedTree,
         expected: Manifest.File?, onBytes: @Sendable (Int64, String) -> Void
     ) throws {
-        let path = target + "/" + entry.path
-        let write = !verifyOnly || isDatabase(entry)
-        let fd = write ? open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) : -1
-        guard fd >= 0 || !write else { throw StoreBackupError.io(path: path, operation: "create", errno: errno) }
+        let path = root.root + "/" + entry.path
+        // Verify without a manifest finds databases by their first bytes, so it decides
+        // whether to write a file only once it has read them.
+        let decideByHeader = verifyOnly && reader.manifest == nil
+        var fd: Int32 = try (!verifyOnly || isDatabase(entry) ? root.createFile(entry.path) : -1)
         defer { if fd >= 0 { close(fd) } }
         if let expected, let plan = Self.blockPlan(entry: entry, expected: expected) {
             let inflater = ParallelInflater(archive: archive, entry: entry, blockSize: plan.blockSize,
@@ -180,6 +214,13 @@ struct Extractor {
                 throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
             }
             if got == 0 { break }
+            // Stop before writing a byte past the declared size (libzip checks the CRC only at the end).
+            guard got <= entry.size - written else {
+                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) holds more than its declared \(entry.size) bytes")
+            }
+            if decideByHeader && written == 0 && got >= 16 && Array(buffer[0..<16]) == SQLiteHeader.magic {
+                fd = try root.createFile(entry.path)
+            }
             try buffer.withUnsafeBytes { bytes in
                 let chunk = UnsafeRawBufferPointer(rebasing: bytes[0..<Int(got)])
                 hasher.update(bufferPointer: chunk)
@@ -189,9 +230,12 @@ struct Extractor {
             onBytes(Int64(got), entry.path)
             try cancel.throwIfCancelled()
         }
+        guard written == entry.size else {
+            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) holds \(written) bytes, not its declared \(entry.size)")
+        }
         if let expected {
             let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
-            guard expected.size == written, expected.sha256 == nil || expected.sha256 == digest else {
+            guard expected.size == written, expected.sha256 == digest else {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }
         }
@@ -235,18 +279,10 @@ struct Extractor {
         }
     }
 
-    private func applyAttributes(path: String, permissions: UInt32, mtime: Int64) throws {
-        guard chmod(path, mode_t(permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
-        var times = [timespec(tv_sec: time_t(mtime), tv_nsec: 0), timespec(tv_sec: time_t(mtime), tv_nsec: 0)]
-        guard utimensat(AT_FDCWD, path, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
-            throw StoreBackupError.io(path: path, operation: "set time", errno: errno)
-        }
-    }
-
-    /// Databases as the manifest names them; without a manifest every file counts (it must
-    /// be on disk to be recognised by its header).
+    /// Databases as the manifest names them; without a manifest, verify decides by a
+    /// file's first bytes as it reads them (``extractFile``).
     private func isDatabase(_ entry: ArchiveEntry) -> Bool {
-        guard let manifest = reader.manifest else { return true }
+        guard let manifest = reader.manifest else { return false }
         return manifest.databases.contains { $0.path == entry.path }
     }
 
@@ -254,7 +290,8 @@ struct Extractor {
     /// is searched by header instead.
     private func databasePaths(in target: String, files: [ArchiveEntry]) throws -> [String] {
         if let manifest = reader.manifest { return manifest.databases.map(\.path) }
-        return files.map(\.path).filter { SQLiteHeader.isDatabase(path: target + "/" + $0) }
+        // Only files on disk can be databases (verify writes nothing else); none is a link.
+        return files.map(\.path).filter { FileSystem.fileExists(target + "/" + $0) && SQLiteHeader.isDatabase(path: target + "/" + $0) }
     }
 
     /// `PRAGMA integrity_check` on an extracted database nobody else has open.

@@ -37,8 +37,10 @@ struct ParallelInflater {
     static func canUse(entry: ArchiveEntry, blockSize: Int?, blocks: [Int]?) -> Bool {
         // One block is worth it only for encrypted entries (own AES instead of libzip's).
         let minimumBlocks = entry.isEncrypted ? 1 : 2
-        guard let blockSize, let blocks, blocks.count >= minimumBlocks, blockSize > 0, entry.compressionMethod == Int32(ZIP_CM_DEFLATE),
-              blocks.allSatisfy({ $0 > 0 && $0 <= blockSize * 2 }) else { return false }
+        // The block buffers are sized from these numbers: check them against fixed limits first.
+        guard let blockSize, let blocks, blocks.count >= minimumBlocks, blockSize > 0,
+              blockSize <= ArchiveLimits.maxDeflateBlockSize, entry.compressionMethod == Int32(ZIP_CM_DEFLATE),
+              blocks.allSatisfy({ $0 > 0 && $0 <= ArchiveLimits.maxCompressedBlock(blockSize: blockSize) }) else { return false }
         guard !entry.isEncrypted || entry.encryptionMethod == UInt16(ZIP_EM_AES_256) else { return false }
         let overhead = entry.isEncrypted ? Int64(WinZipAES.overhead) : 0
         let expectedBlocks = (entry.size + Int64(blockSize) - 1) / Int64(blockSize)

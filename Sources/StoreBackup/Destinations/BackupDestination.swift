@@ -11,6 +11,10 @@ public struct BackupListing: Sendable, Equatable, Codable {
     /// When the destination says the object was last written, when it says.
     public var modified: Date?
 
+    /// Whether the name carries a date storebackup can read. Only such backups can be
+    /// `latest`; others (renamed or made by hand) are listed and restorable by exact name.
+    public var hasDateInName: Bool { BackupName.date(of: name) != nil }
+
     /// A listing entry; destinations make these.
     public init(name: String, size: Int64, date: Date, modified: Date?) {
         self.name = name
@@ -46,16 +50,22 @@ public protocol BackupDestination: Sendable {
 }
 
 extension BackupDestination {
-    /// Backups newest first (by the date in the name, then by name).
+    /// Backups newest first (by the date in the name, then by name); backups whose name
+    /// carries no date come last, whatever their upload time, since that time is not theirs.
     public func sortedBackups() async throws -> [BackupListing] {
-        try await listBackups().sorted { ($0.date, $0.name) > ($1.date, $1.name) }
+        try await listBackups().sorted { left, right in
+            if left.hasDateInName != right.hasDateInName { return left.hasDateInName }
+            return (left.date, left.name) > (right.date, right.name)
+        }
     }
 
     /// Resolves "latest" or a name to an existing backup.
     public func resolve(_ nameOrLatest: String) async throws -> BackupListing {
         let backups = try await sortedBackups()
         if nameOrLatest == "latest" {
-            guard let newest = backups.first else { throw StoreBackupError.noBackups(destination: displayName) }
+            // A name without a date says nothing about when the backup was made (anyone who
+            // can write to the destination can upload one): never pick it as the newest.
+            guard let newest = backups.first(where: \.hasDateInName) else { throw StoreBackupError.noBackups(destination: displayName) }
             return newest
         }
         try BackupName.validate(nameOrLatest)

@@ -36,7 +36,10 @@ public enum BackupName {
             formatter.locale = Locale(identifier: "en_US_POSIX")
             formatter.timeZone = zone ?? TimeZone.current
             formatter.dateFormat = pattern
-            if let date = formatter.date(from: stem) { return date }
+            formatter.isLenient = false
+            // Strict: the date must print back to the same text, so "2025-13-45 999999"
+            // (which a lenient parser rolls over into a real date) carries no date.
+            if let date = formatter.date(from: stem), formatter.string(from: date) == stem { return date }
         }
         return nil
     }

@@ -29,6 +29,7 @@ public enum DestinationResolver {
             let scheme = String(text[..<schemeEnd.lowerBound]).lowercased()
             switch scheme {
             case "s3":
+                try checkBucketAuthority(text)
                 return RetryingDestination(try S3Destination.make(url: text, options: options), policy: options.retry)
             case "webdav", "webdavs":
                 return RetryingDestination(try WebDAVDestination.make(url: text, options: options), policy: options.retry)
@@ -44,5 +45,24 @@ public enum DestinationResolver {
         }
         guard !text.isEmpty else { throw StoreBackupError.invalidDestination(url: text, reason: "empty path") }
         return LocalFolderDestination(folder: text)
+    }
+
+    /// `s3://BUCKET/PREFIX` names a bucket only: keys come from the environment or the
+    /// credentials file, the endpoint from `--s3-endpoint`. User info (`AKID:SECRET@`) or a
+    /// port would otherwise be ignored silently; refuse them, with the user info blanked out
+    /// so a secret typed there never reaches a message or a log.
+    static func checkBucketAuthority(_ text: String) throws {
+        guard let schemeEnd = text.range(of: "://") else { return }
+        let rest = text[schemeEnd.upperBound...]
+        let authority = rest[..<(rest.firstIndex(of: "/") ?? rest.endIndex)]
+        if authority.contains("@") {
+            throw StoreBackupError.invalidDestination(
+                url: RemoteURL.withoutUserInfo(text),
+                reason: "an s3:// URL takes no user name or keys; give them with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a credentials file")
+        }
+        if authority.contains(":") {
+            throw StoreBackupError.invalidDestination(
+                url: text, reason: "an s3:// URL names a bucket, not a host and port; give the server with --s3-endpoint")
+        }
     }
 }

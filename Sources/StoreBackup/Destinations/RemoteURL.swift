@@ -74,4 +74,14 @@ struct RemoteURL {
         guard let colon = info.firstIndex(of: ":") else { return text }
         return String(text[..<colon]) + ":***" + String(text[at...])
     }
+
+    /// `text` with everything before the host's `@` replaced by `***`, for URLs whose user
+    /// part is itself a secret (an access key pair).
+    static func withoutUserInfo(_ text: String) -> String {
+        guard let schemeEnd = text.range(of: "://") else { return text }
+        let rest = text[schemeEnd.upperBound...]
+        let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
+        guard let at = rest[..<authorityEnd].lastIndex(of: "@") else { return text }
+        return String(text[..<schemeEnd.upperBound]) + "***" + String(text[at...])
+    }
 }

@@ -75,16 +75,27 @@ func runPythonScript(_ script: String, _ arguments: [String], file: StaticString
 /// when it failed, with a test failure naming its stderr).
 func peakRSSKiBOfStoreBackup(_ arguments: [String], environment: [String: String] = [:],
                              file: StaticString = #filePath, line: UInt = #line) throws -> Int {
+    let (result, peak) = try runStoreBackupMeasuringPeakRSS(arguments, environment: environment)
+    XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
+    return result.status == 0 ? peak : Int.max
+}
+
+/// Runs `storebackup` under Python's getrusage: its result (which may be a failure) and
+/// its peak RSS in KiB.
+func runStoreBackupMeasuringPeakRSS(_ arguments: [String], environment: [String: String] = [:]) throws -> (CommandResult, Int) {
     let script = """
         import resource, subprocess, sys
-        result = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if result.returncode != 0:
-            sys.stderr.write(result.stderr.decode()); sys.exit(1)
-        print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        result = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        sys.stdout.write(result.stdout.decode(errors="replace")); sys.stderr.write(result.stderr.decode(errors="replace"))
+        sys.stdout.write("\\npeak-rss-kib %d\\n" % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+        sys.exit(result.returncode)
         """
-    let result = try runTool("/usr/bin/env", ["python3", "-c", script, TestEnvironment.binary] + arguments, environment: environment)
-    XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
-    return Int(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? Int.max
+    var result = try runTool("/usr/bin/env", ["python3", "-c", script, TestEnvironment.binary] + arguments, environment: environment)
+    let marker = "\npeak-rss-kib "
+    guard let range = result.stdout.range(of: marker, options: .backwards) else { return (result, Int.max) }
+    let peak = Int(result.stdout[range.upperBound...].trimmingCharacters(in: .whitespacesAndNewlines)) ?? Int.max
+    result.stdout = String(result.stdout[..<range.lowerBound])
+    return (result, peak)
 }
 
 /// A storebackup process started in the background, for tests that kill it mid-way.

@@ -1,0 +1,34 @@
+import Foundation
+
+/// Fixed ceilings on every number a backup archive supplies.
+///
+/// An archive may come from storage someone else controls, so nothing read from it sizes
+/// an allocation until it has been checked against one of these. They are far above what
+/// storebackup writes for any real store and low enough that restore and verify stay
+/// within their 64 MiB memory budget whatever the archive says.
+enum ArchiveLimits {
+    /// Entries in the central directory (files, folders, links and the manifest).
+    static let maxEntries = 100_000
+    /// Bytes of the central directory; libzip holds all of it in memory.
+    static let maxCentralDirectoryBytes: Int64 = 16 << 20
+    /// Bytes of one entry name (Linux allows 4095 for a whole path).
+    static let maxNameBytes = 1024
+    /// Bytes of the manifest, declared and read.
+    static let maxManifestBytes: Int64 = 16 << 20
+    /// Bytes of a link's target.
+    static let maxLinkTargetBytes = 1024
+    /// Links in one archive (each is resolved through the others before extraction).
+    static let maxLinks = 1_000
+    /// Links followed while resolving one link's target, as the kernel's ELOOP limit.
+    static let maxLinkHops = 40
+    /// Deflate block size for the parallel path: the block buffers are this big, so a
+    /// larger size in a manifest sends the entry through the sequential reader instead.
+    static let maxDeflateBlockSize = 2 << 20
+    /// Largest compressed size of one deflate block of `blockSize` bytes: deflate never
+    /// grows data by more than a few bytes per 16 KiB stored block.
+    static func maxCompressedBlock(blockSize: Int) -> Int { blockSize + blockSize / 16 + 1024 }
+    /// Free space left on the target's file system after a restore: this share of it...
+    static let reserveFraction = 0.05
+    /// ...or this many bytes, whichever is larger.
+    static let minimumReserveBytes: Int64 = 256 << 20
+}

@@ -1,0 +1,77 @@
+import Foundation
+
+/// The tree an archive describes, checked as a whole before anything is written.
+///
+/// A link is judged the way the kernel will resolve it once everything is on disk:
+/// each component of its target that is itself a link of the archive is replaced by
+/// where that link leads (so `d1/l -> ..` followed by `x -> d1/l/../../etc/passwd` is
+/// seen to leave the root). No entry may sit beneath a link or a file, so the folders
+/// restore writes into are real folders of this archive.
+struct ArchiveTree {
+    private let kinds: [String: ArchiveEntry.Kind]
+    private let links: [String: String]
+    private let backupName: String
+    /// Where each link leads, as root-relative components; nil while being resolved (a loop).
+    private var resolved: [String: [String]?] = [:]
+
+    init(entries: [ArchiveEntry], linkTargets: [String: String], backupName: String) {
+        var kinds: [String: ArchiveEntry.Kind] = [:]
+        for entry in entries { kinds[entry.path] = entry.kind }
+        self.kinds = kinds
+        self.links = linkTargets
+        self.backupName = backupName
+    }
+
+    /// Throws `unsafeArchiveEntry` for the first entry beneath a link or file, or link
+    /// whose target leaves the root (or loops).
+    mutating func check() throws {
+        for path in kinds.keys.sorted() {
+            var prefix = ""
+            for part in path.split(separator: "/").dropLast() {
+                prefix += prefix.isEmpty ? String(part) : "/" + part
+                if let kind = kinds[prefix], kind != .directory {
+                    throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: "\(path) (beneath the \(kind == .symlink ? "link" : "file") \(prefix))")
+                }
+            }
+        }
+        for (path, target) in links.sorted(by: { $0.key < $1.key }) {
+            var hops = 0
+            guard try location(ofLink: path, hops: &hops) != nil else {
+                throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: "\(path) -> \(target)")
+            }
+        }
+    }
+
+    /// Where the link at `path` leads, or nil when it leaves the root or loops.
+    private mutating func location(ofLink path: String, hops: inout Int) throws -> [String]? {
+        if let known = resolved[path] { return known }
+        hops += 1
+        guard hops <= ArchiveLimits.maxLinkHops, let target = links[path] else { return nil }
+        resolved[path] = .some(nil)  // in progress: meeting it again is a loop
+        let parent = Array(path.split(separator: "/").dropLast().map(String.init))
+        let result = try walk(from: parent, target: target, hops: &hops)
+        resolved[path] = .some(result)
+        return result
+    }
+
+    /// Applies `target`'s components to `base`, following the archive's links as it goes.
+    private mutating func walk(from base: [String], target: String, hops: inout Int) throws -> [String]? {
+        guard !target.isEmpty, !target.hasPrefix("/") else { return nil }
+        var parts = base
+        for component in target.split(separator: "/", omittingEmptySubsequences: true) {
+            if component == "." { continue }
+            if component == ".." {
+                guard !parts.isEmpty else { return nil }
+                parts.removeLast()
+                continue
+            }
+            parts.append(String(component))
+            let joined = parts.joined(separator: "/")
+            if links[joined] != nil {
+                guard let destination = try location(ofLink: joined, hops: &hops) else { return nil }
+                parts = destination
+            }
+        }
+        return parts
+    }
+}

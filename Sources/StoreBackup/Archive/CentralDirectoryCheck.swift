@@ -1,0 +1,148 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads a ZIP file's end records and central directory with fixed-size buffers, before
+/// libzip opens it, and refuses what libzip would otherwise allocate for or pass on
+/// silently: too many entries, a central directory too large, names too long or holding
+/// NUL or control bytes (libzip hands names out as C strings, so a NUL would cut them
+/// short), and entries whose data overlap (the trick behind "zip bombs" that reuse one
+/// compressed stream many times).
+struct CentralDirectoryCheck {
+    let path: String
+    let backupName: String
+
+    private struct Record { var offset: Int64; var end: Int64 }
+
+    func run() throws {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw StoreBackupError.io(path: path, operation: "stat", errno: errno) }
+        let fileSize = Int64(info.st_size)
+        let (count, directorySize, directoryOffset) = try readEnd(fd: fd, fileSize: fileSize)
+        guard count <= Int64(ArchiveLimits.maxEntries) else {
+            throw damaged("it declares \(count) entries (the limit is \(ArchiveLimits.maxEntries))")
+        }
+        guard directorySize <= ArchiveLimits.maxCentralDirectoryBytes else {
+            throw damaged("its central directory is \(directorySize) bytes (the limit is \(ArchiveLimits.maxCentralDirectoryBytes))")
+        }
+        guard directoryOffset >= 0, directoryOffset + directorySize <= fileSize else {
+            throw damaged("its central directory lies outside the file")
+        }
+        var records: [Record] = []
+        records.reserveCapacity(Int(count))
+        var position = directoryOffset
+        let end = directoryOffset + directorySize
+        for index in 0..<count {
+            guard position + 46 <= end else { throw damaged("its central directory ends early (entry \(index))") }
+            let header = try read(fd, at: position, count: 46)
+            guard le32(header, 0) == 0x0201_4b50 else { throw damaged("entry \(index) has no central directory signature") }
+            let nameLength = Int(le16(header, 28)), extraLength = Int(le16(header, 30)), commentLength = Int(le16(header, 32))
+            guard nameLength > 0, nameLength <= ArchiveLimits.maxNameBytes else {
+                throw damaged("entry \(index) has a name of \(nameLength) bytes (the limit is \(ArchiveLimits.maxNameBytes))")
+            }
+            let variableLength = Int64(nameLength + extraLength + commentLength)
+            guard position + 46 + variableLength <= end else { throw damaged("its central directory ends early (entry \(index))") }
+            let name = try read(fd, at: position + 46, count: nameLength)
+            if let bad = name.first(where: { $0 < 0x20 || $0 == 0x7f }) {
+                throw damaged("entry \(index) has a name holding the control character 0x\(String(bad, radix: 16))")
+            }
+            let extra = try read(fd, at: position + 46 + Int64(nameLength), count: extraLength)
+            var compressedSize = Int64(le32(header, 20))
+            var localOffset = Int64(le32(header, 42))
+            try applyZip64(extra: extra, uncompressed: le32(header, 24) == 0xFFFF_FFFF,
+                           compressed: &compressedSize, offset: &localOffset, index: index)
+            guard localOffset >= 0, localOffset < directoryOffset, compressedSize >= 0 else {
+                throw damaged("entry \(index) points outside the archive")
+            }
+            // The local header holds at least its 30 fixed bytes and the same name.
+            records.append(Record(offset: localOffset, end: localOffset + 30 + Int64(nameLength) + compressedSize))
+            position += 46 + variableLength
+        }
+        records.sort { $0.offset < $1.offset }
+        for (previous, next) in zip(records, records.dropFirst()) where next.offset < previous.end {
+            throw damaged("two entries share the same bytes")
+        }
+        if let last = records.last, last.end > directoryOffset {
+            throw damaged("an entry runs into the central directory")
+        }
+    }
+
+    /// Entry count, central directory size and offset from the end of central directory
+    /// record (and its ZIP64 version when the classic one says 0xFFFF…).
+    private func readEnd(fd: Int32, fileSize: Int64) throws -> (Int64, Int64, Int64) {
+        let tailLength = Int(min(fileSize, 22 + 65_535))
+        guard tailLength >= 22 else { throw damaged("not a readable ZIP archive (too short)") }
+        let tail = try read(fd, at: fileSize - Int64(tailLength), count: tailLength)
+        guard let at = stride(from: tailLength - 22, through: 0, by: -1).first(where: { le32(tail, $0) == 0x0605_4b50 }) else {
+            throw damaged("not a readable ZIP archive (no end of central directory)")
+        }
+        var count = Int64(le16(tail, at + 10))
+        var size = Int64(le32(tail, at + 12))
+        var offset = Int64(le32(tail, at + 16))
+        let recordPosition = fileSize - Int64(tailLength) + Int64(at)
+        if count == 0xFFFF || size == 0xFFFF_FFFF || offset == 0xFFFF_FFFF, recordPosition >= 20 {
+            let locator = try read(fd, at: recordPosition - 20, count: 20)
+            if le32(locator, 0) == 0x0706_4b50 {
+                let zip64Position = Int64(le64(locator, 8))
+                guard zip64Position >= 0, zip64Position + 56 <= recordPosition else { throw damaged("its ZIP64 end record lies outside the file") }
+                let record = try read(fd, at: zip64Position, count: 56)
+                guard le32(record, 0) == 0x0606_4b50 else { throw damaged("its ZIP64 end record is missing") }
+                count = clamp(le64(record, 32))
+                size = clamp(le64(record, 40))
+                offset = clamp(le64(record, 48))
+            }
+        }
+        return (count, size, offset)
+    }
+
+    /// Replaces 0xFFFFFFFF sizes and offsets by their ZIP64 extra field values, in the order
+    /// the format gives them (uncompressed size, compressed size, offset).
+    private func applyZip64(extra: [UInt8], uncompressed: Bool, compressed: inout Int64, offset: inout Int64, index: Int64) throws {
+        guard compressed == 0xFFFF_FFFF || offset == 0xFFFF_FFFF else { return }
+        var position = 0
+        while position + 4 <= extra.count {
+            let id = le16(extra, position), length = Int(le16(extra, position + 2))
+            let body = position + 4
+            guard body + length <= extra.count else { break }
+            if id == 0x0001 {
+                var field = body
+                func next() throws -> Int64 {
+                    guard field + 8 <= body + length else { throw damaged("entry \(index) has a short ZIP64 field") }
+                    defer { field += 8 }
+                    return clamp(le64(extra, field))
+                }
+                if uncompressed { _ = try next() }
+                if compressed == 0xFFFF_FFFF { compressed = try next() }
+                if offset == 0xFFFF_FFFF { offset = try next() }
+                return
+            }
+            position = body + length
+        }
+        throw damaged("entry \(index) lacks its ZIP64 sizes")
+    }
+
+    private func read(_ fd: Int32, at offset: Int64, count: Int) throws -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var got = 0
+        while got < count {
+            let result = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, count - got, off_t(offset) + off_t(got)) }
+            if result < 0 && errno == EINTR { continue }
+            guard result > 0 else { throw damaged("it ends early") }
+            got += result
+        }
+        return bytes
+    }
+
+    private func damaged(_ reason: String) -> StoreBackupError {
+        StoreBackupError.corruptArchive(name: backupName, reason: reason)
+    }
+
+    private func clamp(_ value: UInt64) -> Int64 { value > UInt64(Int64.max / 4) ? Int64.max / 4 : Int64(value) }
+    private func le16(_ b: [UInt8], _ i: Int) -> UInt16 { UInt16(b[i]) | UInt16(b[i + 1]) << 8 }
+    private func le32(_ b: [UInt8], _ i: Int) -> UInt32 { UInt32(le16(b, i)) | UInt32(le16(b, i + 2)) << 16 }
+    private func le64(_ b: [UInt8], _ i: Int) -> UInt64 { UInt64(le32(b, i)) | UInt64(le32(b, i + 4)) << 32 }
+}

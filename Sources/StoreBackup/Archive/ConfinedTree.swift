@@ -1,0 +1,108 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A folder that restore writes into through a directory descriptor, never by path.
+///
+/// Every path is walked one component at a time from the root's descriptor with
+/// `O_NOFOLLOW`, so no link (whether in the archive, left by an earlier run or planted by
+/// someone else while restore runs) can take a write outside the folder. Files are
+/// created with `O_EXCL`: nothing that exists is ever opened for writing. Links are made
+/// only by ``createLink(_:target:modificationTime:)``, which the extractor calls last.
+final class ConfinedTree: @unchecked Sendable {
+    /// The folder's path, for messages.
+    let root: String
+    private let rootDescriptor: Int32
+
+    /// Creates `root` (which must not exist; its parent is trusted) and opens it.
+    init(creating root: String) throws {
+        self.root = root
+        guard mkdir(root, 0o700) == 0 else { throw StoreBackupError.io(path: root, operation: "create", errno: errno) }
+        rootDescriptor = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard rootDescriptor >= 0 else { throw StoreBackupError.io(path: root, operation: "open", errno: errno) }
+    }
+
+    deinit { close(rootDescriptor) }
+
+    /// Creates the folder `relative` and any missing parents (mode 0700 until attributes
+    /// are applied at the end).
+    func makeDirectories(_ relative: String) throws {
+        let descriptor = try openDirectory(components(relative), create: true, for: relative)
+        if descriptor != rootDescriptor { close(descriptor) }
+    }
+
+    /// Creates the regular file `relative` (O_EXCL) and returns its descriptor, open for writing.
+    func createFile(_ relative: String) throws -> Int32 {
+        let (parent, leaf) = try openParent(relative, create: true)
+        defer { if parent != rootDescriptor { close(parent) } }
+        let fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "create", errno: errno) }
+        return fd
+    }
+
+    /// Creates the link `relative` pointing at `target` (already checked to stay inside).
+    func createLink(_ relative: String, target: String, modificationTime: Int64) throws {
+        let (parent, leaf) = try openParent(relative, create: true)
+        defer { if parent != rootDescriptor { close(parent) } }
+        guard symlinkat(target, parent, leaf) == 0 else {
+            throw StoreBackupError.io(path: root + "/" + relative, operation: "create link", errno: errno)
+        }
+        var times = [timespec(tv_sec: time_t(modificationTime), tv_nsec: 0), timespec(tv_sec: time_t(modificationTime), tv_nsec: 0)]
+        utimensat(parent, leaf, &times, AT_SYMLINK_NOFOLLOW)
+    }
+
+    /// Sets a folder's mode and time (`relative` nil: the root itself).
+    func setDirectoryAttributes(_ relative: String?, permissions: UInt32, modificationTime: Int64) throws {
+        let descriptor = try relative.map { try openDirectory(components($0), create: false, for: $0) } ?? rootDescriptor
+        defer { if descriptor != rootDescriptor { close(descriptor) } }
+        let path = root + (relative.map { "/" + $0 } ?? "")
+        guard fchmod(descriptor, mode_t(permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
+        var times = [timespec(tv_sec: time_t(modificationTime), tv_nsec: 0), timespec(tv_sec: time_t(modificationTime), tv_nsec: 0)]
+        guard futimens(descriptor, &times) == 0 else { throw StoreBackupError.io(path: path, operation: "set time", errno: errno) }
+    }
+
+    /// Opens the regular file `relative` for reading (it must not be a link).
+    func openFileForReading(_ relative: String) throws -> Int32 {
+        let (parent, leaf) = try openParent(relative, create: false)
+        defer { if parent != rootDescriptor { close(parent) } }
+        let fd = openat(parent, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: errno) }
+        return fd
+    }
+
+    private func components(_ relative: String) -> [String] {
+        relative.split(separator: "/").map(String.init)
+    }
+
+    private func openParent(_ relative: String, create: Bool) throws -> (Int32, String) {
+        var parts = components(relative)
+        guard let leaf = parts.popLast(), leaf != ".", leaf != ".." else {
+            throw StoreBackupError.io(path: root + "/" + relative, operation: "create", errno: EINVAL)
+        }
+        return (try openDirectory(parts, create: create, for: relative), leaf)
+    }
+
+    /// Walks `parts` from the root, each step `O_NOFOLLOW | O_DIRECTORY`: a link or a
+    /// file where a folder should be fails (ELOOP/ENOTDIR) instead of being followed.
+    private func openDirectory(_ parts: [String], create: Bool, for relative: String) throws -> Int32 {
+        var current = rootDescriptor
+        for part in parts {
+            guard part != ".", part != ".." else {
+                if current != rootDescriptor { close(current) }
+                throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: EINVAL)
+            }
+            if create && mkdirat(current, part, 0o700) != 0 && errno != EEXIST {
+                let code = errno
+                if current != rootDescriptor { close(current) }
+                throw StoreBackupError.io(path: root + "/" + relative, operation: "create", errno: code)
+            }
+            let next = openat(current, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let code = errno
+            if current != rootDescriptor { close(current) }
+            guard next >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: code) }
+            current = next
+        }
+        return current
+    }
+}
