@@ -37,6 +37,7 @@ final class MutationFuzzTests: XCTestCase {
         helper.compressionLevel = 1
         let verifier = BackupVerifier(destination: LocalFolderDestination(folder: mutatedFolder), passwords: .fixed(password))
         let archive = mutatedFolder + "/" + Self.backupName
+        try FileManager.default.createDirectory(atPath: mutatedFolder, withIntermediateDirectories: true)
 
         // The reference: what a good restore leaves (content only: times and modes are not
         // covered by checksums, so a mutation there may legitimately get through).
