@@ -144,8 +144,9 @@ public struct StoreHelper: Sendable {
         } else {
             password = nil
         }
-        // Before the lock: taking it would create the lock file (and its folder) beside a store that is not there.
-        guard FileSystem.isDirectory(storesDirectory) else {
+        // Before the lock: taking it would create the lock file (and its folder) beside a store
+        // that is not there. A store missing mid-swap (its journal says so) is recovered below.
+        guard FileSystem.isDirectory(storesDirectory) || FileSystem.fileExists(layout.journal) else {
             throw StoreBackupError.storesDirectoryMissing(path: storesDirectory)
         }
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
