@@ -146,7 +146,7 @@ public struct StoreHelper: Sendable {
         }
         // Before the lock: taking it would create the lock file (and its folder) beside a store
         // that is not there. A store missing mid-swap (its journal says so) is recovered below.
-        guard FileSystem.isDirectory(storesDirectory) || FileSystem.fileExists(layout.journal) else {
+        guard FileSystem.fileExists(storesDirectory) || FileSystem.fileExists(layout.journal) else {
             throw StoreBackupError.storesDirectoryMissing(path: storesDirectory)
         }
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
