@@ -3,18 +3,20 @@ import Foundation
 /// Fixed ceilings on every number a backup archive supplies.
 ///
 /// An archive may come from storage someone else controls, so nothing read from it sizes
-/// an allocation until it has been checked against one of these. They are far above what
-/// storebackup writes for any real store and low enough that restore and verify stay
-/// within their 64 MiB memory budget whatever the archive says.
+/// an allocation until it has been checked against one of these. They are chosen so that
+/// restore and verify stay within their 64 MiB memory budget whatever the archive says
+/// (each entry costs about 3 KiB: libzip's directory in every worker's handle, the entry
+/// list, the decoded manifest). `create` refuses a store with more entries than restore
+/// accepts, so no backup is made that could not be restored.
 enum ArchiveLimits {
     /// Entries in the central directory (files, folders, links and the manifest).
-    static let maxEntries = 100_000
+    static let maxEntries = 5_000
     /// Bytes of the central directory; libzip holds all of it in memory.
-    static let maxCentralDirectoryBytes: Int64 = 16 << 20
+    static let maxCentralDirectoryBytes: Int64 = 3 << 19  // 1.5 MiB
     /// Bytes of one entry name (Linux allows 4095 for a whole path).
     static let maxNameBytes = 1024
     /// Bytes of the manifest, declared and read.
-    static let maxManifestBytes: Int64 = 16 << 20
+    static let maxManifestBytes: Int64 = 3 << 20
     /// Bytes of a link's target.
     static let maxLinkTargetBytes = 1024
     /// Links in one archive (each is resolved through the others before extraction).

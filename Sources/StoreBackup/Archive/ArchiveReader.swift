@@ -152,6 +152,11 @@ final class ArchiveReader: @unchecked Sendable {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest is larger than \(ArchiveLimits.maxManifestBytes) bytes")
             }
             let data = try readSmallEntry(index: manifestIndex, limit: Int(ArchiveLimits.maxManifestBytes))
+            // Decoding costs memory per row: bound the rows by the entries before decoding
+            // (one row per entry, and one per database, each with a "path" key).
+            guard Self.occurrences(of: Array("\"path\"".utf8), in: data) <= 2 * entries.count + 2 else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest lists more files than the archive holds")
+            }
             do { manifest = try Manifest.decode(data) } catch {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
             }
@@ -207,6 +212,24 @@ final class ArchiveReader: @unchecked Sendable {
             guard data.count <= limit else { throw StoreBackupError.corruptArchive(name: backupName, reason: "entry too large") }
         }
         return data
+    }
+
+    /// How many times `pattern` occurs in `data` (non-overlapping).
+    static func occurrences(of pattern: [UInt8], in data: Data) -> Int {
+        data.withUnsafeBytes { bytes in
+            var count = 0
+            var index = 0
+            let last = bytes.count - pattern.count
+            while index <= last {
+                if bytes[index] == pattern[0] && pattern.indices.allSatisfy({ bytes[index + $0] == pattern[$0] }) {
+                    count += 1
+                    index += pattern.count
+                } else {
+                    index += 1
+                }
+            }
+            return count
+        }
     }
 
     /// C0 controls and DEL, and the C1 controls, which terminals act on.
