@@ -67,7 +67,7 @@ final class HostileArchiveTests: XCTestCase {
         "manifest-wrong-sha": "extra.txt does not match", "manifest-wrong-size": "extra.txt does not match",
         "manifest-missing-entry": "not in its manifest", "manifest-extra-entry": "ghost.txt is missing",
         "manifest-wrong-type": "wrong type", "manifest-duplicate-row": "twice", "manifest-ghost-database": "ghost.sqlite",
-        "manifest-not-json": "manifest cannot be read", "manifest-wrong-link-target": "l does not match",
+        "manifest-not-json": "manifest cannot be read", "manifest-more-rows-than-entries": "more files than the archive holds", "manifest-wrong-link-target": "l does not match",
         "no-manifest": "--allow-unverified",
     ]
 
@@ -83,6 +83,20 @@ final class HostileArchiveTests: XCTestCase {
         let (verified, verifyPeak) = try runStoreBackupMeasuringPeakRSS(["verify", name, "--from", backups])
         XCTAssertEqual(verified.status, 0, verified.stderr)
         XCTAssertLessThan(verifyPeak, Self.budgetKiB)
+    }
+
+    /// The largest archive the limits let through (most entries, longest names, biggest
+    /// manifest) restores and verifies within the memory budget.
+    func testLargestArchiveWithinLimitsStaysWithinBudget() throws {
+        let name = "2000-01-01 000000 Stores.zip"
+        try build("largest-within-limits", as: name)
+        let (result, peak) = try runStoreBackupMeasuringPeakRSS(["restore", name, store, "--from", backups, "--yes"])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        XCTAssertLessThan(peak, Self.budgetKiB, "restore peak RSS \(peak) KiB")
+        let (verified, verifyPeak) = try runStoreBackupMeasuringPeakRSS(["verify", name, "--from", backups])
+        XCTAssertEqual(verified.status, 0, verified.stdout + verified.stderr)
+        XCTAssertLessThan(verifyPeak, Self.budgetKiB, "verify peak RSS \(verifyPeak) KiB")
+        print("largest archive within limits: restore \(peak) KiB, verify \(verifyPeak) KiB")
     }
 
     /// A backup without a manifest: refused by default, restorable with --allow-unverified

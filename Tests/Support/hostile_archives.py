@@ -229,6 +229,20 @@ def case_huge_block_size():
     return with_manifest(entries + [big], edit)
 
 
+def case_dense_manifest():
+    """A small archive whose manifest lists 25,000 files: refused before it is decoded."""
+    entries = base_entries()
+    row = {"path": "p", "type": "file", "size": 0, "mode": 0, "mtime": 0}
+    return with_manifest(entries, lambda m: m["files"].extend(dict(row, path="%d" % i) for i in range(25_000)))
+
+
+def case_largest_within_limits():
+    """As many entries and name bytes as the limits allow (4,990 entries, 1.5 MiB of
+    central directory): restored, within the memory budget."""
+    entries = base_entries() + [Entry("f/%05d-%s" % (i, "x" * 240), b"") for i in range(4990)]
+    return with_manifest(entries)
+
+
 def case_manifest(edit):
     return lambda: with_manifest(base_entries() + [Entry("extra.txt", b"listed")], edit)
 
@@ -294,6 +308,7 @@ CASES = {
     "manifest-wrong-type": case_manifest(set_field("extra.txt", "type", "symlink")),
     "manifest-duplicate-row": case_manifest(lambda m: m["files"].append(dict(m["files"][0]))),
     "manifest-ghost-database": case_manifest(lambda m: m["databases"].append(dict(m["databases"][0], path="ghost.sqlite"))),
+    "manifest-more-rows-than-entries": case_dense_manifest,
     "manifest-not-json": lambda: base_entries() + [Entry(".storebackup/manifest.json", b"{not json")],
     "manifest-wrong-link-target": lambda: with_manifest(base_entries() + [link("l", "notes.txt")], set_field("l", "linkTarget", "App.sqlite")),
     "no-manifest": lambda: base_entries(),
@@ -306,7 +321,7 @@ RAW_CASES = {
 }
 
 # Cases that must succeed with bounded memory rather than be refused.
-SUCCEEDING = {"huge-block-size": case_huge_block_size}
+SUCCEEDING = {"huge-block-size": case_huge_block_size, "largest-within-limits": case_largest_within_limits}
 
 
 def main():
