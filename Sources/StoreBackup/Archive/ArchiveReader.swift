@@ -237,14 +237,16 @@ final class ArchiveReader: @unchecked Sendable {
         scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value)
     }
 
-    /// A raw name for a message: bytes outside printable ASCII as `\xNN`.
+    /// A raw name for a message: bytes outside printable ASCII as `\xNN`, at most 300.
     static func printable(_ raw: UnsafePointer<CChar>) -> String {
+        printable(UnsafeBufferPointer(start: raw, count: strlen(raw)).lazy.map { UInt8(bitPattern: $0) })
+    }
+
+    /// Raw bytes for a message, the same way.
+    static func printable(_ bytes: some Sequence<UInt8>) -> String {
         var text = ""
-        var pointer = raw
-        while pointer.pointee != 0 && text.utf8.count < 300 {
-            let byte = UInt8(bitPattern: pointer.pointee)
+        for byte in bytes.prefix(300) {
             text += (0x20..<0x7f).contains(byte) ? String(UnicodeScalar(byte)) : String(format: "\\x%02x", byte)
-            pointer += 1
         }
         return text
     }

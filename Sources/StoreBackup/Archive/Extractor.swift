@@ -99,7 +99,7 @@ struct Extractor {
             guard let target = String(validating: bytes, as: UTF8.self),
                   !target.unicodeScalars.contains(where: ArchiveReader.isControl),
                   ArchiveReader.isContainedLink(linkPath: link.path, target: target) else {
-                throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: "\(link.path) -> \(String(decoding: bytes, as: UTF8.self).debugDescription)")
+                throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: "\(link.path) -> \(ArchiveReader.printable(bytes))")
             }
             if let expected = manifestByPath[link.path]?.linkTarget, expected != target {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: link.path)
