@@ -74,29 +74,14 @@ final class HostileArchiveTests: XCTestCase {
     /// A manifest claiming 1 GiB deflate blocks is not believed: the entry is read the
     /// sequential way and memory stays within budget.
     func testHugeDeclaredBlockSizeRestoresWithinBudget() throws {
-        let name = "2000-01-01 000000 Stores.zip"
-        try build("huge-block-size", as: name)
-        let (result, peak) = try runStoreBackupMeasuringPeakRSS(["restore", name, store, "--from", backups, "--yes"])
-        XCTAssertEqual(result.status, 0, result.stderr)
-        XCTAssertLessThan(peak, Self.budgetKiB, "peak RSS \(peak) KiB")
+        try assertRestoresAndVerifiesWithinBudget("huge-block-size")
         XCTAssertEqual(try FileSystem.lstatInfo(store + "/big.bin").st_size, 3 << 20)
-        let (verified, verifyPeak) = try runStoreBackupMeasuringPeakRSS(["verify", name, "--from", backups])
-        XCTAssertEqual(verified.status, 0, verified.stderr)
-        XCTAssertLessThan(verifyPeak, Self.budgetKiB)
     }
 
     /// The largest archive the limits let through (most entries, longest names, biggest
     /// manifest) restores and verifies within the memory budget.
     func testLargestArchiveWithinLimitsStaysWithinBudget() throws {
-        let name = "2000-01-01 000000 Stores.zip"
-        try build("largest-within-limits", as: name)
-        let (result, peak) = try runStoreBackupMeasuringPeakRSS(["restore", name, store, "--from", backups, "--yes"])
-        XCTAssertEqual(result.status, 0, result.stderr)
-        XCTAssertLessThan(peak, Self.budgetKiB, "restore peak RSS \(peak) KiB")
-        let (verified, verifyPeak) = try runStoreBackupMeasuringPeakRSS(["verify", name, "--from", backups])
-        XCTAssertEqual(verified.status, 0, verified.stdout + verified.stderr)
-        XCTAssertLessThan(verifyPeak, Self.budgetKiB, "verify peak RSS \(verifyPeak) KiB")
-        print("largest archive within limits: restore \(peak) KiB, verify \(verifyPeak) KiB")
+        try assertRestoresAndVerifiesWithinBudget("largest-within-limits")
     }
 
     /// A backup without a manifest: refused by default, restorable with --allow-unverified
@@ -195,6 +180,19 @@ final class HostileArchiveTests: XCTestCase {
     }
 
     // MARK: helpers
+
+    /// Builds a case that must be accepted; restore and verify it, each within the budget.
+    private func assertRestoresAndVerifiesWithinBudget(_ label: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let name = "2000-01-01 000000 Stores.zip"
+        try build(label, as: name)
+        let (result, peak) = try runStoreBackupMeasuringPeakRSS(["restore", name, store, "--from", backups, "--yes"])
+        XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
+        XCTAssertLessThan(peak, Self.budgetKiB, "\(label): restore peak RSS \(peak) KiB", file: file, line: line)
+        let (verified, verifyPeak) = try runStoreBackupMeasuringPeakRSS(["verify", name, "--from", backups])
+        XCTAssertEqual(verified.status, 0, verified.stdout + verified.stderr, file: file, line: line)
+        XCTAssertLessThan(verifyPeak, Self.budgetKiB, "\(label): verify peak RSS \(verifyPeak) KiB", file: file, line: line)
+        print("\(label): restore \(peak) KiB, verify \(verifyPeak) KiB")
+    }
 
     private func build(_ label: String, as name: String) throws {
         let result = try runTool("/usr/bin/env", ["python3", Self.builder, "build", label, backups + "/" + name])

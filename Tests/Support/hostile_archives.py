@@ -230,16 +230,16 @@ def case_huge_block_size():
 
 
 def case_dense_manifest():
-    """A small archive whose manifest lists 25,000 files: refused before it is decoded."""
+    """A small archive whose manifest lists 20,000 files: refused before it is decoded."""
     entries = base_entries()
     row = {"path": "p", "type": "file", "size": 0, "mode": 0, "mtime": 0}
-    return with_manifest(entries, lambda m: m["files"].extend(dict(row, path="%d" % i) for i in range(25_000)))
+    return with_manifest(entries, lambda m: m["files"].extend(dict(row, path="%d" % i) for i in range(20_000)))
 
 
 def case_largest_within_limits():
-    """As many entries and name bytes as the limits allow (4,990 entries, 1.5 MiB of
+    """As many entries and name bytes as the limits allow (3,990 entries, 1.2 MiB of
     central directory): restored, within the memory budget."""
-    entries = base_entries() + [Entry("f/%05d-%s" % (i, "x" * 240), b"") for i in range(4990)]
+    entries = base_entries() + [Entry("f/%05d-%s" % (i, "x" * 240), b"") for i in range(3990)]
     return with_manifest(entries)
 
 

@@ -10,13 +10,13 @@ import Foundation
 /// accepts, so no backup is made that could not be restored.
 enum ArchiveLimits {
     /// Entries in the central directory (files, folders, links and the manifest).
-    static let maxEntries = 5_000
+    static let maxEntries = 4_000
     /// Bytes of the central directory; libzip holds all of it in memory.
-    static let maxCentralDirectoryBytes: Int64 = 3 << 19  // 1.5 MiB
+    static let maxCentralDirectoryBytes: Int64 = 5 << 18  // 1.25 MiB
     /// Bytes of one entry name (Linux allows 4095 for a whole path).
     static let maxNameBytes = 1024
     /// Bytes of the manifest, declared and read.
-    static let maxManifestBytes: Int64 = 3 << 20
+    static let maxManifestBytes: Int64 = 5 << 19  // 2.5 MiB
     /// Bytes of a link's target.
     static let maxLinkTargetBytes = 1024
     /// Links in one archive (each is resolved through the others before extraction).
@@ -29,6 +29,10 @@ enum ArchiveLimits {
     /// Largest compressed size of one deflate block of `blockSize` bytes: deflate never
     /// grows data by more than a few bytes per 16 KiB stored block.
     static func maxCompressedBlock(blockSize: Int) -> Int { blockSize + blockSize / 16 + 1024 }
+    /// Threads extracting files side by side. Each holds its own libzip handle, and so its
+    /// own copy of the central directory: the count is fixed, not the machine's core count,
+    /// so the memory budget holds on any machine (large files still inflate on every core).
+    static let maxExtractionHandles = 2
     /// Free space left on the target's file system after a restore: this share of it...
     static let reserveFraction = 0.05
     /// ...or this many bytes, whichever is larger.

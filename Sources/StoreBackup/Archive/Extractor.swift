@@ -148,7 +148,7 @@ struct Extractor {
         let queue = WorkQueue(items: files)
         let failures = FirstFailure()
         let group = DispatchGroup()
-        let threadCount = max(1, min(workers, files.count))
+        let threadCount = max(1, min(workers, files.count, ArchiveLimits.maxExtractionHandles))
         for number in 0..<threadCount {
             group.enter()
             let thread = Thread {
