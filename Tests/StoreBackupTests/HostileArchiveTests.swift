@@ -179,6 +179,30 @@ final class HostileArchiveTests: XCTestCase {
         XCTAssertTrue(list.stdout.split(separator: "\n").contains { $0.contains(stray) && $0.contains("no date in name") }, list.stdout)
     }
 
+    /// Links are judged through the archive's other links, as the kernel resolves them.
+    func testLinkTargetsAreResolvedThroughOtherLinks() throws {
+        func check(_ links: [String: String], directories: [String] = []) -> Bool {
+            var entries = directories.map { entry($0, .directory) }
+            entries += links.keys.map { entry($0, .symlink) }
+            entries.append(entry("notes.txt", .file))
+            var tree = ArchiveTree(entries: entries, linkTargets: links, backupName: "test")
+            return (try? tree.check()) != nil
+        }
+        XCTAssertTrue(check(["a": "notes.txt", "d/b": "../notes.txt"], directories: ["d"]))
+        XCTAssertTrue(check(["d/up": "..", "x": "d/up/notes.txt"], directories: ["d"]), "a chain that stays inside")
+        XCTAssertFalse(check(["d1/l": "..", "x": "d1/l/../../etc/passwd"], directories: ["d1"]))
+        XCTAssertFalse(check(["d/b": "..", "d/a": "b/.."], directories: ["d"]))
+        XCTAssertFalse(check(["a": "b", "b": "a"]), "a loop")
+        XCTAssertFalse(check(["l": "d", "l/x": "y"], directories: ["d"]), "an entry beneath a link")
+        let long = (0..<50).reduce(into: ["l0": "notes.txt"]) { links, index in links["l\(index + 1)"] = "l\(index)" }
+        XCTAssertFalse(check(long), "more hops than the kernel follows")
+    }
+
+    private func entry(_ path: String, _ kind: ArchiveEntry.Kind) -> ArchiveEntry {
+        ArchiveEntry(index: 0, path: path, kind: kind, permissions: 0o755, modificationTime: 0, size: 0, compressedSize: 0,
+                     compressionMethod: 0, crc: 0, encryptionMethod: 0)
+    }
+
     // MARK: helpers
 
     /// Builds a case that must be accepted; restore and verify it, each within the budget.

@@ -11,8 +11,9 @@ struct ArchiveTree {
     private let kinds: [String: ArchiveEntry.Kind]
     private let links: [String: String]
     private let backupName: String
-    /// Where each link leads, as root-relative components; nil while being resolved (a loop).
-    private var resolved: [String: [String]?] = [:]
+    /// Where each link leads, as root-relative components, and how many links resolving it
+    /// followed; nil while being resolved (meeting it again is a loop) or when it escapes.
+    private var resolved: [String: (parts: [String], hops: Int)?] = [:]
 
     init(entries: [ArchiveEntry], linkTargets: [String: String], backupName: String) {
         var kinds: [String: ArchiveEntry.Kind] = [:]
@@ -42,16 +43,22 @@ struct ArchiveTree {
         }
     }
 
-    /// Where the link at `path` leads, or nil when it leaves the root or loops.
+    /// Where the link at `path` leads, or nil when it leaves the root, loops, or needs more
+    /// links than the kernel follows. `hops` counts the links followed so far.
     private mutating func location(ofLink path: String, hops: inout Int) throws -> [String]? {
-        if let known = resolved[path] { return known }
-        hops += 1
-        guard hops <= ArchiveLimits.maxLinkHops, let target = links[path] else { return nil }
-        resolved[path] = .some(nil)  // in progress: meeting it again is a loop
+        if let known = resolved[path] {
+            guard let known else { return nil }
+            hops += known.hops
+            return hops <= ArchiveLimits.maxLinkHops ? known.parts : nil
+        }
+        guard let target = links[path] else { return nil }
+        resolved[path] = .some(nil)  // in progress
         let parent = Array(path.split(separator: "/").dropLast().map(String.init))
-        let result = try walk(from: parent, target: target, hops: &hops)
-        resolved[path] = .some(result)
-        return result
+        var own = 1
+        let result = try walk(from: parent, target: target, hops: &own)
+        resolved[path] = result.map { .some((parts: $0, hops: own)) } ?? .some(nil)
+        hops += own
+        return hops <= ArchiveLimits.maxLinkHops ? result : nil
     }
 
     /// Applies `target`'s components to `base`, following the archive's links as it goes.
