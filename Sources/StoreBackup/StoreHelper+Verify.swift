@@ -6,7 +6,8 @@ extension StoreHelper {
     /// folder that is removed afterwards.
     ///
     /// A damaged backup is reported in its ``VerificationResult`` (`ok == false`, with the
-    /// problem), not thrown, so one bad backup does not hide the others.
+    /// problem), not thrown, so one bad backup does not hide the others. Encrypted backups are
+    /// opened with the helper's ``passwords``.
     ///
     /// - Parameters:
     ///   - selection: `.latest` (the default), `.named(name)` or `.all`.
@@ -20,7 +21,7 @@ extension StoreHelper {
         let progress = ProgressPlan.stamping(ProgressPlan.verify, progress)
         let results: [VerificationResult]
         do {
-            results = try await BackupVerifier(destination: destination).verify(selection, progress: progress)
+            results = try await BackupVerifier(destination: destination, passwords: passwords).verify(selection, progress: progress)
         } catch is CancellationError {
             throw StoreBackupError.cancelled
         }
