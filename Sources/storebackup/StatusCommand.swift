@@ -18,6 +18,9 @@ struct StatusCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun}.")
     var json = false
 
+    @Flag(help: "Also ask each destination for unfinished uploads older than a day (what `prune` removes).")
+    var leftovers = false
+
     func run() async throws {
         let now = Date()
         let configuration = configurationFile.loadIfPresent()
@@ -63,6 +66,7 @@ struct StatusCommand: AsyncParsableCommand {
         }
         let formatter = DateFormatter()
         formatter.dateFormat = "yyyy-MM-dd HH:mm:ss zzz"
+        let options = configuration?.destinationOptions() ?? DestinationOptions()
         for state in rows {
             Terminal.output("\(state.store)  \(state.storesDirectory)")
             if let destination = state.destination { Terminal.output("  destination   \(destination)") }
@@ -77,6 +81,22 @@ struct StatusCommand: AsyncParsableCommand {
                 Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
             }
             if let next = state.nextRun { Terminal.output("  next run      \(formatter.string(from: next))") }
+            if leftovers, let url = state.destination {
+                Terminal.output("  leftovers     " + (await Self.leftovers(url, options: options)))
+            }
+        }
+    }
+}
+
+extension StatusCommand {
+    /// "none", "3 unfinished uploads (run prune to remove them)", or why the destination could not say.
+    static func leftovers(_ url: String, options: DestinationOptions) async -> String {
+        do {
+            let destination = try DestinationResolver.resolve(url, options: options)
+            let stale = try await destination.staleUploads(olderThan: 86_400)
+            return stale.isEmpty ? "none" : "\(stale.count) unfinished uploads older than a day (`prune` removes them)"
+        } catch {
+            return "could not look: \(error)"
         }
     }
 }
