@@ -840,7 +840,8 @@ class TcpProxy(Proxy):
         flip_at = None
         watch = next((r for r in plan.rules if r.until_exists), None)
         if fault == "reset":
-            limit[rule.phase if rule.phase in ("request", "response") else "response"] = int(rule.after_bytes or 0)
+            phase = rule.spec.get("phase", "response")  # TCP mode: server bytes by default
+            limit["request" if phase == "request" else "response"] = int(rule.after_bytes or 0)
         if fault == "flip":
             flip_at = int(rule.after_bytes or 0)
         try:
