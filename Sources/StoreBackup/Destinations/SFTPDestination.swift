@@ -280,24 +280,36 @@ public struct SFTPDestination: BackupDestination {
     }
 
     /// Renames the uploaded temporary to `name` in a request of its own, so a connection
-    /// that dies around it is retried without sending the data again. A retried rename
-    /// that no longer finds the temporary means an earlier one went through and its answer
-    /// was lost: then the name must hold a file of our size, and nothing is renamed twice.
+    /// that dies around it is retried without sending the data again. When the rename's
+    /// outcome is unclear (its answer was lost: libcurl reports the cut as a failed quote
+    /// command, a retry no longer finds the temporary), the folder is looked at: the
+    /// temporary gone and the name holding a file of our size means our rename went
+    /// through, once; the temporary still there beside the name means someone else's backup.
     private func rename(_ temporary: String, to name: String, size: Int64, cancel: CancellationFlag) throws {
         var rename = request("HEAD", url(path: temporary), label: "\(displayName)/\(name)")
         rename.postQuote = ["rename \(Self.quoted(temporary)) \(Self.quoted(path(of: name)))"]
         do {
             _ = try perform(rename, cancel: cancel)
-        } catch let error as TransferError where error.kind == .notFound {
-            if try list(cancel: cancel).contains(where: { $0.name == name && $0.size == size }) { return }
-            throw TransferError(kind: .transient, message: "\(displayName): the uploaded archive vanished before it was renamed to \"\(name)\"; trying again")
-        } catch let error as TransferError where error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue) {
-            if try list(cancel: cancel).contains(where: { $0.name == name }) {
+        } catch let error as TransferError where error.kind == .notFound || error.isRetryable
+                    || error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue) {
+            let temporaryName = String(temporary.split(separator: "/").last ?? "")
+            let entries = try list(cancel: cancel, keep: { $0 == name || $0 == temporaryName })
+            let published = entries.first(where: { $0.name == name })
+            let temporaryLeft = entries.contains(where: { $0.name == temporaryName })
+            switch (temporaryLeft, published) {
+            case (false, let published?) where published.size == size:
+                return
+            case (true, _?), (false, _?):
                 // The rename was refused because the name was taken meanwhile.
                 throw StoreBackupError.backupExists(name: name, destination: displayName)
+            case (false, nil):
+                throw TransferError(kind: .transient, message: "\(displayName): the uploaded archive vanished before it was renamed to \"\(name)\"; trying again")
+            case (true, nil) where error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue):
+                throw TransferError(kind: .other, message: "\(displayName): the server refused to rename the uploaded archive "
+                                        + "to \"\(name)\" (is there a folder or link of that name?)")
+            case (true, nil):
+                throw error
             }
-            throw TransferError(kind: .other, message: "\(displayName): the server refused to rename the uploaded archive "
-                                    + "to \"\(name)\" (is there a folder or link of that name?)")
         }
     }
 
