@@ -280,6 +280,28 @@ def cmd_install(args):
 # ---------------------------------------------------------------- s3
 
 
+def spawn_on_free_port(state, name, command, logs, env=None):
+    """Start COMMAND(port) on a free port until it listens (3 tries, in case another
+    process takes the port first); stdout and stderr go to the last of LOGS, the pid to
+    STATE/NAME.pid. Returns (process, port)."""
+    last = ""
+    for attempt in range(3):
+        port = free_port()
+        with open(logs[-1], "ab") as out:
+            proc = subprocess.Popen(command(port), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    env=env, cwd=state, start_new_session=True)
+        write_file(os.path.join(state, name + ".pid"), "%d\n" % proc.pid)
+        wait_until(lambda: proc.poll() is not None or port_accepts(port), READY_TIMEOUT)
+        if proc.poll() is None and port_accepts(port):
+            return proc, port
+        stop_pid(proc.pid, state)
+        proc.wait()
+        last = "".join(tail(path) for path in logs)
+        if "address already in use" not in last.lower():
+            raise ServerError("%s did not come up on port %d:\n%s" % (name, port, last))
+    raise ServerError("%s found no free port:\n%s" % (name, last))
+
+
 def start_s3(state, args):
     rclone = find_rclone()
     if rclone is None:
@@ -297,24 +319,10 @@ def start_s3(state, args):
     env["RCLONE_AUTH_KEY"] = '"%s,%s"' % (access, secret)
     env["RCLONE_CONFIG"] = os.path.join(state, "rclone.conf")  # empty, ours
     write_file(env["RCLONE_CONFIG"], "", 0o600)
-    for attempt in range(3):
-        port = free_port()
-        cmd = [rclone, "serve", "s3", "--addr", "127.0.0.1:%d" % port,
-               "--log-file", logfile, "-v", data]
-        with open(outlog, "ab") as out:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    env=env, cwd=state, start_new_session=True)
-        write_file(os.path.join(state, "rclone.pid"), "%d\n" % proc.pid)
-        wait_until(lambda: proc.poll() is not None or port_accepts(port), READY_TIMEOUT)
-        if proc.poll() is None and port_accepts(port):
-            break
-        stop_pid(proc.pid, state)
-        proc.wait()
-        last = tail(logfile) + tail(outlog)
-        if "address already in use" not in last:
-            raise ServerError("rclone serve s3 did not come up on port %d:\n%s" % (port, last))
-    else:
-        raise ServerError("rclone serve s3 found no free port:\n" + last)
+    proc, port = spawn_on_free_port(
+        state, "rclone", lambda port: [rclone, "serve", "s3", "--addr", "127.0.0.1:%d" % port,
+                                       "--log-file", logfile, "-v", data],
+        logs=[logfile, outlog], env=env)
     return {
         "kind": "s3",
         "pid": proc.pid,
@@ -337,24 +345,11 @@ def start_moto(state, args):
         raise ServerError("moto_server not found: run `testservers.py install`")
     outlog = os.path.join(state, "moto.log")
     access, secret = "AK" + secrets.token_hex(8).upper(), secrets.token_urlsafe(30)
-    last = ""
-    for attempt in range(3):
-        port = free_port()
-        with open(outlog, "ab") as out:
-            # Through python -c so that the command line names the state folder (`stop` checks it).
-            launcher = "import sys; from moto.server import main; main(sys.argv[2:])"
-            proc = subprocess.Popen([sys.executable, "-c", launcher, state, "-H", "127.0.0.1", "-p", str(port)],
-                                    stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=out, cwd=state, start_new_session=True)
-        write_file(os.path.join(state, "moto.pid"), "%d\n" % proc.pid)
-        wait_until(lambda: proc.poll() is not None or port_accepts(port), READY_TIMEOUT)
-        if proc.poll() is None and port_accepts(port):
-            break
-        stop_pid(proc.pid, state)
-        proc.wait()
-        last = tail(outlog)
-    else:
-        raise ServerError("moto_server did not come up:\n" + last)
+    # Through python -c so that the command line names the state folder (`stop` checks it).
+    launcher = "import sys; from moto.server import main; main(sys.argv[2:])"
+    proc, port = spawn_on_free_port(
+        state, "moto", lambda port: [sys.executable, "-c", launcher, state, "-H", "127.0.0.1", "-p", str(port)],
+        logs=[outlog])
     # moto does not check signatures: the bucket is made with a plain PUT.
     import urllib.request
     urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:%d/%s" % (port, args.bucket), method="PUT"),
