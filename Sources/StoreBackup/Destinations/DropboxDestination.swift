@@ -151,6 +151,16 @@ public struct DropboxDestination: BackupDestination {
         var localHash: String
     }
 
+    /// Creates the backup folder when missing (or lists the root): Dropbox answers, the
+    /// token is accepted, and the app may write there, before `create` starts archiving.
+    public func preflight() async throws {
+        if folder.isEmpty {
+            _ = try await listBackups()
+            return
+        }
+        try await runBlocking(name: "storebackup-dropbox-preflight") { cancel in try createFolder(cancel: cancel) }
+    }
+
     /// Creates the backup folder ("the client folder") if it is not there yet.
     private func createFolder(cancel: CancellationFlag) throws {
         guard !folder.isEmpty else { return }
