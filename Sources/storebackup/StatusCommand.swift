@@ -15,7 +15,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var configurationFile: ConfigurationOption
 
-    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun}.")
+    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun} (and leftovers with --leftovers).")
     var json = false
 
     @Flag(help: "Also ask each destination for unfinished uploads older than a day (what `prune` removes).")
@@ -39,6 +39,11 @@ struct StatusCommand: AsyncParsableCommand {
             rows = stateStore.loadAll()
         }
 
+        let options = configuration?.destinationOptions() ?? DestinationOptions()
+        var leftoverText: [String: String] = [:]
+        if leftovers {
+            for url in Set(rows.compactMap(\.destination)) { leftoverText[url] = await Self.leftovers(url, options: options) }
+        }
         if json {
             let formatter = ISO8601DateFormatter()
             let objects: [[String: Any]] = rows.map { state in
@@ -54,6 +59,7 @@ struct StatusCommand: AsyncParsableCommand {
                 object["lastFailure"] = state.lastFailure.map { failure in
                     ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
                 } ?? NSNull()
+                if leftovers { object["leftovers"] = state.destination.flatMap { leftoverText[$0] } ?? NSNull() }
                 return object
             }
             let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys, .prettyPrinted])
@@ -66,7 +72,6 @@ struct StatusCommand: AsyncParsableCommand {
         }
         let formatter = DateFormatter()
         formatter.dateFormat = "yyyy-MM-dd HH:mm:ss zzz"
-        let options = configuration?.destinationOptions() ?? DestinationOptions()
         for state in rows {
             Terminal.output("\(state.store)  \(state.storesDirectory)")
             if let destination = state.destination { Terminal.output("  destination   \(destination)") }
@@ -81,9 +86,7 @@ struct StatusCommand: AsyncParsableCommand {
                 Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
             }
             if let next = state.nextRun { Terminal.output("  next run      \(formatter.string(from: next))") }
-            if leftovers, let url = state.destination {
-                Terminal.output("  leftovers     " + (await Self.leftovers(url, options: options)))
-            }
+            if let text = state.destination.flatMap({ leftoverText[$0] }) { Terminal.output("  leftovers     \(text)") }
         }
     }
 }

@@ -247,6 +247,16 @@ final class LossyNetworkTests: XCTestCase {
             let local = target.localFolder!(folder)
             try shell("cd '\(local)' && echo x > .storebackup-tmp-1-old.zip && touch -d '3 days ago' .storebackup-tmp-1-old.zip"
                       + " && echo y > .storebackup-tmp-2-new.zip && chmod a+rw .storebackup-tmp-*")
+            if target.label == "webdav" {
+                // `status --leftovers` counts what prune would remove.
+                let configuration = work + "/status.yml"
+                try "stores:\n  - name: app\n    path: \(store)\n    destination: \(try target.arguments(folder, nil)[1])\n    schedule: daily 03:00\n"
+                    .write(toFile: configuration, atomically: true, encoding: .utf8)
+                let status = try runStoreBackup(["status", "--leftovers", "--json", "--config", configuration],
+                                                environment: target.environment.merging(["STOREBACKUP_STATE_DIR": work + "/state"]) { _, new in new })
+                XCTAssertEqual(status.status, 0, status.stderr)
+                XCTAssertTrue(status.stdout.contains("1 unfinished uploads older than a day"), status.stdout)
+            }
             let pruned = try runStoreBackup(["prune", "--keep-last", "5", "--yes"] + (try target.arguments(folder, nil)), environment: target.environment)
             XCTAssertEqual(pruned.status, 0, pruned.stderr)
             XCTAssertTrue(pruned.stderr.contains("removed 1 unfinished uploads"), "\(target.label): \(pruned.stderr)")
