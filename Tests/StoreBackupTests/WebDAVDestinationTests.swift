@@ -280,6 +280,19 @@ final class WebDAVDestinationTests: XCTestCase {
 
     // MARK: resume
 
+    /// Each upload is read back (SHA-256) before it is published, unless turned off.
+    func testUploadsAreReadBackUnlessTurnedOff() async throws {
+        let file = try makeFile("readback.zip", bytes: 100_000)
+        try await destination().upload(file: file, as: "2026-02-03 000000 Stores.zip", progress: nil)
+        var options = self.options()
+        options.environment["STOREBACKUP_WEBDAV_READBACK"] = "off"
+        try await destination(options: options).upload(file: file, as: "2026-02-04 000000 Stores.zip", progress: nil)
+        let log = (try? String(contentsOfFile: server["access_log"] as! String, encoding: .utf8)) ?? ""
+        let readBacks = log.split(separator: "\n").filter { $0.contains("\"GET ") && $0.contains(".storebackup-tmp-") }
+        XCTAssertEqual(readBacks.count, 1, "one read-back, for the first upload only: \(log)")
+        XCTAssertTrue(readBacks.first?.contains("\" 200 ") ?? false, log)
+    }
+
     func testDownloadContinuesAPartialFileWithARangeRequest() async throws {
         let destination = try destination()
         let name = "2026-02-02 020202 Stores.zip"
