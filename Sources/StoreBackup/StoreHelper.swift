@@ -137,6 +137,8 @@ public struct StoreHelper: Sendable {
         } else {
             password = nil
         }
+        // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
+        try await destination.preflight()
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
         defer { withExtendedLifetime(lock) {} }
         _ = try layout.recoverIfNeeded()

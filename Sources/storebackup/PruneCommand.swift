@@ -131,6 +131,18 @@ struct PruneCommand: AsyncParsableCommand {
         printPlans(plans)
 
         let doomed = plans.flatMap { $0.1.flatMap(\.toDelete) }
+        // Unfinished uploads older than a day (an S3 multipart upload whose abort failed, a
+        // temporary left by a killed create) are garbage, not backups: removed without asking.
+        for target in targets {
+            let destination = target.destination
+            let leftovers = await Terminal.runCancellable { [dryRun] in
+                try await dryRun ? destination.staleUploads(olderThan: 86_400) : destination.removeStaleUploads(olderThan: 86_400)
+            }
+            if !leftovers.isEmpty {
+                Terminal.info("storebackup: \(dryRun ? "would remove" : "removed") \(leftovers.count) unfinished uploads older than a day "
+                              + "from \(destination.displayName)")
+            }
+        }
         if dryRun || doomed.isEmpty {
             if !json { Terminal.info(doomed.isEmpty ? "storebackup: nothing to delete" : "storebackup: dry run; \(doomed.count) backups would be deleted") }
             return

@@ -15,8 +15,11 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var configurationFile: ConfigurationOption
 
-    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun}.")
+    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun} (and leftovers with --leftovers).")
     var json = false
+
+    @Flag(help: "Also ask each destination for unfinished uploads older than a day (what `prune` removes).")
+    var leftovers = false
 
     func run() async throws {
         let now = Date()
@@ -36,6 +39,11 @@ struct StatusCommand: AsyncParsableCommand {
             rows = stateStore.loadAll()
         }
 
+        let options = configuration?.destinationOptions() ?? DestinationOptions()
+        var leftoverText: [String: String] = [:]
+        if leftovers {
+            for url in Set(rows.compactMap(\.destination)) { leftoverText[url] = await Self.leftovers(url, options: options) }
+        }
         if json {
             let formatter = ISO8601DateFormatter()
             let objects: [[String: Any]] = rows.map { state in
@@ -51,6 +59,7 @@ struct StatusCommand: AsyncParsableCommand {
                 object["lastFailure"] = state.lastFailure.map { failure in
                     ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
                 } ?? NSNull()
+                if leftovers { object["leftovers"] = state.destination.flatMap { leftoverText[$0] } ?? NSNull() }
                 return object
             }
             let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys, .prettyPrinted])
@@ -77,6 +86,20 @@ struct StatusCommand: AsyncParsableCommand {
                 Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
             }
             if let next = state.nextRun { Terminal.output("  next run      \(formatter.string(from: next))") }
+            if let text = state.destination.flatMap({ leftoverText[$0] }) { Terminal.output("  leftovers     \(text)") }
+        }
+    }
+}
+
+extension StatusCommand {
+    /// "none", "3 unfinished uploads (run prune to remove them)", or why the destination could not say.
+    static func leftovers(_ url: String, options: DestinationOptions) async -> String {
+        do {
+            let destination = try DestinationResolver.resolve(url, options: options)
+            let stale = try await destination.staleUploads(olderThan: 86_400)
+            return stale.isEmpty ? "none" : "\(stale.count) unfinished uploads older than a day (`prune` removes them)"
+        } catch {
+            return "could not look: \(error)"
         }
     }
 }
