@@ -236,6 +236,22 @@ final class DropboxDestinationTests: XCTestCase {
         XCTAssertTrue(FileManager.default.contentsEqual(atPath: back, andPath: file))
     }
 
+    /// Dropbox answers 409 too_many_write_operations when other writes hold the namespace and
+    /// documents it as "retry": a busy account delays a backup, it does not fail it.
+    func testTooManyWriteOperationsIsRetried() async throws {
+        let destination = try destination()
+        try emulator.control("faults", ["kinds": ["409_write"], "count": 2, "routes": ["/2/files/upload"]])
+        let name = "2026-05-10 000000 Stores.zip"
+        let file = try makeFile("busy.zip", bytes: 5000)
+        try await RetryingDestination(destination, policy: RetryPolicy(requestAttempts: 2, operationAttempts: 3, initialDelay: 0.01, maximumDelay: 0.02))
+            .upload(file: file, as: name, progress: nil)
+        let uploads = try emulator.log().filter { $0["route"] as? String == "/2/files/upload" }
+        XCTAssertEqual(uploads.map { $0["status"] as? Int }, [409, 409, 200])
+        let back = work + "/busy-back.zip"
+        try await destination.download(name, to: back, progress: nil)
+        XCTAssertTrue(FileManager.default.contentsEqual(atPath: back, andPath: file))
+    }
+
     func testExistingNameIsRefusedNotOverwritten() async throws {
         let destination = try destination()
         let name = "2026-05-03 000000 Stores.zip"
