@@ -15,7 +15,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var configurationFile: ConfigurationOption
 
-    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun}.")
+    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun, setAside: [{path, size}]}.")
     var json = false
 
     func run() async throws {
@@ -51,6 +51,9 @@ struct StatusCommand: AsyncParsableCommand {
                 object["lastFailure"] = state.lastFailure.map { failure in
                     ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
                 } ?? NSNull()
+                object["setAside"] = StoreLayout(storesDirectory: state.storesDirectory).setAsideStores().map { store in
+                    ["path": store.path, "size": store.bytes] as [String: Any]
+                }
                 return object
             }
             let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys, .prettyPrinted])
@@ -77,6 +80,9 @@ struct StatusCommand: AsyncParsableCommand {
                 Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
             }
             if let next = state.nextRun { Terminal.output("  next run      \(formatter.string(from: next))") }
+            for store in StoreLayout(storesDirectory: state.storesDirectory).setAsideStores() {
+                Terminal.output("  set aside     \(store.path)  \(Terminal.formatBytes(store.bytes))")
+            }
         }
     }
 }

@@ -104,3 +104,27 @@ enum FileSystem {
         return String(cString: buffer)
     }
 }
+
+extension FileSystem {
+    /// The bytes held by the files under `path` (sizes, not blocks); links count as 0.
+    static func treeSize(_ path: String) -> Int64 {
+        guard let info = try? lstatInfo(path) else { return 0 }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else { return (info.st_mode & S_IFMT) == S_IFREG ? Int64(info.st_size) : 0 }
+        var total: Int64 = 0
+        if let enumerator = FileManager.default.enumerator(atPath: path) {
+            for case let relative as String in enumerator {
+                if let entry = try? lstatInfo(path + "/" + relative), (entry.st_mode & S_IFMT) == S_IFREG { total += Int64(entry.st_size) }
+            }
+        }
+        return total
+    }
+
+    /// A size for messages: "12.3 MiB".
+    static func describeSize(_ bytes: Int64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024 && unit < units.count - 1 { value /= 1024; unit += 1 }
+        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+    }
+}
