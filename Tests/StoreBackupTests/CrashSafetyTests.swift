@@ -47,10 +47,10 @@ final class CrashSafetyTests: XCTestCase {
         XCTAssertEqual(try runTool("/bin/cp", ["-a", store, pristine]).status, 0)
         for expectation in steps {
             let reader = try pinnedReader(store + "/App.sqlite")
-            var environment = self.environment
-            environment["STOREBACKUP_TEST_PAUSE_AT"] = expectation.step
-            if expectation.failReload { environment["STOREBACKUP_TEST_FAIL_RELOAD"] = "1" }
-            let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"], environment: environment)
+            var paused = environment
+            paused["STOREBACKUP_TEST_PAUSE_AT"] = expectation.step
+            if expectation.failReload { paused["STOREBACKUP_TEST_FAIL_RELOAD"] = "1" }
+            let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"], environment: paused)
             XCTAssertTrue(restore.waitForLine(containing: "test pause at \(expectation.step)"),
                           "\(expectation.step): never reached; stderr: \(restore.stderrSoFar)")
             restore.kill9()
@@ -137,6 +137,9 @@ final class CrashSafetyTests: XCTestCase {
             usleep(UInt32(moment * 1_000_000))  // the random moment itself, not a wait for an event
             create.kill9()
 
+            // The next commands: `list` on the destination, `recover` on the store.
+            let list = try runStoreBackup(["list", "--from", backups], environment: environment)
+            XCTAssertEqual(list.status, 0, list.stderr)
             let listed = try listedBackups()
             for name in listed.subtracting(published) {
                 let verified = try runStoreBackup(["verify", name, "--from", backups], environment: environment)
@@ -155,7 +158,7 @@ final class CrashSafetyTests: XCTestCase {
             let created = try runStoreBackup(["create", store, "--to", backups], environment: environment)
             XCTAssertEqual(created.status, 0, created.stderr)
             let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            let manifest = try ArchiveReader(path: backups + "/" + name, backupName: name, passwords: nil).manifest
+            let manifest = try XCTUnwrap(try ArchiveReader(path: backups + "/" + name, backupName: name, passwords: nil).manifest)
             XCTAssertEqual(manifest.databases.first { $0.path == "App.sqlite" }?.snapshotMethod, "backup-api-copy")
             assertNoTemporaries(allowFailedRestore: false, "create with the fallback copy")
         }

@@ -80,7 +80,7 @@ struct StoreSwapper {
     @discardableResult
     func rollBack(backup: String, hadLiveStore: Bool) throws -> SetAsideReport? {
         try journal(.rollingBack, backup: backup, hadLiveStore: hadLiveStore)
-        return try finishRollBack(hadLiveStore: hadLiveStore)
+        return try finishRollBack(hadLiveStore: hadLiveStore, keepRejected: true)
     }
 
     /// Brings the store back to a whole state after a restore was killed.
@@ -104,7 +104,9 @@ struct StoreSwapper {
             return .discardedUnfinishedRestore(backup: name)
         case .swapping, .reloading, .rollingBack:
             if journal.hadLiveStore || journal.phase == .rollingBack {
-                try finishRollBack(hadLiveStore: journal.hadLiveStore)
+                // Only a store the app rejected is kept; one that was merely interrupted
+                // is a copy of a backup that still exists, so it goes.
+                try finishRollBack(hadLiveStore: journal.hadLiveStore, keepRejected: journal.phase == .rollingBack)
                 return .rolledBack(backup: name)
             }
             // There was no store before: the checked restore is the only whole state.
@@ -122,24 +124,32 @@ struct StoreSwapper {
     }
 
     /// Puts the old store back from wherever a rollback (or a swap) stopped: a live store
-    /// that is not the old one goes to `_FailedRestore`, `_Old` goes live, `_New` goes away.
-    private func finishRollBack(hadLiveStore: Bool) throws -> SetAsideReport? {
-        var earlier: String?
-        // The live folder is the rejected store unless the swap had not begun (old still live).
-        let liveIsRejected = FileSystem.fileExists(layout.live) && (FileSystem.fileExists(layout.old) || !hadLiveStore)
-        if liveIsRejected { earlier = try moveAsideFailed() }
+    /// that is not the old one goes to `_FailedRestore` (`keepRejected`) or away, `_Old`
+    /// goes live, `_New` goes away.
+    private func finishRollBack(hadLiveStore: Bool, keepRejected: Bool) throws -> SetAsideReport? {
+        var discard: String?
+        // The live folder is the restored store unless the swap had not begun (old still live).
+        let liveIsRestored = FileSystem.fileExists(layout.live) && (FileSystem.fileExists(layout.old) || !hadLiveStore)
+        if liveIsRestored {
+            if keepRejected {
+                discard = try moveAsideFailed()
+            } else {
+                // Under a scratch name: if this is interrupted, the next command's sweep finishes it.
+                discard = ScratchFiles.path(in: layout.parent, purpose: "interrupted-restore")
+                try FileSystem.rename(from: layout.live, to: discard!)
+            }
+        }
         TestPausePoint.reach("during-rollback")
         if FileSystem.fileExists(layout.old) { try FileSystem.rename(from: layout.old, to: layout.live) }
         if FileSystem.fileExists(layout.new) { try FileSystem.removeTree(layout.new) }
         try FileSystem.fsync(path: layout.parent)
         RestoreJournal.remove(at: layout.journal)
-        guard liveIsRejected else { return nil }
-        var report = SetAsideReport(failedPath: layout.failed, failedBytes: FileSystem.treeSize(layout.failed))
-        if let earlier {
-            report.removedEarlierBytes = FileSystem.treeSize(earlier)
-            // Under a scratch name: if this is interrupted, the next command's sweep finishes it.
-            try? FileSystem.removeTree(earlier)
+        var report: SetAsideReport?
+        if liveIsRestored && keepRejected {
+            report = SetAsideReport(failedPath: layout.failed, failedBytes: FileSystem.treeSize(layout.failed))
+            if let discard { report?.removedEarlierBytes = FileSystem.treeSize(discard) }
         }
+        if let discard { try? FileSystem.removeTree(discard) }
         return report
     }
 
