@@ -111,6 +111,11 @@ final class CrashSafetyTests: XCTestCase {
         XCTAssertTrue(rejected.stderr.contains("_FailedRestore (") && rejected.stderr.contains("only the newest is kept"), rejected.stderr)
         let recovered = try runStoreBackup(["recover", store], environment: environment)
         XCTAssertTrue(recovered.stderr.contains("set aside: \(store)_FailedRestore ("), recovered.stderr)
+        let stateDirectory = work + "/state"
+        try BackupStateStore(directory: stateDirectory).save(BackupState(store: "app", storesDirectory: store))
+        let status = try runStoreBackup(["status"], environment: environment.merging(["STOREBACKUP_STATE_DIR": stateDirectory]) { $1 })
+        XCTAssertTrue(status.stdout.contains("set aside     \(store)_FailedRestore  "), status.stdout + status.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: stateDirectory), ["app.json"])
         XCTAssertEqual(try StoreFixture.describe(store, includeJournals: false), oldTree)
         assertNoTemporaries(allowFailedRestore: true, "command line")
     }
@@ -121,21 +126,30 @@ final class CrashSafetyTests: XCTestCase {
     /// an old snapshot (so the snapshot falls back to the backup-API copy).
     func testKillCreateAtRandomMoments() throws {
         var random = SeededRandom(seed: Self.seed)
-        let duration = try timedRun(["create", store, "--to", backups])
+        var duration = try timedRun(["create", store, "--to", backups])
         var published = try listedBackups()
         let runs = Self.runs
         var reader: PinnedReader?
         defer { reader?.close() }
+        var copiesLeftByKills = 0
         for run in 0..<runs {
             if run == runs / 2 {
                 reader = try pinnedReader(store + "/App.sqlite")
                 // Commits after the reader's snapshot keep the WAL from being checkpointed past it.
                 try execute(store + "/App.sqlite", "INSERT INTO log(note) VALUES('after the pinned snapshot')")
+                duration = try timedRun(["create", store, "--to", backups])
+                XCTAssertEqual(try snapshotMethod(of: try XCTUnwrap(listedBackups().subtracting(published).first)), "backup-api-copy",
+                               "the pinned reader must force the fallback copy")
+                published = try listedBackups()
             }
+            // The moment is a seeded offset from the start of the process (the event the test
+            // can see); the kill lands wherever the command is then.
             let moment = random.fraction() * duration * 1.2
             let create = try BackgroundCommand(["create", store, "--to", backups], environment: environment)
-            usleep(UInt32(moment * 1_000_000))  // the random moment itself, not a wait for an event
+            usleep(UInt32(moment * 1_000_000))
             create.kill9()
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: backups)) ?? []
+            if names.contains(where: { $0.contains("-snapshot-") }) { copiesLeftByKills += 1 }
 
             // The next commands: `list` on the destination, `recover` on the store.
             let list = try runStoreBackup(["list", "--from", backups], environment: environment)
@@ -153,15 +167,7 @@ final class CrashSafetyTests: XCTestCase {
             XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA quick_check"), "ok")
             assertNoTemporaries(allowFailedRestore: false, "create run \(run) killed at \(moment) s")
         }
-        if reader != nil {
-            // The pinned reader really forces the fallback copy.
-            let created = try runStoreBackup(["create", store, "--to", backups], environment: environment)
-            XCTAssertEqual(created.status, 0, created.stderr)
-            let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            let manifest = try XCTUnwrap(try ArchiveReader(path: backups + "/" + name, backupName: name, passwords: nil).manifest)
-            XCTAssertEqual(manifest.databases.first { $0.path == "App.sqlite" }?.snapshotMethod, "backup-api-copy")
-            assertNoTemporaries(allowFailedRestore: false, "create with the fallback copy")
-        }
+        print("CrashSafetyTests: \(copiesLeftByKills) create kills left a snapshot copy for the next command to remove")
     }
 
     /// Kill -9 at seeded random moments of restore: the store is always the old one or the
@@ -180,7 +186,7 @@ final class CrashSafetyTests: XCTestCase {
             XCTAssertEqual(try runTool("/bin/cp", ["-a", pristine, store]).status, 0)
             let moment = random.fraction() * duration * 1.2
             let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"], environment: environment)
-            usleep(UInt32(moment * 1_000_000))  // the random moment itself, not a wait for an event
+            usleep(UInt32(moment * 1_000_000))  // a seeded offset from the process start, as for create
             restore.kill9()
 
             let recovered = try runStoreBackup(["recover", store], environment: environment)
@@ -224,6 +230,11 @@ final class CrashSafetyTests: XCTestCase {
         let result = try runStoreBackup(arguments, environment: environment)
         XCTAssertEqual(result.status, 0, result.stderr)
         return StoreHelper.seconds(clock.now - started)
+    }
+
+    private func snapshotMethod(of backup: String) throws -> String? {
+        let manifest = try XCTUnwrap(try ArchiveReader(path: backups + "/" + backup, backupName: backup, passwords: nil).manifest)
+        return manifest.databases.first { $0.path == "App.sqlite" }?.snapshotMethod
     }
 
     private func listedBackups() throws -> Set<String> {
