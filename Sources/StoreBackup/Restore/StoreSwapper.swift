@@ -34,9 +34,9 @@ struct SetAsideReport: Sendable {
     var removedEarlierBytes: Int64?
 
     var description: String {
-        var text = "the rejected store is kept in \(failedPath) (\(FileSystem.describeSize(failedBytes)))"
+        var text = "the rejected store is kept in \(failedPath) (\(ByteCountText.describe(failedBytes)))"
         if let removed = removedEarlierBytes {
-            text += "; the earlier one there (\(FileSystem.describeSize(removed))) was removed, only the newest is kept"
+            text += "; the earlier one there (\(ByteCountText.describe(removed))) was removed, only the newest is kept"
         }
         return text
     }

@@ -118,13 +118,4 @@ extension FileSystem {
         }
         return total
     }
-
-    /// A size for messages: "12.3 MiB".
-    static func describeSize(_ bytes: Int64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(bytes)
-        var unit = 0
-        while value >= 1024 && unit < units.count - 1 { value /= 1024; unit += 1 }
-        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
-    }
 }
