@@ -7,7 +7,7 @@ import Glibc
 ///
 /// Archives are built inside the folder under a hidden temporary name, then published
 /// with fsync + rename-without-replace, so `list` never sees a partial file and no
-/// backup is ever overwritten. Temporary names follow ``ScratchFiles`` (prefix and the
+/// backup is ever overwritten. Temporary names are `.storebackup-tmp-<pid>-…` (prefix and the
 /// writer's pid), so leftovers from a crashed run are told from a running one's and
 /// removed by the next command that lists or writes the folder.
 public struct LocalFolderDestination: BackupDestination {
