@@ -79,6 +79,16 @@ final class DurabilityTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work), ["state.json"])
     }
 
+    /// Credentials go through the same durable write: 0600, no temporary left behind.
+    func testCredentialsFileIsWrittenDurablyForTheOwnerOnly() throws {
+        let path = work + "/config/credentials"
+        try CredentialsFile.update(path, values: [("STOREBACKUP_DROPBOX_TOKEN", "one")])
+        try CredentialsFile.update(path, values: [("STOREBACKUP_DROPBOX_TOKEN", "two")])
+        XCTAssertEqual(try String(contentsOfFile: path, encoding: .utf8), "STOREBACKUP_DROPBOX_TOKEN=two\n")
+        XCTAssertEqual(try FileSystem.lstatInfo(path).st_mode & 0o777, 0o600)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work + "/config"), ["credentials"])
+    }
+
     /// Temporaries of a dead owner go, SQLite companions and folders included; a live
     /// owner's and foreign files stay.
     func testSweepRemovesOnlyDeadOwnersTemporaries() throws {

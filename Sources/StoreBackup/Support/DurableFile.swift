@@ -8,7 +8,8 @@ import Glibc
 /// `O_EXCL`), write, fsync, rename over the target, fsync the folder.
 enum DurableFile {
     static func write(_ data: Data, to path: String, mode: mode_t = 0o600) throws {
-        let folder = FileSystem.parentDirectory(of: path)
+        let parent = FileSystem.parentDirectory(of: path)
+        let folder = parent.isEmpty ? "." : parent
         let temporary = ScratchFiles.path(in: folder, purpose: "write")
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
         guard descriptor >= 0 else { throw StoreBackupError.io(path: temporary, operation: "create", errno: errno) }
