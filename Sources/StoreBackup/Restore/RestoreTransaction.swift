@@ -70,7 +70,7 @@ struct RestoreTransaction {
             report = try swapper.rollBack(backup: backupName, hadLiveStore: hadLiveStore)
         } catch {
             // The journal still says "rolling back": recovery (the next command) finishes it.
-            await hooks.didRollback(reloadError)
+            // The old store is not live, so there is nothing to reload or report as rolled back.
             return StoreBackupError.reloadFailed(
                 reason: "\(reloadError); putting the previous store back failed (\(error)); run `storebackup recover` on it", rolledBack: false)
         }
