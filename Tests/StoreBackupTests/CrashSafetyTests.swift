@@ -201,6 +201,27 @@ final class CrashSafetyTests: XCTestCase {
         print("CrashSafetyTests: restore kills left the old store \(outcomes.old) times, the new one \(outcomes.new) times")
     }
 
+    /// verify's scratch folder in TMPDIR, left by a kill, is removed by the next command on a store.
+    func testKilledVerifyScratchIsRemovedByTheNextCommand() throws {
+        // Verify may finish between seeing its folder and the kill; a few tries make one count.
+        var leftBehind: String?
+        for _ in 0..<5 where leftBehind == nil {
+            let verify = try BackgroundCommand(["verify", "latest", "--from", backups], environment: environment)
+            // Wait for the observable event: the scratch folder appearing (or the process ending).
+            var seen: String?
+            while seen == nil && verify.process.isRunning {
+                seen = ((try? FileManager.default.contentsOfDirectory(atPath: scratch)) ?? []).first { ScratchFiles.owner(of: $0) != nil }
+                if seen == nil { usleep(500) }
+            }
+            verify.kill9()
+            if let seen, FileSystem.fileExists(scratch + "/" + seen) { leftBehind = seen }
+        }
+        XCTAssertNotNil(leftBehind, "no kill caught verify with its scratch folder in TMPDIR")
+        let recovered = try runStoreBackup(["recover", store], environment: environment)
+        XCTAssertEqual(recovered.status, 0, recovered.stderr)
+        assertNoTemporaries(allowFailedRestore: false, "after a killed verify")
+    }
+
     // MARK: helpers
 
     static var runs: Int { Int(ProcessInfo.processInfo.environment["STOREBACKUP_CRASH_RUNS"] ?? "") ?? 50 }
