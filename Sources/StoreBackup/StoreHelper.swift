@@ -154,7 +154,7 @@ public struct StoreHelper: Sendable {
         let storesDirectory = self.storesDirectory
         let level = compressionLevel
         let archivePath = localFolder?.temporaryArchivePath()
-            ?? (staging ?? NSTemporaryDirectory()) + "/.storebackup-tmp-\(getpid())-\(UUID().uuidString).zip"
+            ?? ScratchFiles.path(in: staging ?? ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
 
         let manifest: Manifest
         let clock = ContinuousClock()
@@ -268,65 +268,13 @@ public struct StoreHelper: Sendable {
         defer { if let downloaded { unlink(downloaded) } }
         if archivePath == nil {
             let target = layout.downloadPath()
-            unlink(target)
             downloaded = target
             try await destination.download(backup.name, to: target, progress: progress)
             archivePath = target
         }
-        let archive = archivePath!
-        let hadLiveStore = FileSystem.fileExists(layout.live)
-        let swapper = StoreSwapper(layout: layout)
-
-        // 1. Unpack and verify beside the live store; any failure leaves it untouched.
-        let extracted: (databases: [String], files: Int)
-        do {
-            extracted = try await runBlocking(name: "storebackup-restore") { cancel in
-                let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
-                try swapper.journal(.extracting, backup: backup.name, hadLiveStore: hadLiveStore)
-                TestPausePoint.reach("extracting")
-                let databases = try Extractor(reader: reader, cancel: cancel, progress: throttle).extract(into: layout.new)
-                return (databases, reader.entries.count)
-            }
-        } catch {
-            try? FileSystem.removeTree(layout.new)
-            RestoreJournal.remove(at: layout.journal)
-            throw error
-        }
-
-        // 2. Swap, then let the app reload; roll back if it refuses the new store.
-        let discardExtracted = {
-            try? FileSystem.removeTree(layout.new)
-            RestoreJournal.remove(at: layout.journal)
-        }
-        // Last point where cancelling is honoured: after this the swap runs to its end.
-        if Task.isCancelled { discardExtracted(); throw StoreBackupError.cancelled }
-        throttle.report(BackupProgress(phase: .swapping), force: true)
-        do { try await hooks.willSwap() } catch {
-            discardExtracted()
-            // The app may have paused half-way; let it resume on its untouched store.
-            if hadLiveStore { try? await hooks.reload(layout.live) }
-            throw StoreBackupError.restoreRefused(reason: "the app's willSwap hook failed (\(error)); the live store was not touched")
-        }
-        try swapper.swapIn(backup: backup.name, hadLiveStore: hadLiveStore)
-        throttle.report(BackupProgress(phase: .reloading), force: true)
-        do {
-            try await hooks.reload(layout.live)
-        } catch {
-            let reloadError = error
-            try swapper.rollBack(backup: backup.name, hadLiveStore: hadLiveStore)
-            if hadLiveStore {
-                do { try await hooks.reload(layout.live) } catch {
-                    await hooks.didRollback(reloadError)
-                    throw StoreBackupError.reloadFailed(reason: "\(reloadError); reloading the previous store also failed: \(error)", rolledBack: true)
-                }
-            }
-            await hooks.didRollback(reloadError)
-            throw StoreBackupError.reloadFailed(reason: "\(reloadError)", rolledBack: hadLiveStore)
-        }
-        try swapper.commit(backup: backup.name, hadLiveStore: hadLiveStore)
-        throttle.report(BackupProgress(phase: .done), force: true)
-        return RestoreResult(backupName: backup.name, storesDirectory: layout.live,
-                             databasesChecked: extracted.databases, fileCount: extracted.files)
+        let transaction = RestoreTransaction(layout: layout, backupName: backup.name, passwords: passwords, hooks: hooks,
+                                             throttle: throttle)
+        return try await transaction.run(archive: archivePath!)
     }
 
     // MARK: recover
@@ -343,8 +291,10 @@ public struct StoreHelper: Sendable {
 }
 
 extension StoreLayout {
-    /// Runs recovery when a restore journal is present. Callers hold the store lock.
+    /// Removes dead commands' temporaries beside the store and in `TMPDIR`, then runs
+    /// recovery when a restore journal is present. Callers hold the store lock.
     func recoverIfNeeded() throws -> RecoveryOutcome {
+        ScratchFiles.sweep(around: self)
         guard FileSystem.fileExists(journal) else { return .nothingToDo }
         let outcome = try StoreSwapper(layout: self).recover()
         if let message = outcome.message {

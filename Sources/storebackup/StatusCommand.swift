@@ -10,7 +10,8 @@ struct StatusCommand: AsyncParsableCommand {
             Reads the state files that `run` and `create --config` keep (in state-directory from the \
             configuration, else $STOREBACKUP_STATE_DIR, else $XDG_STATE_HOME/storebackup, else \
             ~/.local/state/storebackup). With a configuration, every configured store is shown, \
-            also those that never ran.
+            also those that never ran. A folder a restore set aside beside a store \
+            (<dir>_FailedRestore) is listed with its size ("setAside": [{path, size}] in JSON).
             """)
 
     @OptionGroup var configurationFile: ConfigurationOption
@@ -52,6 +53,9 @@ struct StatusCommand: AsyncParsableCommand {
                 object["schedule"] = state.schedule ?? NSNull()
                 object["lastStarted"] = state.lastStarted.map(formatter.string(from:)) ?? NSNull()
                 object["nextRun"] = state.nextRun.map(formatter.string(from:)) ?? NSNull()
+                object["setAside"] = StoreLayout(storesDirectory: state.storesDirectory).setAsideStores().map { store in
+                    ["path": store.path, "size": store.bytes] as [String: Any]
+                }
                 object["lastSuccess"] = state.lastSuccess.map { success in
                     ["at": formatter.string(from: success.at), "backup": success.backup, "size": success.size,
                      "durationSeconds": success.durationSeconds, "ageSeconds": Int(now.timeIntervalSince(success.at))] as [String: Any]
@@ -81,6 +85,9 @@ struct StatusCommand: AsyncParsableCommand {
                 Terminal.output("  last backup   \(formatter.string(from: success.at)) (\(age) ago)  \(Terminal.formatBytes(success.size))  \(success.backup)")
             } else {
                 Terminal.output("  last backup   never")
+            }
+            for store in StoreLayout(storesDirectory: state.storesDirectory).setAsideStores() {
+                Terminal.output("  set aside     \(store.path)  \(Terminal.formatBytes(store.bytes))")
             }
             if let failure = state.lastFailure {
                 Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
