@@ -90,6 +90,10 @@ public struct StoreHelper: Sendable {
     /// with nothing published.
     public var quiesce: (@Sendable () async throws -> Void)? = nil
 
+    /// The `store` dimension of the metrics this helper reports (see ``BackupMetrics``), e.g.
+    /// the store's name in a configuration; nil reports the stores directory's path.
+    public var metricsName: String? = nil
+
     /// Makes a helper for one stores directory.
     ///
     /// - Parameters:
@@ -129,6 +133,23 @@ public struct StoreHelper: Sendable {
     ///   when another command is working on this store, ``StoreBackupError/noDatabases(path:)``,
     ///   ``StoreBackupError/destination(destination:reason:)`` when the upload fails.
     public func createBackup(progress: ProgressHandler? = nil) async throws -> BackupResult {
+        let started = ContinuousClock.now
+        do {
+            let result = try await createBackupUnmeasured(progress: progress)
+            BackupMetrics.recordBackup(store: metricsStoreName, destination: destination.displayName, size: result.size,
+                                       seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+            return result
+        } catch {
+            BackupMetrics.recordBackup(store: metricsStoreName, destination: destination.displayName, size: nil,
+                                       seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+            throw error
+        }
+    }
+
+    /// The `store` dimension of this helper's metrics (see ``BackupMetrics``).
+    var metricsStoreName: String { metricsName ?? storesDirectory }
+
+    private func createBackupUnmeasured(progress: ProgressHandler?) async throws -> BackupResult {
         let progress = ProgressPlan.stamping(ProgressPlan.create, progress)
         let password: BackupPassword?
         if encrypt {
@@ -250,6 +271,19 @@ public struct StoreHelper: Sendable {
     ///   is untouched), ``StoreBackupError/restoreRefused(reason:)``.
     public func restore(
         _ nameOrLatest: String, hooks: ReloadHooks = .checkDatabases, progress: ProgressHandler? = nil
+    ) async throws -> RestoreResult {
+        do {
+            let result = try await restoreUnmeasured(nameOrLatest, hooks: hooks, progress: progress)
+            BackupMetrics.recordRestore(store: metricsStoreName, destination: destination.displayName, succeeded: true)
+            return result
+        } catch {
+            BackupMetrics.recordRestore(store: metricsStoreName, destination: destination.displayName, succeeded: false)
+            throw error
+        }
+    }
+
+    private func restoreUnmeasured(
+        _ nameOrLatest: String, hooks: ReloadHooks, progress: ProgressHandler?
     ) async throws -> RestoreResult {
         let progress = ProgressPlan.stamping(ProgressPlan.restore, progress)
         let layout = self.layout
