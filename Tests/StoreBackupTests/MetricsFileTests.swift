@@ -67,6 +67,7 @@ final class MetricsFileTests: XCTestCase {
             destination: \(backups)
             state-directory: \(work)/state
             metrics: {file: \(metricsFile)}
+            schedule: daily 02:30
             stores:
               - name: app
                 path: \(store)

@@ -6,8 +6,15 @@ import Glibc
 /// Replaces a small file so that after a crash or power cut it holds either the old
 /// contents or the new ones, never a mix or nothing: a temporary beside it (scratch name,
 /// `O_EXCL`), write, fsync, rename over the target, fsync the folder.
-enum DurableFile {
-    static func write(_ data: Data, to path: String, mode: mode_t = 0o600) throws {
+public enum DurableFile {
+    /// Writes `data` to `path` durably and atomically.
+    ///
+    /// - Parameters:
+    ///   - data: The whole new contents.
+    ///   - path: The file to replace (or create); its folder must exist.
+    ///   - mode: The new file's permission bits, set exactly (whatever the umask).
+    /// - Throws: ``StoreBackupError/io(path:operation:errno:)``; the temporary is removed.
+    public static func write(_ data: Data, to path: String, mode: mode_t = 0o600) throws {
         let parent = FileSystem.parentDirectory(of: path)
         let folder = parent.isEmpty ? "." : parent
         let temporary = ScratchFiles.path(in: folder, purpose: "write")
@@ -15,6 +22,7 @@ enum DurableFile {
         guard descriptor >= 0 else { throw StoreBackupError.io(path: temporary, operation: "create", errno: errno) }
         do {
             defer { close(descriptor) }
+            guard fchmod(descriptor, mode) == 0 else { throw StoreBackupError.io(path: temporary, operation: "chmod", errno: errno) }
             try data.withUnsafeBytes { bytes in
                 var offset = 0
                 while offset < bytes.count {
