@@ -18,4 +18,15 @@ static inline int sb_rename_noreplace(const char *source, const char *target) {
 #endif
 }
 
+/// syncfs(2): flushes the whole filesystem holding `fd` and reports writeback errors
+/// (Linux >= 5.8). Returns 0, or -1 with errno set (ENOSYS where the call is missing).
+static inline int sb_syncfs(int fd) {
+#ifdef SYS_syncfs
+    return (int)syscall(SYS_syncfs, fd);
+#else
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 #endif

@@ -6,7 +6,8 @@ extension StoreHelper {
     /// folder that is removed afterwards.
     ///
     /// A damaged backup is reported in its ``VerificationResult`` (`ok == false`, with the
-    /// problem), not thrown, so one bad backup does not hide the others.
+    /// problem), not thrown, so one bad backup does not hide the others. Encrypted backups are
+    /// opened with the helper's ``passwords``.
     ///
     /// - Parameters:
     ///   - selection: `.latest` (the default), `.named(name)` or `.all`.

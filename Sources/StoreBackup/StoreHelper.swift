@@ -97,6 +97,10 @@ public struct StoreHelper: Sendable {
     /// only CRCs and `PRAGMA integrity_check`. Off by default: such a backup is refused.
     public var allowUnverified = false
 
+    /// The `store` dimension of the metrics this helper reports (see ``BackupMetrics``), e.g.
+    /// the store's name in a configuration; nil reports the stores directory's path.
+    public var metricsName: String? = nil
+
     /// Makes a helper for one stores directory.
     ///
     /// - Parameters:
@@ -136,6 +140,23 @@ public struct StoreHelper: Sendable {
     ///   when another command is working on this store, ``StoreBackupError/noDatabases(path:)``,
     ///   ``StoreBackupError/destination(destination:reason:)`` when the upload fails.
     public func createBackup(progress: ProgressHandler? = nil) async throws -> BackupResult {
+        let started = ContinuousClock.now
+        do {
+            let result = try await createBackupUnmeasured(progress: progress)
+            BackupMetrics.recordBackup(store: metricsStoreName, destination: destination.displayName, size: result.size,
+                                       seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+            return result
+        } catch {
+            BackupMetrics.recordBackup(store: metricsStoreName, destination: destination.displayName, size: nil,
+                                       seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+            throw error
+        }
+    }
+
+    /// The `store` dimension of this helper's metrics (see ``BackupMetrics``).
+    var metricsStoreName: String { metricsName ?? storesDirectory }
+
+    private func createBackupUnmeasured(progress: ProgressHandler?) async throws -> BackupResult {
         let progress = ProgressPlan.stamping(ProgressPlan.create, progress)
         let password: BackupPassword?
         if encrypt {
@@ -149,6 +170,8 @@ public struct StoreHelper: Sendable {
         guard FileSystem.fileExists(storesDirectory) || FileSystem.fileExists(layout.journal) else {
             throw StoreBackupError.storesDirectoryMissing(path: storesDirectory)
         }
+        // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
+        try await destination.preflight()
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
         defer { withExtendedLifetime(lock) {} }
         _ = try layout.recoverIfNeeded()
@@ -164,7 +187,7 @@ public struct StoreHelper: Sendable {
         let storesDirectory = self.storesDirectory
         let level = compressionLevel
         let archivePath = localFolder?.temporaryArchivePath()
-            ?? (staging ?? NSTemporaryDirectory()) + "/.storebackup-tmp-\(getpid())-\(UUID().uuidString).zip"
+            ?? ScratchFiles.path(in: staging ?? ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
 
         let manifest: Manifest
         let clock = ContinuousClock()
@@ -265,6 +288,19 @@ public struct StoreHelper: Sendable {
     public func restore(
         _ nameOrLatest: String, hooks: ReloadHooks = .checkDatabases, progress: ProgressHandler? = nil
     ) async throws -> RestoreResult {
+        do {
+            let result = try await restoreUnmeasured(nameOrLatest, hooks: hooks, progress: progress)
+            BackupMetrics.recordRestore(store: metricsStoreName, destination: destination.displayName, succeeded: true)
+            return result
+        } catch {
+            BackupMetrics.recordRestore(store: metricsStoreName, destination: destination.displayName, succeeded: false)
+            throw error
+        }
+    }
+
+    private func restoreUnmeasured(
+        _ nameOrLatest: String, hooks: ReloadHooks, progress: ProgressHandler?
+    ) async throws -> RestoreResult {
         let progress = ProgressPlan.stamping(ProgressPlan.restore, progress)
         let layout = self.layout
         // Only a folder (or nothing) can be replaced; anything else is refused before any change.
@@ -286,69 +322,14 @@ public struct StoreHelper: Sendable {
         defer { if let downloaded { unlink(downloaded) } }
         if archivePath == nil {
             let target = layout.downloadPath()
-            unlink(target)
             downloaded = target
             try await destination.download(backup.name, to: target, progress: progress)
             archivePath = target
         }
-        let archive = archivePath!
-        let hadLiveStore = FileSystem.fileExists(layout.live)
-        let swapper = StoreSwapper(layout: layout)
-
-        // 1. Unpack and verify beside the live store; any failure leaves it untouched.
-        let extracted: (databases: [String], files: Int, unverified: Bool)
-        let allowUnverified = self.allowUnverified
-        do {
-            extracted = try await runBlocking(name: "storebackup-restore") { cancel in
-                let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
-                try swapper.journal(.extracting, backup: backup.name, hadLiveStore: hadLiveStore)
-                TestPausePoint.reach("extracting")
-                var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
-                extractor.allowUnverified = allowUnverified
-                let databases = try extractor.extract(into: layout.new)
-                return (databases, reader.entries.count, reader.manifest == nil)
-            }
-        } catch {
-            try? FileSystem.removeTree(layout.new)
-            RestoreJournal.remove(at: layout.journal)
-            throw error
-        }
-
-        // 2. Swap, then let the app reload; roll back if it refuses the new store.
-        let discardExtracted = {
-            try? FileSystem.removeTree(layout.new)
-            RestoreJournal.remove(at: layout.journal)
-        }
-        // Last point where cancelling is honoured: after this the swap runs to its end.
-        if Task.isCancelled { discardExtracted(); throw StoreBackupError.cancelled }
-        throttle.report(BackupProgress(phase: .swapping), force: true)
-        do { try await hooks.willSwap() } catch {
-            discardExtracted()
-            // The app may have paused half-way; let it resume on its untouched store.
-            if hadLiveStore { try? await hooks.reload(layout.live) }
-            throw StoreBackupError.restoreRefused(reason: "the app's willSwap hook failed (\(error)); the live store was not touched")
-        }
-        try swapper.swapIn(backup: backup.name, hadLiveStore: hadLiveStore)
-        throttle.report(BackupProgress(phase: .reloading), force: true)
-        do {
-            try await hooks.reload(layout.live)
-        } catch {
-            let reloadError = error
-            try swapper.rollBack(backup: backup.name, hadLiveStore: hadLiveStore)
-            if hadLiveStore {
-                do { try await hooks.reload(layout.live) } catch {
-                    await hooks.didRollback(reloadError)
-                    throw StoreBackupError.reloadFailed(reason: "\(reloadError); reloading the previous store also failed: \(error)", rolledBack: true)
-                }
-            }
-            await hooks.didRollback(reloadError)
-            throw StoreBackupError.reloadFailed(reason: "\(reloadError)", rolledBack: hadLiveStore)
-        }
-        try swapper.commit(backup: backup.name, hadLiveStore: hadLiveStore)
-        throttle.report(BackupProgress(phase: .done), force: true)
-        return RestoreResult(backupName: backup.name, storesDirectory: layout.live,
-                             databasesChecked: extracted.databases, fileCount: extracted.files,
-                             warning: extracted.unverified ? Extractor.unverifiedWarning : nil)
+        var transaction = RestoreTransaction(layout: layout, backupName: backup.name, passwords: passwords, hooks: hooks,
+                                             throttle: throttle)
+        transaction.allowUnverified = allowUnverified
+        return try await transaction.run(archive: archivePath!)
     }
 
     // MARK: recover
@@ -365,8 +346,10 @@ public struct StoreHelper: Sendable {
 }
 
 extension StoreLayout {
-    /// Runs recovery when a restore journal is present. Callers hold the store lock.
+    /// Removes dead commands' temporaries beside the store and in `TMPDIR`, then runs
+    /// recovery when a restore journal is present. Callers hold the store lock.
     func recoverIfNeeded() throws -> RecoveryOutcome {
+        ScratchFiles.sweep(around: self)
         guard FileSystem.fileExists(journal) else { return .nothingToDo }
         let outcome = try StoreSwapper(layout: self).recover()
         if let message = outcome.message {

@@ -37,6 +37,8 @@ struct CreateCommand: AsyncParsableCommand {
 
     @OptionGroup var configurationFile: ConfigurationOption
 
+    @OptionGroup var metrics: MetricsFileOption
+
     func validate() throws {
         if storesDirectory == nil && store == nil { throw ValidationError("give the stores directory, or --store NAME with a configuration") }
         guard CompressionLevel.parse(level) != nil else {
@@ -51,6 +53,7 @@ struct CreateCommand: AsyncParsableCommand {
         // The configured path (retention, state file, hooks): for cron and systemd timers.
         if prune || store != nil { return try await runConfigured() }
         guard let storesDirectory else { return }
+        metrics.start()
         var passwords: PasswordProvider?
         if encrypt {
             guard let provider = password.provider(confirm: true) else {

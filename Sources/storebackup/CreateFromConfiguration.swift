@@ -8,6 +8,7 @@ extension CreateCommand {
     /// `run` would do it (state file, retention when --prune, hooks), for cron and timers.
     func runConfigured() async throws {
         let configuration = configurationFile.load()
+        metrics.start(configured: configuration.metricsFile)
         let job: StoreJob
         if let store {
             guard let match = configuration.stores.first(where: { $0.name == store }) else {

@@ -26,6 +26,7 @@ struct PruneCommand: AsyncParsableCommand {
     @OptionGroup var destination: DestinationOption
     @OptionGroup var configurationFile: ConfigurationOption
     @OptionGroup var password: PasswordOption
+    @OptionGroup var metrics: MetricsFileOption
 
     @Option(help: ArgumentHelp("With the configuration: prune only this store.", valueName: "name"))
     var store: String?
@@ -91,6 +92,7 @@ struct PruneCommand: AsyncParsableCommand {
         var targets: [Target] = []
         if let policy = try flagPolicy {
             let configuration = configurationFile.path == nil ? nil : configurationFile.load()
+            metrics.start(configured: configuration?.metricsFile)
             let stateDirectory = configuration?.stateStore.directory ?? BackupStateStore.defaultDirectory()
             targets.append(Target(destination: try destination.resolve(), policy: policy, storesDirectory: nil, stateDirectory: stateDirectory,
                                   passwords: password.provider(confirm: false, prompt: false)))
@@ -100,6 +102,7 @@ struct PruneCommand: AsyncParsableCommand {
                                                  message: "no --keep-* flags and no configuration: say what to keep (e.g. --keep-daily 7)"))
             }
             let configuration = configurationFile.load()
+            metrics.start(configured: configuration.metricsFile)
             var jobs = configuration.stores
             if let store {
                 jobs = jobs.filter { $0.name == store }
@@ -131,6 +134,18 @@ struct PruneCommand: AsyncParsableCommand {
         printPlans(plans)
 
         let doomed = plans.flatMap { $0.1.flatMap(\.toDelete) }
+        // Unfinished uploads older than a day (an S3 multipart upload whose abort failed, a
+        // temporary left by a killed create) are garbage, not backups: removed without asking.
+        for target in targets {
+            let destination = target.destination
+            let leftovers = await Terminal.runCancellable { [dryRun] in
+                try await dryRun ? destination.staleUploads(olderThan: 86_400) : destination.removeStaleUploads(olderThan: 86_400)
+            }
+            if !leftovers.isEmpty {
+                Terminal.info("storebackup: \(dryRun ? "would remove" : "removed") \(leftovers.count) unfinished uploads older than a day "
+                              + "from \(destination.displayName)")
+            }
+        }
         if dryRun || doomed.isEmpty {
             if !json { Terminal.info(doomed.isEmpty ? "storebackup: nothing to delete" : "storebackup: dry run; \(doomed.count) backups would be deleted") }
             return

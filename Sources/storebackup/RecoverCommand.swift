@@ -5,7 +5,10 @@ struct RecoverCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "recover",
         abstract: "Repair a stores directory after a restore was interrupted.",
-        discussion: "Every other command on the store does this first by itself; this one only does that.")
+        discussion: """
+            Every other command on the store does this first by itself; this one only does that, \
+            and names any folder a restore set aside beside the store (<dir>_FailedRestore) with its size.
+            """)
 
     @Argument(help: ArgumentHelp("The stores directory.", valueName: "stores-dir"))
     var storesDirectory: String
@@ -14,5 +17,8 @@ struct RecoverCommand: AsyncParsableCommand {
         let helper = StoreHelper(storesDirectory: storesDirectory, destination: LocalFolderDestination(folder: "/"))
         let outcome = await Terminal.runCancellable { try helper.recover() }
         if outcome == .nothingToDo { Terminal.info("storebackup: \(helper.storesDirectory) needs no recovery") }
+        for store in StoreLayout(storesDirectory: helper.storesDirectory).setAsideStores() {
+            Terminal.info("storebackup: set aside: \(store.path) (\(Terminal.formatBytes(store.bytes))); remove it when no longer needed")
+        }
     }
 }

@@ -20,8 +20,11 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup var configurationFile: ConfigurationOption
 
+    @OptionGroup var metrics: MetricsFileOption
+
     func run() async throws {
         let configuration = configurationFile.load()
+        metrics.start(configured: configuration.metricsFile)
         let level = ProcessInfo.processInfo.environment["STOREBACKUP_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
@@ -32,6 +35,14 @@ struct RunCommand: AsyncParsableCommand {
         let service = BackupService(configuration: configuration, logger: logger)
         let group = ServiceGroup(configuration: .init(
             services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        // A long run rewrites the metrics file every 15 s, so node_exporter sees each backup soon after it ends.
+        let exporter = Task {
+            while !Task.isCancelled {
+                MetricsFile.write()
+                try? await Task.sleep(for: .seconds(15))
+            }
+        }
+        defer { exporter.cancel() }
         do {
             try await group.run()
         } catch {

@@ -10,13 +10,17 @@ struct StatusCommand: AsyncParsableCommand {
             Reads the state files that `run` and `create --config` keep (in state-directory from the \
             configuration, else $STOREBACKUP_STATE_DIR, else $XDG_STATE_HOME/storebackup, else \
             ~/.local/state/storebackup). With a configuration, every configured store is shown, \
-            also those that never ran.
+            also those that never ran. A folder a restore set aside beside a store \
+            (<dir>_FailedRestore) is listed with its size ("setAside": [{path, size}] in JSON).
             """)
 
     @OptionGroup var configurationFile: ConfigurationOption
 
-    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun}.")
+    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun} (and leftovers with --leftovers).")
     var json = false
+
+    @Flag(help: "Also ask each destination for unfinished uploads older than a day (what `prune` removes).")
+    var leftovers = false
 
     func run() async throws {
         let now = Date()
@@ -36,6 +40,11 @@ struct StatusCommand: AsyncParsableCommand {
             rows = stateStore.loadAll()
         }
 
+        let options = configuration?.destinationOptions() ?? DestinationOptions()
+        var leftoverText: [String: String] = [:]
+        if leftovers {
+            for url in Set(rows.compactMap(\.destination)) { leftoverText[url] = await Self.leftovers(url, options: options) }
+        }
         if json {
             let formatter = ISO8601DateFormatter()
             let objects: [[String: Any]] = rows.map { state in
@@ -44,6 +53,9 @@ struct StatusCommand: AsyncParsableCommand {
                 object["schedule"] = state.schedule ?? NSNull()
                 object["lastStarted"] = state.lastStarted.map(formatter.string(from:)) ?? NSNull()
                 object["nextRun"] = state.nextRun.map(formatter.string(from:)) ?? NSNull()
+                object["setAside"] = StoreLayout(storesDirectory: state.storesDirectory).setAsideStores().map { store in
+                    ["path": store.path, "size": store.bytes] as [String: Any]
+                }
                 object["lastSuccess"] = state.lastSuccess.map { success in
                     ["at": formatter.string(from: success.at), "backup": success.backup, "size": success.size,
                      "durationSeconds": success.durationSeconds, "ageSeconds": Int(now.timeIntervalSince(success.at))] as [String: Any]
@@ -51,6 +63,7 @@ struct StatusCommand: AsyncParsableCommand {
                 object["lastFailure"] = state.lastFailure.map { failure in
                     ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
                 } ?? NSNull()
+                if leftovers { object["leftovers"] = state.destination.flatMap { leftoverText[$0] } ?? NSNull() }
                 return object
             }
             let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys, .prettyPrinted])
@@ -73,10 +86,27 @@ struct StatusCommand: AsyncParsableCommand {
             } else {
                 Terminal.output("  last backup   never")
             }
+            for store in StoreLayout(storesDirectory: state.storesDirectory).setAsideStores() {
+                Terminal.output("  set aside     \(store.path)  \(Terminal.formatBytes(store.bytes))")
+            }
             if let failure = state.lastFailure {
                 Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
             }
             if let next = state.nextRun { Terminal.output("  next run      \(formatter.string(from: next))") }
+            if let text = state.destination.flatMap({ leftoverText[$0] }) { Terminal.output("  leftovers     \(text)") }
+        }
+    }
+}
+
+extension StatusCommand {
+    /// "none", "3 unfinished uploads (run prune to remove them)", or why the destination could not say.
+    static func leftovers(_ url: String, options: DestinationOptions) async -> String {
+        do {
+            let destination = try DestinationResolver.resolve(url, options: options)
+            let stale = try await destination.staleUploads(olderThan: 86_400)
+            return stale.isEmpty ? "none" : "\(stale.count) unfinished uploads older than a day (`prune` removes them)"
+        } catch {
+            return "could not look: \(error)"
         }
     }
 }

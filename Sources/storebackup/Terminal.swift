@@ -57,11 +57,7 @@ enum Terminal {
     }
 
     static func formatBytes(_ bytes: Int64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB", "TiB"]
-        var value = Double(bytes)
-        var unit = 0
-        while value >= 1024 && unit < units.count - 1 { value /= 1024; unit += 1 }
-        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+        ByteCountText.describe(bytes)
     }
 
     /// Runs the command's work as a task that Ctrl-C (SIGINT) or SIGTERM cancels.

@@ -60,7 +60,7 @@ LOG_KEEP = 20000
 MAX_CURSORS = 20000
 SCOPE = ("account_info.read files.content.read files.content.write "
          "files.metadata.read files.metadata.write")
-FAULT_KINDS = ("429", "429_write", "500", "503", "drop", "drop_after", "truncate",
+FAULT_KINDS = ("429", "429_write", "409_write", "500", "503", "drop", "drop_after", "truncate",
                "corrupt_commit")
 
 # Path patterns of the public API spec, used in 400 messages.
@@ -918,7 +918,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         entry["fault"] = fault
         resp = None
         try:
-            if fault in ("429", "429_write", "500", "503", "drop"):
+            if fault in ("429", "429_write", "409_write", "500", "503", "drop"):
                 if not self.body.drain():
                     self.close_connection = True
                 if fault != "drop":
@@ -994,6 +994,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = {"error_summary": reason + "/...",
                     "error": {"reason": {".tag": reason}, "retry_after": retry_after}}
             return json_response(429, body, [("Retry-After", str(retry_after))])
+        if fault == "409_write":
+            # An upload route's UploadError: path (UploadWriteFailed) whose WriteError reason is
+            # too_many_write_operations, which Dropbox documents as "retry the request".
+            body = {"error_summary": "path/too_many_write_operations/...",
+                    "error": {".tag": "path", "reason": {".tag": "too_many_write_operations"},
+                              "upload_session_id": "pid_upload_session:" + secrets.token_hex(8)}}
+            return json_response(409, body)
         if fault == "503":
             return text_response(503, "Service Unavailable (injected fault)",
                                  [("Retry-After", str(retry_after))])

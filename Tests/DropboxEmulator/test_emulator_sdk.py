@@ -524,6 +524,16 @@ def test_429_retried_by_sdk_then_rate_limit_error(sdk, dbx, emu):
     emu.control("faults", {})
 
 
+def test_409_write_fault_is_the_sdk_upload_error(sdk, dbx, emu):
+    emu.control("faults", {"kinds": ["409_write"], "count": 1, "routes": ["/2/files/upload"]})
+    with pytest.raises(sdk.exceptions.ApiError) as ei:
+        dbx.files_upload(b"x", "/w.txt")
+    error = ei.value.error
+    assert error.is_path() and error.get_path().reason.is_too_many_write_operations()
+    assert dbx.files_upload(b"x", "/w.txt").name == "w.txt"
+    emu.control("faults", {})
+
+
 def test_500_retried_and_drop_seen(sdk, emu):
     import requests
     d = sdk.Dropbox(oauth2_access_token=emu.token()["access_token"], max_retries_on_error=3)

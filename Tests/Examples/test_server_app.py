@@ -170,3 +170,15 @@ def test_back_up_now_goes_through_the_backup_service_and_applies_retention(serve
     # The service recorded the run in its state file.
     state = json.load(open(os.path.join(server["work"], "state", "app.json")))
     assert state["lastSuccess"]["backup"] == created[-1]["name"]
+
+
+def test_metrics_report_the_backups_made_through_the_library(server):
+    status, _, body = request(server["base"], "POST", "/admin/backups")
+    assert status in (200, 201), body
+    status, headers, text = request(server["base"], "GET", "/metrics")
+    assert status == 200, text
+    success = re.findall(r'^storebackup_backups_total\{[^}]*outcome="success"[^}]*\} (\d+)', text, re.M)
+    assert success and int(success[0]) >= 1, text
+    assert 'store="app"' in text, text
+    last = re.findall(r"^storebackup_last_success_timestamp_seconds\{[^}]*\} ([0-9.e+]+)", text, re.M)
+    assert last and abs(float(last[0]) - time.time()) < 3600, text

@@ -56,8 +56,26 @@ Faults:
   - "delay": wait `seconds` (default 2); `phase` "request" (default) before
     forwarding, "response" after the head and `after_bytes` (default 0) of
     the body, then the rest flows.
+  - "flip": the request goes to the upstream with one byte of its body
+    inverted, at `after_bytes` (default: the middle; bodies with a
+    Content-Length only): damage on the wire that TCP did not catch.
+  - "range200": forward; a `206 Partial Content` answer reaches the client
+    as `200 OK` with its Content-Range and partial body unchanged (what
+    rclone's S3 server does with every Range request).
   - "none": forward as usual (useful to count or to shield requests from
     later rules).
+
+TCP MODE (--tcp): for protocols the proxy cannot read (SSH, TLS). Bytes are
+relayed as they are; each *connection* counts as one request (method
+"CONNECT", target ""), so `requests` names connection numbers. Faults:
+  - "reset" with `phase` "response" (default: after `after_bytes` bytes from
+    the server reached the client, 0 = right after accepting) or "request"
+    (after `after_bytes` bytes from the client reached the server).
+    `until_exists` (a glob): instead of a byte count, the connection is
+    reset the moment a path matching it exists, before the server's next
+    bytes reach the client (an answer lost after the server acted).
+  - "flip": the byte at `after_bytes` of the client's stream is inverted.
+  - "none".
 
 CONTROL (on the proxy's own port, never forwarded, never counted):
     GET  /__faultproxy/plan    the plan in force, with its counters
@@ -78,6 +96,7 @@ refused).
 """
 
 import argparse
+import glob
 import ipaddress
 import json
 import os
@@ -127,7 +146,7 @@ class Rule:
             self.status, fault = int(fault), "status"
         elif fault == "status":
             self.status = int(spec.get("status", 500))
-        if fault not in ("status", "reset", "delay", "none"):
+        if fault not in ("status", "reset", "delay", "flip", "range200", "none"):
             raise ValueError("unknown fault %r" % fault)
         self.fault = fault
         if "retry_after" in spec:
@@ -146,11 +165,13 @@ class Rule:
         self.methods = None if methods is None else (
             {methods.upper()} if isinstance(methods, str) else {m.upper() for m in methods})
         self.path_contains = spec.get("path_contains")
+        self.until_exists = spec.get("until_exists")
         self.requests = set(int(n) for n in spec.get("requests", []))
         self.probability = spec.get("probability")
         self.times = spec.get("times")
         self.seen = 0
         self.fired = 0
+        self.triggered = 0
 
     def matches(self, method, target):
         if self.methods is not None and method.upper() not in self.methods:
@@ -169,6 +190,8 @@ class Rule:
             return "reset %s" % self.phase
         if self.fault == "delay":
             return "delay %s %gs" % (self.phase, self.seconds)
+        if self.fault in ("flip", "range200"):
+            return self.fault
         return "none"
 
 
@@ -191,8 +214,8 @@ class Plan:
             self.count += 1
             chosen = None
             for rule in self.rules:
-                if not rule.matches(method, target):
-                    continue
+                if rule.until_exists or not rule.matches(method, target):
+                    continue  # until_exists rules are watched by the TCP relay itself
                 rule.seen += 1
                 if rule.probability is not None:
                     fires = self.rng.random() < float(rule.probability)
@@ -315,6 +338,20 @@ class Sink:
         handler, self.on_budget, self.budget = self.on_budget, None, None
         if handler is not None:
             handler()
+
+
+class FlipSink(Sink):
+    """A Sink that inverts the byte at offset AT of what passes through."""
+
+    def __init__(self, sock, at):
+        Sink.__init__(self, sock)
+        self.at = at
+
+    def write(self, data):
+        if self.sent <= self.at < self.sent + len(data):
+            i = self.at - self.sent
+            data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+        Sink.write(self, data)
 
 
 def read_some(f, n):
@@ -639,6 +676,10 @@ class Proxy:
                 break
         if send_body:
             sink = Sink(usock)
+            if fault == "flip" and kind == "length" and length > 0:
+                at = rule.after_bytes if rule.after_bytes is not None else length // 2
+                sink = FlipSink(usock, min(int(at), length - 1))
+                entry["fault"] = "flip request body byte %d" % sink.at
             try:
                 entry["up_bytes"] = relay_body(cf, sink, kind, length)
             except (BrokenPipeError, ConnectionResetError) as e:
@@ -662,6 +703,11 @@ class Proxy:
                     csock.sendall(response.raw)
                 response = None
         uversion, status = parse_status(response)
+        if fault == "range200" and status == 206:
+            response = Head(response.raw.replace(response.first.encode("latin-1"),
+                                                 (uversion + " 200 OK").encode("latin-1"), 1))
+            status = 200
+            entry["fault"] = "range200 (206 sent as 200)"
         entry["status"] = status
         upstream_close = ("close" in response.tokens("connection")
                           or (uversion == "HTTP/1.0"
@@ -773,6 +819,122 @@ class Proxy:
         return "close" if client_close else "keep"
 
 
+class TcpProxy(Proxy):
+    """Relays raw bytes (SSH, TLS) with connection-level faults; see TCP MODE."""
+
+    def handle_connection(self, csock, conn_id):
+        plan = self.current_plan()
+        n, rule = plan.decide("CONNECT", "")
+        if rule is not None and rule.times is not None:
+            # `times` counts faults that really happened (a byte budget a connection never
+            # reaches is no fault): claimed when the fault strikes.
+            with plan.lock:
+                rule.fired -= 1
+        entry = {"n": n, "conn": conn_id, "request": "CONNECT", "fault": None,
+                 "status": None, "up_bytes": 0, "down_bytes": 0}
+        fault = rule.fault if rule is not None else "none"
+        if fault not in ("none", "reset", "flip"):
+            fault = "none"
+        # entry["fault"] is set when a fault strikes, not when a rule merely applies.
+        limit = {"request": None, "response": None}
+        flip_at = None
+        watch = next((r for r in plan.rules if r.until_exists), None)
+        if fault == "reset":
+            phase = rule.spec.get("phase", "response")  # TCP mode: server bytes by default
+            limit["request" if phase == "request" else "response"] = int(rule.after_bytes or 0)
+        if fault == "flip":
+            flip_at = int(rule.after_bytes or 0)
+        try:
+            if limit["response"] == 0 and self.claim(plan, rule):
+                return self.finish(entry, csock, None, "reset after 0 server bytes")
+            try:
+                usock = socket.create_connection(self.upstream, timeout=self.timeout)
+            except OSError as e:
+                entry["error"] = "upstream: %s" % e
+                return self.finish(entry, csock, None, None)
+            socks = [csock, usock]
+            counts = {"up": 0, "down": 0}
+            while True:
+                readable, _, _ = select.select(socks, [], [], self.timeout)
+                if not readable:
+                    return self.finish(entry, csock, usock, None, error="idle timeout")
+                for s in readable:
+                    try:
+                        data = s.recv(CHUNK)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        return self.finish(entry, csock, usock, None)
+                    if s is csock:
+                        direction, target, cap = "up", usock, limit["request"]
+                        if (flip_at is not None and counts["up"] <= flip_at < counts["up"] + len(data)
+                                and self.claim(plan, rule)):
+                            i = flip_at - counts["up"]
+                            data = data[:i] + bytes([data[i] ^ 0xFF]) + data[i + 1:]
+                            entry["fault"] = "flip client byte %d" % flip_at
+                    else:
+                        direction, target, cap = "down", csock, limit["response"]
+                        if watch is not None and glob.glob(watch.until_exists):
+                            with plan.lock:
+                                fire = watch.times is None or watch.triggered < int(watch.times)
+                                if fire:
+                                    watch.triggered += 1
+                            if fire:
+                                entry["down_bytes"] = counts["down"]
+                                return self.finish(entry, csock, usock,
+                                                   "reset: %s exists" % watch.until_exists)
+                            watch = None
+                    if (cap is not None and counts[direction] + len(data) >= cap
+                            and self.claim(plan, rule)):
+                        data = data[:cap - counts[direction]]
+                        try:
+                            target.sendall(data)
+                        except OSError:
+                            pass
+                        counts[direction] += len(data)
+                        entry["up_bytes"], entry["down_bytes"] = counts["up"], counts["down"]
+                        return self.finish(entry, csock, usock,
+                                           "reset after %d %s bytes" % (cap, "client" if direction == "up" else "server"))
+                    try:
+                        target.sendall(data)
+                    except OSError:
+                        return self.finish(entry, csock, usock, None)
+                    counts[direction] += len(data)
+                    entry["up_bytes"], entry["down_bytes"] = counts["up"], counts["down"]
+        except Exception as e:  # a connection's trouble never ends the proxy
+            entry["error"] = "%s: %s" % (type(e).__name__, e)
+            self.finish(entry, csock, None, None)
+
+    @staticmethod
+    def claim(plan, rule):
+        """Whether RULE may strike now (its `times` not used up); counts the strike."""
+        with plan.lock:
+            if rule.times is not None and rule.fired >= int(rule.times):
+                return False
+            if rule.times is not None:
+                rule.fired += 1
+            return True
+
+    def finish(self, entry, csock, usock, reset, error=None):
+        if reset:
+            entry["fault"] = reset
+        if error:
+            entry["error"] = error
+        self.record(entry)
+        if usock is not None:
+            try:
+                usock.close()
+            except OSError:
+                pass
+        if reset:
+            rst_close(csock)
+        else:
+            try:
+                csock.close()
+            except OSError:
+                pass
+
+
 def dechunk(raw):
     out, i = bytearray(), 0
     while True:
@@ -819,6 +981,7 @@ def main(argv=None):
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds of silence before a connection is dropped")
+    p.add_argument("--tcp", action="store_true", help="relay raw bytes (SSH, TLS); see TCP MODE")
     p.add_argument("--daemon", action="store_true", help="run in the background")
     p.add_argument("--pidfile", help="write the pid here (needed with --daemon)")
     args = p.parse_args(argv)
@@ -866,7 +1029,7 @@ def main(argv=None):
         sys.stdout.write(json.dumps(info) + "\n")
         sys.stdout.flush()
 
-    proxy = Proxy(args.upstream, plan, logpath, args.timeout)
+    proxy = (TcpProxy if args.tcp else Proxy)(args.upstream, plan, logpath, args.timeout)
 
     def on_term(signum, frame):
         if pidfile:

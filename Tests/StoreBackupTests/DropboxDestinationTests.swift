@@ -222,6 +222,36 @@ final class DropboxDestinationTests: XCTestCase {
         XCTAssertEqual(try emulator.control("faults", method: "GET")["injected"] as? Int, 2)
     }
 
+    /// Through the retry wrapper, the same damage heals: the upload is removed and sent again.
+    func testContentHashMismatchIsRetriedAndHeals() async throws {
+        let destination = try destination()
+        try emulator.control("faults", ["kinds": ["corrupt_commit"], "count": 1, "routes": ["/2/files/upload"]])
+        let name = "2026-05-09 000000 Stores.zip"
+        let file = try makeFile("heal.zip", bytes: 5000)
+        try await RetryingDestination(destination, policy: RetryPolicy(requestAttempts: 2, operationAttempts: 2, initialDelay: 0.02, maximumDelay: 0.1))
+            .upload(file: file, as: name, progress: nil)
+        XCTAssertEqual(try emulator.control("faults", method: "GET")["injected"] as? Int, 1)
+        let back = work + "/healed.zip"
+        try await destination.download(name, to: back, progress: nil)
+        XCTAssertTrue(FileManager.default.contentsEqual(atPath: back, andPath: file))
+    }
+
+    /// Dropbox answers 409 too_many_write_operations when other writes hold the namespace and
+    /// documents it as "retry": a busy account delays a backup, it does not fail it.
+    func testTooManyWriteOperationsIsRetried() async throws {
+        let destination = try destination()
+        try emulator.control("faults", ["kinds": ["409_write"], "count": 2, "routes": ["/2/files/upload"]])
+        let name = "2026-05-10 000000 Stores.zip"
+        let file = try makeFile("busy.zip", bytes: 5000)
+        try await RetryingDestination(destination, policy: RetryPolicy(requestAttempts: 2, operationAttempts: 3, initialDelay: 0.01, maximumDelay: 0.02))
+            .upload(file: file, as: name, progress: nil)
+        let uploads = try emulator.log().filter { $0["route"] as? String == "/2/files/upload" }
+        XCTAssertEqual(uploads.map { $0["status"] as? Int }, [409, 409, 200])
+        let back = work + "/busy-back.zip"
+        try await destination.download(name, to: back, progress: nil)
+        XCTAssertTrue(FileManager.default.contentsEqual(atPath: back, andPath: file))
+    }
+
     func testExistingNameIsRefusedNotOverwritten() async throws {
         let destination = try destination()
         let name = "2026-05-03 000000 Stores.zip"

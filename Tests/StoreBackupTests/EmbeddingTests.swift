@@ -214,6 +214,21 @@ final class EmbeddingTests: XCTestCase {
         XCTAssertEqual(results.first?.databases, 2)
     }
 
+    func testVerifyThroughTheHelperOpensEncryptedBackupsWithItsPasswords() async throws {
+        var encrypting = helper
+        encrypting.encrypt = true
+        encrypting.passwords = .fixed(try BackupPassword("correct horse battery staple"))
+        let created = try await encrypting.createBackup()
+        let results = try await encrypting.verify()
+        XCTAssertEqual(results.map(\.name), [created.name])
+        XCTAssertEqual(results.first?.ok, true, results.first?.problem ?? "")
+        XCTAssertEqual(results.first?.databases, 2)
+
+        // Without the password the same backup cannot be checked, and says why.
+        let withoutPassword = try await helper.verify()
+        XCTAssertEqual(withoutPassword.first?.ok, false)
+    }
+
     func testErrorsAreTypedCasesACallerCanSwitchOn() async throws {
         do {
             _ = try await helper.restore("latest")

@@ -280,6 +280,19 @@ final class WebDAVDestinationTests: XCTestCase {
 
     // MARK: resume
 
+    /// Each upload is read back (SHA-256) before it is published, unless turned off.
+    func testUploadsAreReadBackUnlessTurnedOff() async throws {
+        let file = try makeFile("readback.zip", bytes: 100_000)
+        try await destination().upload(file: file, as: "2026-02-03 000000 Stores.zip", progress: nil)
+        var options = self.options()
+        options.environment["STOREBACKUP_WEBDAV_READBACK"] = "off"
+        try await destination(options: options).upload(file: file, as: "2026-02-04 000000 Stores.zip", progress: nil)
+        let log = (try? String(contentsOfFile: server["access_log"] as! String, encoding: .utf8)) ?? ""
+        let readBacks = log.split(separator: "\n").filter { $0.contains("\"GET ") && $0.contains(".storebackup-tmp-") }
+        XCTAssertEqual(readBacks.count, 1, "one read-back, for the first upload only: \(log)")
+        XCTAssertTrue(readBacks.first?.contains("\" 200 ") ?? false, log)
+    }
+
     func testDownloadContinuesAPartialFileWithARangeRequest() async throws {
         let destination = try destination()
         let name = "2026-02-02 020202 Stores.zip"
@@ -292,7 +305,8 @@ final class WebDAVDestinationTests: XCTestCase {
         try await destination.download(name, to: target, progress: nil)
         XCTAssertEqual(FileManager.default.contents(atPath: target), content)
         let log = (try? String(contentsOfFile: server["access_log"] as! String, encoding: .utf8)) ?? ""
-        let gets = log.split(separator: "\n").filter { $0.contains("\"GET ") }
+        // The upload's read-back check is a GET of the temporary: only the backup's GETs count.
+        let gets = log.split(separator: "\n").filter { $0.contains("\"GET ") && $0.contains("Stores.zip") }
         XCTAssertEqual(gets.count, 1)
         XCTAssertTrue(gets.first?.contains("\" 206 ") ?? false, "a partial content answer: \(gets)")
 
@@ -316,7 +330,7 @@ final class WebDAVDestinationTests: XCTestCase {
         let rules: [[String: Any]] = [
             ["method": "PROPFIND", "requests": [1], "fault": "503", "retry_after": NSNull()],
             ["method": "PUT", "requests": [1], "fault": "reset", "phase": "request", "after_bytes": 262_144],
-            ["method": "GET", "requests": [1], "fault": "reset", "phase": "response", "after_bytes": 1_048_576],
+            ["method": "GET", "path_contains": "Stores.zip", "requests": [1], "fault": "reset", "phase": "response", "after_bytes": 1_048_576],
         ]
         try JSONSerialization.data(withJSONObject: ["seed": 1, "rules": rules]).write(to: URL(fileURLWithPath: plan))
         let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(port)", "--plan", plan])

@@ -47,6 +47,44 @@ public protocol BackupDestination: Sendable {
 
     /// Removes `name`; throws `backupNotFound` when there is no such backup.
     func delete(_ name: String) async throws
+
+    /// Checks, in a request or two, that the destination can take a backup (reachable,
+    /// credentials accepted, folder there or creatable), so `create` fails in seconds
+    /// instead of after archiving. The default does nothing.
+    func preflight() async throws
+
+    /// Leftovers of uploads that never finished (incomplete S3 multipart uploads,
+    /// temporaries on WebDAV/SFTP) older than `age` seconds. The default: none.
+    func staleUploads(olderThan age: Double) async throws -> [StaleUpload]
+
+    /// Removes leftovers found by ``staleUploads(olderThan:)``. The default does nothing.
+    func removeStaleUpload(_ upload: StaleUpload) async throws
+}
+
+/// An upload that never finished and still takes space on the destination.
+public struct StaleUpload: Sendable, Equatable, Codable {
+    /// What the destination calls it (an object key or a file name).
+    public var name: String
+    /// When it was started or last written, when the destination says.
+    public var started: Date?
+    /// An identifier the destination needs to remove it (an S3 upload id), or nil.
+    public var identifier: String?
+
+    /// A leftover; destinations make these.
+    public init(name: String, started: Date?, identifier: String? = nil) {
+        self.name = name
+        self.started = started
+        self.identifier = identifier
+    }
+}
+
+extension BackupDestination {
+    /// Nothing to check by default.
+    public func preflight() async throws {}
+    /// No leftovers by default.
+    public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] { [] }
+    /// Nothing to remove by default.
+    public func removeStaleUpload(_ upload: StaleUpload) async throws {}
 }
 
 extension BackupDestination {
@@ -57,6 +95,16 @@ extension BackupDestination {
             if left.hasDateInName != right.hasDateInName { return left.hasDateInName }
             return (left.date, left.name) > (right.date, right.name)
         }
+    }
+
+    /// Removes every leftover upload older than `age` seconds (a day for `prune`) and
+    /// returns those it removed. One that cannot be removed is left for next time.
+    public func removeStaleUploads(olderThan age: Double) async throws -> [StaleUpload] {
+        var removed: [StaleUpload] = []
+        for upload in try await staleUploads(olderThan: age) {
+            if (try? await removeStaleUpload(upload)) != nil { removed.append(upload) }
+        }
+        return removed
     }
 
     /// Resolves "latest" or a name to an existing backup.

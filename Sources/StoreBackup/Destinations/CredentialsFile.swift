@@ -49,39 +49,8 @@ public enum CredentialsFile {
         return trimmed[..<equals].trimmingCharacters(in: .whitespaces)
     }
 
+    /// Secrets are for the owner only: created 0600 (the umask can only narrow it).
     private static func writeAtomically(_ path: String, _ data: Data) throws {
-        let temporary = path + ".tmp-\(getpid())-\(UUID().uuidString.prefix(8))"
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw StoreBackupError.io(path: temporary, operation: "create", errno: errno) }
-        var closed = false
-        defer {
-            if !closed { close(descriptor) }
-        }
-        do {
-            try data.withUnsafeBytes { bytes in
-                var offset = 0
-                while offset < bytes.count {
-                    let wrote = write(descriptor, bytes.baseAddress! + offset, bytes.count - offset)
-                    if wrote < 0 && errno == EINTR { continue }
-                    guard wrote > 0 else { throw StoreBackupError.io(path: temporary, operation: "write", errno: errno) }
-                    offset += wrote
-                }
-            }
-            // The umask cannot widen it, but be explicit: secrets are for the owner only.
-            fchmod(descriptor, 0o600)
-            guard fsync(descriptor) == 0 else { throw StoreBackupError.io(path: temporary, operation: "fsync", errno: errno) }
-            close(descriptor)
-            closed = true
-            guard rename(temporary, path) == 0 else { throw StoreBackupError.io(path: path, operation: "replace", errno: errno) }
-        } catch {
-            unlink(temporary)
-            throw error
-        }
-        let parent = (path as NSString).deletingLastPathComponent
-        let directory = open(parent.isEmpty ? "." : parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directory >= 0 {
-            fsync(directory)
-            close(directory)
-        }
+        try DurableFile.write(data, to: path, mode: 0o600)
     }
 }

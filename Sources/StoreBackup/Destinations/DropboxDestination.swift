@@ -136,10 +136,10 @@ public struct DropboxDestination: BackupDestination {
             guard remoteHash == result.localHash else {
                 // Never leave a backup whose bytes differ from the archive we made.
                 _ = try? rpc("files/delete_v2", ["path": path(of: name)], label: displayName, cancel: nil)
-                throw StoreBackupError.destination(
-                    destination: displayName,
-                    reason: "the uploaded \"\(name)\" does not match the local archive (Dropbox content hash \(remoteHash ?? "missing"), "
-                        + "expected \(result.localHash)); the upload was removed, nothing was kept")
+                throw TransferError(
+                    kind: .transient,
+                    message: "\(displayName): the uploaded \"\(name)\" does not match the local archive (Dropbox content hash "
+                        + "\(remoteHash ?? "missing"), expected \(result.localHash)); the upload was removed, trying again")
             }
             progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
         }
@@ -149,6 +149,16 @@ public struct DropboxDestination: BackupDestination {
     struct Committed {
         var metadata: Data
         var localHash: String
+    }
+
+    /// Creates the backup folder when missing (or lists the root): Dropbox answers, the
+    /// token is accepted, and the app may write there, before `create` starts archiving.
+    public func preflight() async throws {
+        if folder.isEmpty {
+            _ = try await listBackups()
+            return
+        }
+        try await runBlocking(name: "storebackup-dropbox-preflight") { cancel in try createFolder(cancel: cancel) }
     }
 
     /// Creates the backup folder ("the client folder") if it is not there yet.
@@ -172,8 +182,17 @@ public struct DropboxDestination: BackupDestination {
                                    label: "\(displayName)/\(name)", cancel: cancel) { sent, _ in
             progress?(BackupProgress(phase: .uploading, bytesDone: min(sent, size), bytesTotal: size))
         }
+        if let earlier = try committedEarlier(response, name: name, localHash: hash, cancel: cancel) { return earlier }
         try checkCommit(response, name: name, context: "upload \(name)")
         return Committed(metadata: response.body, localHash: hash)
+    }
+
+    /// A commit refused because the name is taken, by a file with exactly our content:
+    /// an earlier try whose answer was lost. That commit counts (once); nil otherwise.
+    func committedEarlier(_ response: TransferResponse, name: String, localHash: String, cancel: CancellationFlag) throws -> Committed? {
+        guard response.status == 409, DropboxRouteError(response.body)?.has("conflict") == true,
+              let existing = try metadata(of: name, cancel: cancel), existing["content_hash"] as? String == localHash else { return nil }
+        return Committed(metadata: try JSONSerialization.data(withJSONObject: existing), localHash: localHash)
     }
 
     /// Maps the errors of a commit (`upload` or `upload_session/finish`) that mean
@@ -182,8 +201,9 @@ public struct DropboxDestination: BackupDestination {
         if response.status == 409, let error = DropboxRouteError(response.body) {
             if error.has("conflict") { throw StoreBackupError.backupExists(name: name, destination: displayName) }
             if error.has("content_hash_mismatch") {
-                throw StoreBackupError.destination(
-                    destination: displayName, reason: "\(context): Dropbox received different bytes than were sent (content_hash_mismatch); try again")
+                // Damaged on the way: the whole upload is tried again (bounded, with backoff).
+                throw TransferError(kind: .transient,
+                                    message: "\(displayName): \(context): Dropbox received different bytes than were sent (content_hash_mismatch)")
             }
         }
         try check(response, context: context)
@@ -340,6 +360,16 @@ public struct DropboxDestination: BackupDestination {
         switch response.status {
         case 409:
             let error = DropboxRouteError(response.body)
+            if error?.has("too_many_write_operations") == true {
+                // Another write to the same namespace was in progress: heals after a pause.
+                throw TransferError(kind: .transient,
+                                    message: "\(displayName): \(context): Dropbox is busy with other writes (too_many_write_operations)",
+                                    retryAfter: RetryingTransport.retryAfter(response))
+            }
+            if error?.has("content_hash_mismatch") == true {
+                throw TransferError(kind: .transient,
+                                    message: "\(displayName): \(context): Dropbox received different bytes than were sent (content_hash_mismatch)")
+            }
             if error?.has("insufficient_space") == true {
                 throw StoreBackupError.destination(
                     destination: displayName, reason: "\(context): the Dropbox account is out of space (insufficient_space); free some space or delete old backups")

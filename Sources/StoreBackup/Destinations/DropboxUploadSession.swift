@@ -66,6 +66,7 @@ struct DropboxUploadSession {
                 throw StoreBackupError.destination(destination: destination.displayName,
                                                    reason: "the upload session of \"\(name)\" expired or was lost; try again")
             }
+            if let earlier = try destination.committedEarlier(response, name: name, localHash: localHash, cancel: cancel) { return earlier }
             try destination.checkCommit(response, name: name, context: "upload \(name)")
             return DropboxDestination.Committed(metadata: response.body, localHash: localHash)
         }

@@ -7,12 +7,12 @@ import Glibc
 ///
 /// Archives are built inside the folder under a hidden temporary name, then published
 /// with fsync + rename-without-replace, so `list` never sees a partial file and no
-/// backup is ever overwritten. Temporary names carry the writer's pid so leftovers
-/// from a crashed run can be told from a running one and cleaned up.
+/// backup is ever overwritten. Temporary names are `.storebackup-tmp-<pid>-…` (prefix and the
+/// writer's pid), so leftovers from a crashed run are told from a running one's and
+/// removed by the next command that lists or writes the folder.
 public struct LocalFolderDestination: BackupDestination {
     /// The folder holding the backups (absolute).
     public let folder: String
-    static let temporaryPrefix = ".storebackup-tmp-"
 
     /// A destination for `folder`; it is created when the first backup is published.
     public init(folder: String) {
@@ -29,6 +29,7 @@ public struct LocalFolderDestination: BackupDestination {
 
     public func listBackups() async throws -> [BackupListing] {
         guard FileSystem.isDirectory(folder) else { return [] }
+        removeStaleTemporaryFiles()
         let names: [String]
         do { names = try FileManager.default.contentsOfDirectory(atPath: folder) } catch {
             throw StoreBackupError.destination(destination: folder, reason: "cannot list the folder: \(error.localizedDescription)")
@@ -48,7 +49,7 @@ public struct LocalFolderDestination: BackupDestination {
         var source = file
         if FileSystem.parentDirectory(of: file) != folder {
             // Built elsewhere: copy next to the target first so the final step is a rename.
-            source = folder + "/" + Self.temporaryPrefix + "\(getpid())-" + UUID().uuidString + ".zip"
+            source = temporaryArchivePath()
             try copy(from: file, to: source, progress: progress)
         }
         do {
@@ -86,17 +87,13 @@ public struct LocalFolderDestination: BackupDestination {
 
     /// Name for a temporary archive built in this folder by this process.
     func temporaryArchivePath() -> String {
-        folder + "/" + Self.temporaryPrefix + "\(getpid())-" + UUID().uuidString + ".zip"
+        ScratchFiles.path(in: folder, purpose: "archive", suffix: ".zip")
     }
 
-    /// Removes temporary files whose writing process is gone (a crash or kill -9).
+    /// Removes temporaries whose writing process is gone (a crash or kill -9): archives,
+    /// snapshot copies and their SQLite companions.
     func removeStaleTemporaryFiles() {
-        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else { return }
-        for name in names where name.hasPrefix(Self.temporaryPrefix) {
-            let rest = name.dropFirst(Self.temporaryPrefix.count)
-            guard let pid = Int32(rest.prefix(while: { $0.isNumber })) else { continue }
-            if kill(pid, 0) != 0 && errno == ESRCH { unlink(folder + "/" + name) }
-        }
+        ScratchFiles.sweep(folder)
     }
 
     private func copy(from source: String, to target: String, progress: ProgressHandler?) throws {

@@ -35,6 +35,18 @@ public struct RetryingDestination: BackupDestination {
         try await retrying { try await base.delete(name) }
     }
 
+    public func preflight() async throws {
+        try await retrying { try await base.preflight() }
+    }
+
+    public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {
+        try await retrying { try await base.staleUploads(olderThan: age) }
+    }
+
+    public func removeStaleUpload(_ upload: StaleUpload) async throws {
+        try await retrying { try await base.removeStaleUpload(upload) }
+    }
+
     private func retrying<T: Sendable>(_ operation: () async throws -> T) async throws -> T {
         var attempt = 1
         while true {

@@ -86,7 +86,7 @@ public struct S3Destination: BackupDestination {
             repeat {
                 var query = [("list-type", "2"), ("prefix", listPrefix), ("delimiter", "/")]
                 if let token { query.append(("continuation-token", token)) }
-                let response = try transport.perform(request("GET", url(query: query), label: displayName), cancel: cancel)
+                let response = try perform(request("GET", url(query: query), label: displayName), cancel: cancel)
                 try check(response, expecting: [200], context: "list")
                 let root = try XMLElement.parse(response.body)
                 for object in root.all("Contents") {
@@ -108,32 +108,113 @@ public struct S3Destination: BackupDestination {
 
     public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
         try BackupName.validate(name)
-        let size = try FileSystem.lstatInfo(file).st_size
+        let size = Int64(try FileSystem.lstatInfo(file).st_size)
         try await runBlocking(name: "storebackup-s3-upload") { cancel in
-            if try exists(key: key(name), cancel: cancel) {
+            if let existing = try head(key: key(name), cancel: cancel) {
+                // An earlier attempt whose answer was lost may have published exactly this file.
+                if try existing.matches(file: file, size: size, partSize: partSize(for: size)) { return }
                 throw StoreBackupError.backupExists(name: name, destination: displayName)
             }
-            if Int64(size) <= Self.multipartThreshold {
-                var put = request("PUT", url(key: key(name)), label: "\(displayName)/\(name)")
-                put.body = .file(path: file, offset: 0, length: Int64(size))
-                let response = try transport.perform(put, cancel: cancel) { sent, _ in
-                    progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: Int64(size)))
-                }
-                try check(response, expecting: [200], context: "upload \(name)")
+            if size <= Self.multipartThreshold {
+                try putWhole(file: file, size: size, name: name, cancel: cancel, progress: progress)
             } else {
-                try MultipartUpload(destination: self, key: key(name), file: file, size: Int64(size), cancel: cancel, progress: progress).run()
+                try MultipartUpload(destination: self, key: key(name), file: file, size: size, cancel: cancel, progress: progress).run()
             }
         }
     }
 
+    /// One PUT with `Content-MD5`, which the server checks (a flipped byte is refused with
+    /// 400 BadDigest and sent again); the returned ETag is compared too where it is an MD5.
+    private func putWhole(file: String, size: Int64, name: String, cancel: CancellationFlag, progress: ProgressHandler?) throws {
+        let digest = try FileDigest.md5(file: file, length: size)
+        var put = request("PUT", url(key: key(name)), label: "\(displayName)/\(name)")
+        put.body = .file(path: file, offset: 0, length: size)
+        put.headers.append(("Content-MD5", FileDigest.base64(digest)))
+        var attempt = 1
+        var response: TransferResponse
+        repeat {
+            response = try perform(put, cancel: cancel) { sent, _ in
+                progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
+            }
+            attempt += 1
+        } while Self.isBadDigest(response) && attempt <= transport.policy.requestAttempts
+        try check(response, expecting: [200], context: "upload \(name)")
+        // Where the ETag is an MD5, it must be this file's: else remove it and try again.
+        if let etag = Self.md5ETag(response.header("etag")), etag != FileDigest.hex(digest) {
+            _ = try? perform(request("DELETE", url(key: key(name)), label: displayName), cancel: nil)
+            throw TransferError(kind: .transient, message: "\(displayName): upload \(name): the server stored different bytes (ETag \(etag)); trying again")
+        }
+    }
+
+    /// The server refused a body whose `Content-MD5` did not match: it was damaged on the way.
+    static func isBadDigest(_ response: TransferResponse) -> Bool {
+        guard response.status == 400 else { return false }
+        let code = (try? XMLElement.parse(response.body))?.value("Code")
+        return code == "BadDigest" || code == "InvalidDigest" || code == "XAmzContentChecksumMismatch"
+    }
+
+    /// An ETag without quotes, when it has the form of an MD5 (32 hex digits).
+    static func md5ETag(_ value: String?) -> String? {
+        guard let value else { return nil }
+        let bare = value.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased()
+        return bare.count == 32 && bare.allSatisfy(\.isHexDigit) ? bare : nil
+    }
+
+    /// What a HEAD says about an object.
+    struct ObjectInfo {
+        var size: Int64
+        var etag: String?
+
+        /// Whether this object holds exactly `file`: the same size and an ETag that is the
+        /// MD5 of the file (single PUT) or of its parts' MD5s (multipart, `HEX-N`).
+        /// An ETag of another form (e.g. server-side encryption) proves nothing: no match.
+        func matches(file: String, size expected: Int64, partSize: Int64) throws -> Bool {
+            guard size == expected, let etag = etag?.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased() else { return false }
+            if let md5 = S3Destination.md5ETag(etag) { return md5 == FileDigest.hex(try FileDigest.md5(file: file, length: size)) }
+            return etag == (try S3Destination.multipartETag(file: file, size: size, partSize: partSize))
+        }
+    }
+
+    /// The ETag S3 gives a multipart object: MD5 of the parts' binary MD5s, "-", the part count.
+    static func multipartETag(file: String, size: Int64, partSize: Int64) throws -> String {
+        var digests: [Insecure.MD5.Digest] = []
+        var offset: Int64 = 0
+        while offset < size {
+            let length = min(partSize, size - offset)
+            digests.append(try FileDigest.md5(file: file, offset: offset, length: length))
+            offset += length
+        }
+        return multipartETag(partDigests: digests)
+    }
+
+    static func multipartETag(partDigests: [Insecure.MD5.Digest]) -> String {
+        var hasher = Insecure.MD5()
+        for digest in partDigests { hasher.update(data: Data(digest)) }
+        return FileDigest.hex(hasher.finalize()) + "-\(partDigests.count)"
+    }
+
+    /// Parts of at least 16 MiB, larger when needed to stay under 10,000 parts.
+    func partSize(for size: Int64) -> Int64 {
+        let needed = (size + Self.maximumParts - 1) / Self.maximumParts
+        let mebibyte: Int64 = 1 << 20
+        return max(Self.minimumPartSize, (needed + mebibyte - 1) / mebibyte * mebibyte)
+    }
+
     func exists(key: String, cancel: CancellationFlag?) throws -> Bool {
-        let response = try transport.perform(request("HEAD", url(key: key), label: displayName), cancel: cancel)
-        if response.status == 404 { return false }
+        try head(key: key, cancel: cancel) != nil
+    }
+
+    /// Size and ETag of an object, or nil when there is none.
+    func head(key: String, cancel: CancellationFlag?) throws -> ObjectInfo? {
+        let response = try perform(request("HEAD", url(key: key), label: displayName), cancel: cancel)
+        if response.status == 404 { return nil }
         try check(response, expecting: [200], context: "look up \(key)")
-        return true
+        return ObjectInfo(size: response.header("content-length").flatMap { Int64($0) } ?? -1, etag: response.header("etag"))
     }
 
     /// One multipart upload: create, parts in parallel from the file, complete; abort on failure.
+    /// Every part carries `Content-MD5` (checked by the server); a complete whose answer was
+    /// lost is recognised by the object it left (size and multipart ETag).
     struct MultipartUpload {
         let destination: S3Destination
         let key: String
@@ -142,31 +223,26 @@ public struct S3Destination: BackupDestination {
         let cancel: CancellationFlag
         let progress: ProgressHandler?
 
-        /// Parts of at least 16 MiB, larger when needed to stay under 10,000 parts.
-        var partSize: Int64 {
-            let needed = (size + S3Destination.maximumParts - 1) / S3Destination.maximumParts
-            let mebibyte: Int64 = 1 << 20
-            return max(S3Destination.minimumPartSize, (needed + mebibyte - 1) / mebibyte * mebibyte)
-        }
+        var partSize: Int64 { destination.partSize(for: size) }
 
         func run() throws {
             let label = "\(destination.displayName)/\(key)"
-            let created = try destination.transport.perform(
+            let created = try destination.perform(
                 destination.request("POST", destination.url(key: key, query: [("uploads", "")]), label: label), cancel: cancel)
             try destination.check(created, expecting: [200], context: "start upload")
             guard let uploadID = try XMLElement.parse(created.body).value("UploadId") else {
                 throw StoreBackupError.destination(destination: destination.displayName, reason: "the server did not return an upload id")
             }
             do {
-                let etags = try uploadParts(uploadID: uploadID, label: label)
-                try complete(uploadID: uploadID, etags: etags, label: label)
+                let parts = try uploadParts(uploadID: uploadID, label: label)
+                try complete(uploadID: uploadID, parts: parts, label: label)
             } catch {
                 abort(uploadID: uploadID, label: label)
                 throw error
             }
         }
 
-        private func uploadParts(uploadID: String, label: String) throws -> [String] {
+        private func uploadParts(uploadID: String, label: String) throws -> [(etag: String, digest: Insecure.MD5.Digest)] {
             let count = Int((size + partSize - 1) / partSize)
             let queue = WorkQueue(items: Array(1...count))
             let failures = FirstFailure()
@@ -181,16 +257,8 @@ public struct S3Destination: BackupDestination {
                         do {
                             let offset = Int64(number - 1) * partSize
                             let length = min(partSize, size - offset)
-                            var put = destination.request(
-                                "PUT", destination.url(key: key, query: [("partNumber", "\(number)"), ("uploadId", uploadID)]),
-                                label: "\(label) part \(number)")
-                            put.body = .file(path: file, offset: offset, length: length)
-                            let response = try destination.transport.perform(put, cancel: cancel)
-                            try destination.check(response, expecting: [200], context: "upload part \(number)")
-                            guard let etag = response.header("etag") else {
-                                throw StoreBackupError.destination(destination: destination.displayName, reason: "part \(number) has no ETag")
-                            }
-                            results.set(number, etag)
+                            let (etag, digest) = try uploadPart(number, offset: offset, length: length, uploadID: uploadID, label: label)
+                            results.set(number, etag, digest)
                             let done = sent.add(length)
                             progress?(BackupProgress(phase: .uploading, bytesDone: done, bytesTotal: size))
                         } catch {
@@ -205,22 +273,80 @@ public struct S3Destination: BackupDestination {
             return results.all
         }
 
-        private func complete(uploadID: String, etags: [String], label: String) throws {
+        /// One part with its `Content-MD5`; sent again when the server saw other bytes.
+        private func uploadPart(_ number: Int, offset: Int64, length: Int64, uploadID: String,
+                                label: String) throws -> (String, Insecure.MD5.Digest) {
+            let digest = try FileDigest.md5(file: file, offset: offset, length: length)
+            var put = destination.request(
+                "PUT", destination.url(key: key, query: [("partNumber", "\(number)"), ("uploadId", uploadID)]),
+                label: "\(label) part \(number)")
+            put.body = .file(path: file, offset: offset, length: length)
+            put.headers.append(("Content-MD5", FileDigest.base64(digest)))
+            var attempt = 1
+            while true {
+                let response = try destination.perform(put, cancel: cancel)
+                let badDigest = S3Destination.isBadDigest(response)
+                    || (response.status == 200 && S3Destination.md5ETag(response.header("etag")).map { $0 != FileDigest.hex(digest) } == true)
+                if badDigest && attempt < destination.transport.policy.requestAttempts {
+                    attempt += 1
+                    continue
+                }
+                if badDigest {
+                    throw TransferError(kind: .transient, message: "\(label) part \(number): the server kept receiving different bytes")
+                }
+                try destination.check(response, expecting: [200], context: "upload part \(number)")
+                guard let etag = response.header("etag") else {
+                    throw StoreBackupError.destination(destination: destination.displayName, reason: "part \(number) has no ETag")
+                }
+                return (etag, digest)
+            }
+        }
+
+        private func complete(uploadID: String, parts: [(etag: String, digest: Insecure.MD5.Digest)], label: String) throws {
             var xml = "<CompleteMultipartUpload>"
-            for (index, etag) in etags.enumerated() {
-                xml += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\(etag)</ETag></Part>"
+            for (index, part) in parts.enumerated() {
+                xml += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\(part.etag)</ETag></Part>"
             }
             xml += "</CompleteMultipartUpload>"
+            let expectedETag = S3Destination.multipartETag(partDigests: parts.map(\.digest))
             var post = destination.request("POST", destination.url(key: key, query: [("uploadId", uploadID)]), label: label)
             post.body = .bytes(Data(xml.utf8))
             post.headers.append(("Content-Type", "application/xml"))
-            let response = try destination.transport.perform(post, cancel: cancel)
+            post.headers.append(("Content-MD5", FileDigest.base64(Insecure.MD5.hash(data: Data(xml.utf8)))))
+            let response: TransferResponse
+            do {
+                response = try destination.perform(post, cancel: cancel)
+            } catch let error as TransferError where error.isRetryable {
+                // Outcome unknown (the answer was lost, retries gave up): look before failing.
+                if try published(expectedETag: expectedETag) { return }
+                throw error
+            }
+            if response.status == 404, try published(expectedETag: expectedETag) {
+                // NoSuchUpload: an earlier try of this request completed it and its answer was lost.
+                return
+            }
             try destination.check(response, expecting: [200], context: "complete upload")
             // S3 may answer 200 and still report an error in the body.
-            if let root = try? XMLElement.parse(response.body), root.name == "Error" {
+            let root = try? XMLElement.parse(response.body)
+            if let root, root.name == "Error" {
                 throw StoreBackupError.destination(destination: destination.displayName,
                                                    reason: "completing the upload failed: \(root.value("Message") ?? root.value("Code") ?? "unknown")")
             }
+            // Where the server reports the object's ETag in the S3 form, it must be ours.
+            if let reported = root?.value("ETag")?.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased(),
+               reported.hasSuffix("-\(parts.count)"), reported != expectedETag {
+                _ = try? destination.perform(destination.request("DELETE", destination.url(key: key), label: label), cancel: nil)
+                throw TransferError(kind: .transient, message: "\(label): the completed object has ETag \(reported), expected \(expectedETag); trying again")
+            }
+        }
+
+        /// Whether the object now exists with this upload's size and (where the server
+        /// reports one in the S3 form) its multipart ETag.
+        private func published(expectedETag: String) throws -> Bool {
+            guard let info = try destination.head(key: key, cancel: cancel), info.size == size else { return false }
+            guard let etag = info.etag?.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased(),
+                  etag.contains("-") else { return true }
+            return etag == expectedETag
         }
 
         private func abort(uploadID: String, label: String) {
@@ -232,12 +358,56 @@ public struct S3Destination: BackupDestination {
     /// Keys of multipart uploads started under this prefix and never completed or aborted
     /// (orphaned parts cost money on real S3).
     func pendingUploads() async throws -> [String] {
+        try await staleUploads(olderThan: 0).map(\.name)
+    }
+
+    /// Multipart uploads under the prefix started more than `age` seconds ago and never
+    /// completed or aborted (their abort failed too, or the process died).
+    public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {
         try await runBlocking(name: "storebackup-s3-uploads") { cancel in
             let listPrefix = prefix.isEmpty ? "" : prefix + "/"
-            let response = try transport.perform(
-                request("GET", url(query: [("prefix", listPrefix), ("uploads", "")]), label: displayName), cancel: cancel)
-            try check(response, expecting: [200], context: "list uploads")
-            return try XMLElement.parse(response.body).all("Upload").compactMap { $0.value("Key") }
+            let cutoff = Date().addingTimeInterval(-age)
+            var found: [StaleUpload] = []
+            var markers: [(String, String)] = []
+            repeat {
+                let response = try perform(
+                    request("GET", url(query: [("prefix", listPrefix), ("uploads", "")] + markers), label: displayName), cancel: cancel)
+                try check(response, expecting: [200], context: "list uploads")
+                let root = try XMLElement.parse(response.body)
+                for upload in root.all("Upload") {
+                    guard let key = upload.value("Key"), key.hasPrefix(listPrefix) else { continue }
+                    let started = upload.value("Initiated").flatMap(Self.parseDate)
+                    if age > 0, let started, started > cutoff { continue }
+                    found.append(StaleUpload(name: String(key.dropFirst(listPrefix.count)), started: started, identifier: upload.value("UploadId")))
+                }
+                markers = []
+                if root.value("IsTruncated") == "true", let key = root.value("NextKeyMarker") {
+                    markers = [("key-marker", key), ("upload-id-marker", root.value("NextUploadIdMarker") ?? "")]
+                }
+            } while !markers.isEmpty
+            return found
+        }
+    }
+
+    /// Aborts an incomplete multipart upload (its parts are freed).
+    public func removeStaleUpload(_ upload: StaleUpload) async throws {
+        guard let uploadID = upload.identifier else { return }
+        try await runBlocking(name: "storebackup-s3-abort") { cancel in
+            let response = try perform(request("DELETE", url(key: key(upload.name), query: [("uploadId", uploadID)]), label: displayName),
+                                       cancel: cancel)
+            if response.status == 404 { return }   // gone meanwhile
+            try check(response, expecting: [200, 204], context: "abort upload of \(upload.name)")
+        }
+    }
+
+    /// One list request of at most one key: the endpoint answers, the credentials and the
+    /// bucket are accepted.
+    public func preflight() async throws {
+        try await runBlocking(name: "storebackup-s3-preflight") { cancel in
+            let listPrefix = prefix.isEmpty ? "" : prefix + "/"
+            let response = try perform(
+                request("GET", url(query: [("list-type", "2"), ("max-keys", "1"), ("prefix", listPrefix)]), label: displayName), cancel: cancel)
+            try check(response, expecting: [200], context: "check the bucket")
         }
     }
 
@@ -249,7 +419,7 @@ public struct S3Destination: BackupDestination {
             var get = request("GET", url(key: key(name)), label: "\(displayName)/\(name)")
             get.sink = .file(path: file, offset: 0)
             get = RetryingTransport.resumed(get)
-            let response = try transport.perform(get, cancel: cancel) { _, received in
+            let response = try perform(get, cancel: cancel) { _, received in
                 progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
             }
             if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
@@ -264,12 +434,23 @@ public struct S3Destination: BackupDestination {
             guard try exists(key: key(name), cancel: cancel) else {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }
-            let response = try transport.perform(request("DELETE", url(key: key(name)), label: displayName), cancel: cancel)
+            let response = try perform(request("DELETE", url(key: key(name)), label: displayName), cancel: cancel)
             try check(response, expecting: [200, 204], context: "delete \(name)")
         }
     }
 
     // MARK: errors
+
+    /// Performs a request; transport failures get a message naming the destination.
+    func perform(_ request: TransferRequest, cancel: CancellationFlag?,
+                 progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
+        do {
+            return try transport.perform(request, cancel: cancel, progress: progress)
+        } catch let error as TransferError {
+            let host = URL(string: endpoint).map { "\($0.host ?? "")\($0.port.map { ":\($0)" } ?? "")" } ?? endpoint
+            throw TransferErrorText.rewrite(error, destination: displayName, host: host)
+        }
+    }
 
     /// Turns a non-success answer into an error a user can act on (never showing secrets).
     func check(_ response: TransferResponse, expecting statuses: Set<Int>, context: String) throws {
@@ -301,11 +482,11 @@ public struct S3Destination: BackupDestination {
     }
 }
 
-/// ETags of uploaded parts, filled in by several threads.
+/// ETags and MD5s of uploaded parts, filled in by several threads.
 final class PartResults: @unchecked Sendable {
     private let lock = NSLock()
-    private var etags: [String]
-    init(count: Int) { etags = Array(repeating: "", count: count) }
-    func set(_ number: Int, _ etag: String) { lock.withLock { etags[number - 1] = etag } }
-    var all: [String] { lock.withLock { etags } }
+    private var parts: [(etag: String, digest: Insecure.MD5.Digest)?]
+    init(count: Int) { parts = Array(repeating: nil, count: count) }
+    func set(_ number: Int, _ etag: String, _ digest: Insecure.MD5.Digest) { lock.withLock { parts[number - 1] = (etag, digest) } }
+    var all: [(etag: String, digest: Insecure.MD5.Digest)] { lock.withLock { parts.compactMap { $0 } } }
 }

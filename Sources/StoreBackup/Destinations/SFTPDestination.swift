@@ -141,6 +141,8 @@ public struct SFTPDestination: BackupDestination {
     struct Entry: Equatable {
         var name: String
         var size: Int64
+        /// From the listing's date columns, when asked for (``parseLongListing(_:keep:dated:)``).
+        var modified: Date? = nil
     }
 
     /// The backups in the folder (regular files with backup names); empty when the folder
@@ -153,17 +155,17 @@ public struct SFTPDestination: BackupDestination {
     /// (SFTP v3 recommends that format; OpenSSH writes it), read field by field so names
     /// keep their exact spaces. Should a server write something else, the names-only
     /// listing is used instead (sizes then unknown, 0) rather than silently showing nothing.
-    func list(cancel: CancellationFlag?) throws -> [Entry] {
+    func list(cancel: CancellationFlag?, keep: (String) -> Bool = BackupName.isBackup, dated: Bool = false) throws -> [Entry] {
         var get = request("GET", folderURL, label: displayName)
         get.sink = .memory(limit: 64 << 20)
         let response: TransferResponse
         do {
             response = try perform(get, cancel: cancel)
-        } catch let error as TransferError where Self.isCurlError(error, CURLE_REMOTE_FILE_NOT_FOUND) {
+        } catch let error as TransferError where error.kind == .notFound {
             return []
         }
         let text = String(decoding: response.body, as: UTF8.self)
-        let parsed = Self.parseLongListing(text)
+        let parsed = Self.parseLongListing(text, keep: keep, dated: dated)
         guard parsed.unparsed > 0 else { return parsed.entries }
 
         var namesOnly = request("GET", folderURL, label: displayName)
@@ -174,7 +176,7 @@ public struct SFTPDestination: BackupDestination {
         let known = Set(entries.map(\.name))
         for line in Self.lines(names) {
             let name = String(line)
-            if BackupName.isBackup(name) && !known.contains(name) { entries.append(Entry(name: name, size: 0)) }
+            if keep(name) && !known.contains(name) { entries.append(Entry(name: name, size: 0)) }
         }
         return entries
     }
@@ -182,7 +184,8 @@ public struct SFTPDestination: BackupDestination {
     /// Parses `ls -l`-style lines: permissions, links, owner, group, size, month, day,
     /// time or year, then one space and the name (which may hold any spaces). Keeps regular
     /// files with backup names; counts the lines it could not read.
-    static func parseLongListing(_ text: String) -> (entries: [Entry], unparsed: Int) {
+    static func parseLongListing(_ text: String, keep: (String) -> Bool = BackupName.isBackup,
+                                 dated: Bool = false) -> (entries: [Entry], unparsed: Int) {
         var entries: [Entry] = []
         var unparsed = 0
         for line in lines(text) {
@@ -202,10 +205,32 @@ public struct SFTPDestination: BackupDestination {
                 continue
             }
             let name = String(line[line.index(after: index)...])  // exactly one separator
-            guard type == "-", BackupName.isBackup(name) else { continue }
-            entries.append(Entry(name: name, size: size))
+            guard type == "-", keep(name) else { continue }
+            entries.append(Entry(name: name, size: size,
+                                 modified: dated ? Self.listingDate(month: fields[5], day: fields[6], timeOrYear: fields[7]) : nil))
         }
         return (entries, unparsed)
+    }
+
+    /// The date of an `ls -l` line (`Nov 22 19:11` in the last half year, else `Jan  3  2024`),
+    /// in UTC: the server's time zone is unknown, so it is good to within a day.
+    static func listingDate(month: Substring, day: Substring, timeOrYear: Substring, now: Date = Date()) -> Date? {
+        let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+        guard let monthIndex = months.firstIndex(of: month.lowercased()), let dayNumber = Int(day) else { return nil }
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        var parts = DateComponents(month: monthIndex + 1, day: dayNumber)
+        if let colon = timeOrYear.firstIndex(of: ":") {
+            parts.hour = Int(timeOrYear[..<colon])
+            parts.minute = Int(timeOrYear[timeOrYear.index(after: colon)...])
+            parts.year = calendar.component(.year, from: now)
+            // Within the last half year: a date "in the future" belongs to last year.
+            if let date = calendar.date(from: parts), date > now.addingTimeInterval(86_400) { parts.year! -= 1 }
+        } else {
+            guard let year = Int(timeOrYear) else { return nil }
+            parts.year = year
+        }
+        return calendar.date(from: parts)
     }
 
     /// Lines ending in LF or CRLF (in Swift, "\r\n" is one Character, so splitting on "\n" alone misses it).
@@ -232,25 +257,94 @@ public struct SFTPDestination: BackupDestination {
             var put = request("PUT", url(path: temporary), label: "\(displayName)/\(name)")
             put.body = .file(path: file, offset: 0, length: size)
             put.createMissingDirectories = true
-            put.postQuote = ["rename \(Self.quoted(temporary)) \(Self.quoted(path(of: name)))"]
             do {
                 _ = try perform(put, cancel: cancel) { sent, _ in
                     progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
                 }
+                try rename(temporary, to: name, size: size, cancel: cancel)
             } catch {
                 // Best effort, and even when cancelled: never leave the temporary behind.
                 _ = try? remove(temporary, cancel: nil, once: true)
-                if let transferError = error as? TransferError, Self.isCurlError(transferError, CURLE_QUOTE_ERROR) {
-                    if (try? list(cancel: nil))?.contains(where: { $0.name == name }) == true {
-                        // The rename was refused because the name was taken meanwhile.
-                        throw StoreBackupError.backupExists(name: name, destination: displayName)
-                    }
-                    throw TransferError(kind: .other, message: "\(displayName): the server refused to rename the uploaded archive "
-                                            + "to \"\(name)\" (is there a folder or link of that name?)")
-                }
                 throw error
             }
+            // SSH protects every byte on the way; what remains to check is that the file
+            // under the name is complete.
+            let published = try list(cancel: cancel).first(where: { $0.name == name })
+            guard let published, published.size == size || published.size == 0 else {
+                _ = try? remove(path(of: name), cancel: nil, once: true)
+                throw TransferError(kind: .transient, message: "\(displayName): \(name) has \(published?.size ?? 0) bytes on the server, "
+                                        + "\(size) were sent; removed it, trying again")
+            }
             progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
+        }
+    }
+
+    /// Renames the uploaded temporary to `name` in a request of its own, so a connection
+    /// that dies around it is retried without sending the data again. When the rename's
+    /// outcome is unclear (its answer was lost: libcurl reports the cut as a failed quote
+    /// command, a retry no longer finds the temporary), the folder is looked at: the
+    /// temporary gone and the name holding a file of our size means our rename went
+    /// through, once; the temporary still there beside the name means someone else's backup.
+    private func rename(_ temporary: String, to name: String, size: Int64, cancel: CancellationFlag) throws {
+        var rename = request("HEAD", url(path: temporary), label: "\(displayName)/\(name)")
+        rename.postQuote = ["rename \(Self.quoted(temporary)) \(Self.quoted(path(of: name)))"]
+        do {
+            _ = try perform(rename, cancel: cancel)
+        } catch let error as TransferError where error.kind == .notFound || error.isRetryable
+                    || error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue) {
+            let temporaryName = String(temporary.split(separator: "/").last ?? "")
+            let entries = try list(cancel: cancel, keep: { $0 == name || $0 == temporaryName })
+            let published = entries.first(where: { $0.name == name })
+            let temporaryLeft = entries.contains(where: { $0.name == temporaryName })
+            switch (temporaryLeft, published) {
+            case (false, let published?) where published.size == size:
+                return
+            case (true, _?), (false, _?):
+                // The rename was refused because the name was taken meanwhile.
+                throw StoreBackupError.backupExists(name: name, destination: displayName)
+            case (false, nil):
+                throw TransferError(kind: .transient, message: "\(displayName): the uploaded archive vanished before it was renamed to \"\(name)\"; trying again")
+            case (true, nil) where error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue):
+                throw TransferError(kind: .other, message: "\(displayName): the server refused to rename the uploaded archive "
+                                        + "to \"\(name)\" (is there a folder or link of that name?)")
+            case (true, nil):
+                throw error
+            }
+        }
+    }
+
+    /// Lists the folder (connection, key, folder), then writes and removes an empty
+    /// temporary (the folder is writable, created when missing).
+    public func preflight() async throws {
+        try await runBlocking(name: "storebackup-sftp-preflight") { cancel in
+            _ = try list(cancel: cancel)
+            let probe = path(of: Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString)-preflight")
+            var put = request("PUT", url(path: probe), label: displayName)
+            put.body = .bytes(Data())
+            put.createMissingDirectories = true
+            put.postQuote = ["rm \(Self.quoted(probe))"]
+            _ = try perform(put, cancel: cancel)
+        }
+    }
+
+    /// Temporaries of uploads that never finished, older than `age` seconds.
+    public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {
+        try await runBlocking(name: "storebackup-sftp-stale") { cancel in
+            let cutoff = Date().addingTimeInterval(-age)
+            return try list(cancel: cancel, keep: { $0.hasPrefix(Self.temporaryPrefix) }, dated: true).compactMap { entry in
+                if age > 0, let modified = entry.modified, modified > cutoff { return nil }
+                return StaleUpload(name: entry.name, started: entry.modified)
+            }
+        }
+    }
+
+    /// Removes a stale temporary.
+    public func removeStaleUpload(_ upload: StaleUpload) async throws {
+        guard upload.name.hasPrefix(Self.temporaryPrefix), !upload.name.contains("/") else { return }
+        try await runBlocking(name: "storebackup-sftp-clean") { cancel in
+            do {
+                try remove(path(of: upload.name), cancel: cancel)
+            } catch let error as TransferError where error.kind == .notFound {}
         }
     }
 
@@ -277,7 +371,7 @@ public struct SFTPDestination: BackupDestination {
                 _ = try perform(get, cancel: cancel) { _, received in
                     progress?(BackupProgress(phase: .downloading, bytesDone: start + received, bytesTotal: 0))
                 }
-            } catch let error as TransferError where Self.isCurlError(error, CURLE_REMOTE_FILE_NOT_FOUND) {
+            } catch let error as TransferError where error.kind == .notFound {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }
         }
@@ -288,7 +382,7 @@ public struct SFTPDestination: BackupDestination {
         try await runBlocking(name: "storebackup-sftp-delete") { cancel in
             do {
                 try remove(path(of: name), cancel: cancel)
-            } catch let error as TransferError where Self.isCurlError(error, CURLE_REMOTE_FILE_NOT_FOUND) {
+            } catch let error as TransferError where error.kind == .notFound {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }
         }
@@ -296,17 +390,10 @@ public struct SFTPDestination: BackupDestination {
 
     // MARK: errors
 
-    /// Whether a transport error came from this libcurl code. The transport keeps only
-    /// libcurl's message (`label: text`), so this compares with libcurl's own text for it.
-    static func isCurlError(_ error: TransferError, _ code: CURLcode) -> Bool {
-        error.message.hasSuffix(": " + String(cString: curl_easy_strerror(code)))
-    }
-
     private var hostAndPort: String { "\(host):\(port)" }
 
     /// Performs a request, turning transport failures into messages that name the
-    /// destination and say what to do. The kind (and the libcurl text at the end, which
-    /// `isCurlError` reads) is kept.
+    /// destination and say what to do. The kind and the libcurl code are kept.
     private func perform(_ request: TransferRequest, cancel: CancellationFlag?, using transport: RetryingTransport? = nil,
                          progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
         do {
@@ -325,7 +412,7 @@ public struct SFTPDestination: BackupDestination {
                 mapped.message = "\(displayName): the server refused the key \(privateKeyFile) for user \(user); "
                     + "check that its public key is in ~\(user)/.ssh/authorized_keys on the server and that the key has no passphrase"
                     + ": \(curlText)"
-            case .connection where Self.isCurlError(error, CURLE_COULDNT_CONNECT) || Self.isCurlError(error, CURLE_COULDNT_RESOLVE_HOST):
+            case .connection where error.curlCode == Int(CURLE_COULDNT_CONNECT.rawValue) || error.curlCode == Int(CURLE_COULDNT_RESOLVE_HOST.rawValue):
                 mapped.message = "\(displayName): cannot reach \(hostAndPort); check the host, the port and that the SSH server is running"
                     + ": \(curlText)"
             case .timeout:

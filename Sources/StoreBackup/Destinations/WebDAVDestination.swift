@@ -29,6 +29,9 @@ public struct WebDAVDestination: BackupDestination {
     let transport: RetryingTransport
     /// One attempt per request: cleanup after a failure must not add a round of retries.
     let cleanupTransport: RetryingTransport
+    /// Read each upload back and compare its SHA-256 before publishing it (on unless
+    /// `STOREBACKUP_WEBDAV_READBACK=off`; the server's own checksum is used when it sends one).
+    var readBack = true
 
     static let temporaryPrefix = ".storebackup-tmp-"
     static let propfindBody = """
@@ -65,11 +68,13 @@ public struct WebDAVDestination: BackupDestination {
                     ? "a WebDAV password is set but no user: set STOREBACKUP_WEBDAV_USER"
                     : "no WebDAV password: set STOREBACKUP_WEBDAV_PASSWORD (environment or credentials file)")
         }
+        let readBack = try options.credential("STOREBACKUP_WEBDAV_READBACK").map { !["off", "0", "no", "false"].contains($0.lowercased()) } ?? true
         return WebDAVDestination(
             httpScheme: httpScheme, host: parts.host, port: parts.port, folder: parts.segments,
             user: user, password: password,
             transport: RetryingTransport(options: options.transport, policy: options.retry),
-            cleanupTransport: RetryingTransport(options: options.transport, policy: RetryPolicy(requestAttempts: 1, operationAttempts: 1)))
+            cleanupTransport: RetryingTransport(options: options.transport, policy: RetryPolicy(requestAttempts: 1, operationAttempts: 1)),
+            readBack: readBack)
     }
 
     /// The URL as the user wrote it, without credentials.
@@ -187,6 +192,7 @@ public struct WebDAVDestination: BackupDestination {
         try await runBlocking(name: "storebackup-webdav-upload") { cancel in
             try makeCollections(folder, cancel: cancel)
             let temporary = Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString).zip"
+            let localHash = Hash(file: file, size: size)
             do {
                 var put = request("PUT", url(file: temporary), label: "\(displayName)/\(name)")
                 put.body = .file(path: file, offset: 0, length: size)
@@ -196,22 +202,127 @@ public struct WebDAVDestination: BackupDestination {
                 }
                 try check(response, expecting: [200, 201, 204], context: "upload \(name)")
                 try cancel.throwIfCancelled()
-
-                // The server refuses to replace an existing backup (Overwrite: F → 412).
-                // If the answer to a MOVE that succeeded is lost, the whole-operation retry
-                // sees 412 and the caller picks the next name: a duplicate, never a loss.
-                var move = request("MOVE", url(file: temporary), label: "\(displayName)/\(name)")
-                move.headers.append(("Destination", url(file: name)))
-                move.headers.append(("Overwrite", "F"))
-                let moved = try perform(move, cancel: cancel)
-                if moved.status == 412 { throw StoreBackupError.backupExists(name: name, destination: displayName) }
-                try check(moved, expecting: [201, 204], context: "publish \(name)")
+                try verifyUpload(temporary, size: size, localHash: localHash, serverChecksum: response.header("oc-checksum"), cancel: cancel)
+                try publish(temporary, as: name, size: size, localHash: localHash, cancel: cancel)
             } catch {
                 // Best effort, and even when cancelled: never leave the temporary behind.
                 _ = try? cleanupTransport.perform(request("DELETE", url(file: temporary), label: displayName), cancel: nil)
                 throw error
             }
             progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
+        }
+    }
+
+    /// The local file's SHA-256, computed once and only when needed.
+    final class Hash: @unchecked Sendable {
+        let file: String
+        let size: Int64
+        private var value: String?
+        init(file: String, size: Int64) { self.file = file; self.size = size }
+        func get() throws -> String {
+            if let value { return value }
+            let computed = try FileDigest.sha256(file: file, length: size)
+            value = computed
+            return computed
+        }
+    }
+
+    /// Checks that the server holds exactly the local bytes under `remote`: its own
+    /// checksum when it sends one (`OC-Checksum: SHA256:…`, Nextcloud/ownCloud), else a
+    /// streamed read-back hashed on the fly (unless turned off). A mismatch removes nothing
+    /// here (the caller deletes the temporary) and is worth another try.
+    private func verifyUpload(_ remote: String, size: Int64, localHash: Hash, serverChecksum: String?, cancel: CancellationFlag) throws {
+        if let serverChecksum, serverChecksum.uppercased().hasPrefix("SHA256:") {
+            let theirs = serverChecksum.dropFirst(7).lowercased()
+            guard theirs == (try localHash.get()) else { throw mismatch(remote, detail: "the server's checksum differs") }
+            return
+        }
+        guard readBack else { return }
+        guard try remoteHash(of: remote, cancel: cancel) == (try localHash.get()) else {
+            throw mismatch(remote, detail: "reading it back gave other bytes")
+        }
+    }
+
+    private func mismatch(_ remote: String, detail: String) -> TransferError {
+        TransferError(kind: .transient, message: "\(displayName): the uploaded archive was damaged on the way (\(detail)); trying again")
+    }
+
+    /// SHA-256 of a remote file, streamed (nothing kept); nil when it does not exist.
+    private func remoteHash(of remote: String, cancel: CancellationFlag?) throws -> String? {
+        var get = request("GET", url(file: remote), label: "\(displayName)/\(remote)")
+        get.sink = .sha256
+        let response = try perform(get, cancel: cancel)
+        if response.status == 404 { return nil }
+        try check(response, expecting: [200], context: "read back \(remote)")
+        return response.sha256
+    }
+
+    /// Renames the temporary to `name` with `MOVE` and `Overwrite: F`. When the outcome is
+    /// unclear (the answer was lost, so a retried MOVE finds no source, 404, or a taken
+    /// name, 412), the target is looked at: holding exactly our bytes, the backup is
+    /// published (once); otherwise a taken name is `backupExists` and a missing one is retried.
+    private func publish(_ temporary: String, as name: String, size: Int64, localHash: Hash, cancel: CancellationFlag) throws {
+        var move = request("MOVE", url(file: temporary), label: "\(displayName)/\(name)")
+        move.headers.append(("Destination", url(file: name)))
+        move.headers.append(("Overwrite", "F"))
+        let moved: TransferResponse
+        do {
+            moved = try perform(move, cancel: cancel)
+        } catch let error as TransferError where error.isRetryable {
+            if try holds(name, size: size, localHash: localHash, cancel: cancel) { return }
+            throw error
+        }
+        if moved.status == 201 || moved.status == 204 { return }
+        if moved.status == 404 || moved.status == 412 {
+            if try holds(name, size: size, localHash: localHash, cancel: cancel) {
+                _ = try? cleanupTransport.perform(request("DELETE", url(file: temporary), label: displayName), cancel: nil)
+                return
+            }
+            if moved.status == 412 { throw StoreBackupError.backupExists(name: name, destination: displayName) }
+            throw TransferError(kind: .transient, message: "\(displayName): publish \(name): the uploaded temporary vanished before its rename; trying again")
+        }
+        try check(moved, expecting: [201, 204], context: "publish \(name)")
+    }
+
+    /// Whether `name` exists with this size and these bytes (size from a HEAD, bytes by a read-back).
+    private func holds(_ name: String, size: Int64, localHash: Hash, cancel: CancellationFlag) throws -> Bool {
+        let response = try perform(request("HEAD", url(file: name), label: "\(displayName)/\(name)"), cancel: cancel)
+        guard response.status == 200, response.header("content-length").flatMap({ Int64($0) }) == size else { return false }
+        return try remoteHash(of: name, cancel: cancel) == (try localHash.get())
+    }
+
+    /// Creates the folder if needed, then puts and deletes an empty temporary: the server
+    /// answers, the credentials are accepted, and the folder is writable.
+    public func preflight() async throws {
+        try await runBlocking(name: "storebackup-webdav-preflight") { cancel in
+            try makeCollections(folder, cancel: cancel)
+            let probe = Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString)-preflight"
+            var put = request("PUT", url(file: probe), label: displayName)
+            put.body = .bytes(Data())
+            try check(try perform(put, cancel: cancel), expecting: [200, 201, 204], context: "write a test file")
+            let deleted = try perform(request("DELETE", url(file: probe), label: displayName), cancel: cancel)
+            try check(deleted, expecting: [200, 204, 404], context: "remove the test file")
+        }
+    }
+
+    /// Temporaries of uploads that never finished, older than `age` seconds.
+    public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {
+        try await runBlocking(name: "storebackup-webdav-stale") { cancel in
+            let cutoff = Date().addingTimeInterval(-age)
+            return (try propfind(folder: folder, cancel: cancel) ?? []).compactMap { entry in
+                guard !entry.isCollection, entry.name.hasPrefix(Self.temporaryPrefix) else { return nil }
+                if age > 0, let modified = entry.modified, modified > cutoff { return nil }
+                return StaleUpload(name: entry.name, started: entry.modified)
+            }
+        }
+    }
+
+    /// Deletes a stale temporary.
+    public func removeStaleUpload(_ upload: StaleUpload) async throws {
+        guard upload.name.hasPrefix(Self.temporaryPrefix), !upload.name.contains("/") else { return }
+        try await runBlocking(name: "storebackup-webdav-clean") { cancel in
+            let response = try perform(request("DELETE", url(file: upload.name), label: displayName), cancel: cancel)
+            try check(response, expecting: [200, 204, 404], context: "remove \(upload.name)")
         }
     }
 
@@ -297,26 +408,8 @@ public struct WebDAVDestination: BackupDestination {
         do {
             return try transport.perform(request, cancel: cancel, progress: progress)
         } catch let error as TransferError {
-            var mapped = error
-            switch error.kind {
-            case .connection:
-                mapped.message = "\(displayName): cannot reach \(hostAndPort) (\(Self.detail(error))); check the host, the port and that the server is running"
-            case .timeout:
-                mapped.message = "\(displayName): \(hostAndPort) did not answer in time (\(Self.detail(error)))"
-            case .tls:
-                mapped.message = "\(displayName): the server's TLS certificate could not be verified (\(Self.detail(error))); "
-                    + "if it is signed by your own certificate authority, pass that CA's PEM file with --ca-file (or STOREBACKUP_CA_FILE)"
-            default:
-                mapped.message = "\(displayName): \(Self.detail(error))"
-            }
-            throw mapped
+            throw TransferErrorText.rewrite(error, destination: displayName, host: hostAndPort)
         }
-    }
-
-    /// libcurl's own words from a transport error (without the request label).
-    private static func detail(_ error: TransferError) -> String {
-        guard let range = error.message.range(of: ": ", options: .backwards) else { return error.message }
-        return String(error.message[range.upperBound...])
     }
 
     /// Turns a non-success answer into an error a user can act on (never showing secrets).

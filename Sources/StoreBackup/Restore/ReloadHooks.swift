@@ -12,7 +12,8 @@ import Foundation
 /// 2. The live folder is renamed to `<store>_Old` and the restored one into its place.
 /// 3. ``reload``: open the restored store and check that the app can use it. Returning
 ///    commits the restore. Throwing rejects it: the restored store is moved to
-///    `<store>_FailedRestore`, the old one is put back, ``reload`` is called again on it, and
+///    `<store>_FailedRestore` (replacing an earlier one: only the newest is kept), the old
+///    one is put back, ``reload`` is called again on it, and
 ///    then ``didRollback`` runs; the restore throws ``StoreBackupError/reloadFailed(reason:rolledBack:)``.
 ///
 /// ```swift

@@ -37,14 +37,7 @@ struct RestoreJournal: Codable, Sendable {
         copy.updatedAt = Date()
         let encoder = JSONEncoder()
         encoder.dateEncodingStrategy = .iso8601
-        let data = try encoder.encode(copy)
-        let temporary = path + ".tmp"
-        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
-            throw StoreBackupError.io(path: temporary, operation: "write journal", errno: errno)
-        }
-        try FileSystem.fsync(path: temporary)
-        try FileSystem.rename(from: temporary, to: path)
-        try FileSystem.fsync(path: FileSystem.parentDirectory(of: path))
+        try DurableFile.write(try encoder.encode(copy), to: path)
     }
 
     static func remove(at path: String) {

@@ -24,8 +24,18 @@ public struct StoreLayout: Sendable {
         live = FileSystem.absolutePath(storesDirectory)
     }
 
-    /// Temporary place for a downloaded archive, beside the store (same filesystem, not inside it).
+    /// Temporary place for a downloaded archive, beside the store (same filesystem, not
+    /// inside it), under the scratch name the next command's sweep recognises.
     func downloadPath() -> String {
-        parent + "/." + name + ".storebackup-download-\(getpid()).zip"
+        ScratchFiles.path(in: parent, purpose: "download", suffix: ".zip")
+    }
+
+    /// Folders a restore left beside the store: `_FailedRestore` (a rejected restore, kept
+    /// for inspection), and `_Old`/`_New` when no journal explains them. Each with its size
+    /// in bytes, for `status` and `recover` to report.
+    public func setAsideStores() -> [(path: String, bytes: Int64)] {
+        var paths = [failed]
+        if !FileSystem.fileExists(journal) { paths += [old, new] }
+        return paths.filter(FileSystem.isDirectory).map { ($0, FileSystem.treeSize($0)) }
     }
 }

@@ -25,7 +25,29 @@ public enum RecoveryOutcome: Sendable, Equatable {
     }
 }
 
+/// Where a rejected restore went, for the message that reports it.
+struct SetAsideReport: Sendable {
+    /// `<store>_FailedRestore`, now holding the rejected store.
+    var failedPath: String
+    var failedBytes: Int64
+    /// The size of the earlier `_FailedRestore` that was removed (only the newest is kept).
+    var removedEarlierBytes: Int64?
+
+    var description: String {
+        var text = "the rejected store is kept in \(failedPath) (\(ByteCountText.describe(failedBytes)))"
+        if let removed = removedEarlierBytes {
+            text += "; the earlier one there (\(ByteCountText.describe(removed))) was removed, only the newest is kept"
+        }
+        return text
+    }
+}
+
 /// The rename steps of a restore, each recorded in the journal first.
+///
+/// Power-loss order: the unpacked tree is synced before the `swapping` record; the two
+/// renames are made durable (fsync of the parent folder) before the `reloading` record;
+/// `_Old` is removed only after the `committing` record. Set-aside names never collide:
+/// an earlier `_FailedRestore` is first moved to a unique scratch name, then removed.
 struct StoreSwapper {
     let layout: StoreLayout
 
@@ -33,7 +55,7 @@ struct StoreSwapper {
         try RestoreJournal(phase: phase, backupName: backup, hadLiveStore: hadLiveStore).save(to: layout.journal)
     }
 
-    /// live → `_Old` (when there is one), `_New` → live.
+    /// live → `_Old` (when there is one), `_New` → live. The caller has synced `_New`.
     func swapIn(backup: String, hadLiveStore: Bool) throws {
         try journal(.swapping, backup: backup, hadLiveStore: hadLiveStore)
         TestPausePoint.reach("before-swap")
@@ -54,17 +76,11 @@ struct StoreSwapper {
     }
 
     /// The restored store is moved to `_FailedRestore` and `_Old` becomes live again.
-    /// Safe to run again after a crash part-way through.
-    func rollBack(backup: String, hadLiveStore: Bool) throws {
+    /// Safe to run again (by ``recover()``) after a crash part-way through.
+    @discardableResult
+    func rollBack(backup: String, hadLiveStore: Bool) throws -> SetAsideReport? {
         try journal(.rollingBack, backup: backup, hadLiveStore: hadLiveStore)
-        if FileSystem.fileExists(layout.live) && (FileSystem.fileExists(layout.old) || !hadLiveStore) {
-            try moveAsideFailed()
-        }
-        TestPausePoint.reach("during-rollback")
-        if FileSystem.fileExists(layout.old) { try FileSystem.rename(from: layout.old, to: layout.live) }
-        if FileSystem.fileExists(layout.new) { try FileSystem.removeTree(layout.new) }
-        try FileSystem.fsync(path: layout.parent)
-        RestoreJournal.remove(at: layout.journal)
+        return try finishRollBack(hadLiveStore: hadLiveStore, keepRejected: true)
     }
 
     /// Brings the store back to a whole state after a restore was killed.
@@ -73,6 +89,7 @@ struct StoreSwapper {
             // A journal that cannot be read is left alone only if nothing is mid-way.
             if FileSystem.fileExists(layout.journal) && FileSystem.fileExists(layout.old) && !FileSystem.fileExists(layout.live) {
                 try FileSystem.rename(from: layout.old, to: layout.live)
+                try FileSystem.fsync(path: layout.parent)
                 RestoreJournal.remove(at: layout.journal)
                 return .rolledBack(backup: "unknown")
             }
@@ -86,15 +103,10 @@ struct StoreSwapper {
             RestoreJournal.remove(at: layout.journal)
             return .discardedUnfinishedRestore(backup: name)
         case .swapping, .reloading, .rollingBack:
-            if journal.hadLiveStore {
-                // The old store exists either live (swap not begun) or as _Old: put it back.
-                if FileSystem.fileExists(layout.old) {
-                    if FileSystem.fileExists(layout.live) { try moveAsideFailed() }
-                    try FileSystem.rename(from: layout.old, to: layout.live)
-                }
-                if FileSystem.fileExists(layout.new) { try FileSystem.removeTree(layout.new) }
-                try FileSystem.fsync(path: layout.parent)
-                RestoreJournal.remove(at: layout.journal)
+            if journal.hadLiveStore || journal.phase == .rollingBack {
+                // Only a store the app rejected is kept; one that was merely interrupted
+                // is a copy of a backup that still exists, so it goes.
+                try finishRollBack(hadLiveStore: journal.hadLiveStore, keepRejected: journal.phase == .rollingBack)
                 return .rolledBack(backup: name)
             }
             // There was no store before: the checked restore is the only whole state.
@@ -103,7 +115,7 @@ struct StoreSwapper {
                 try FileSystem.fsync(path: layout.parent)
             }
             RestoreJournal.remove(at: layout.journal)
-            return journal.phase == .rollingBack ? .rolledBack(backup: name) : .completedRestore(backup: name)
+            return .completedRestore(backup: name)
         case .committing:
             try FileSystem.removeTree(layout.old)
             RestoreJournal.remove(at: layout.journal)
@@ -111,12 +123,46 @@ struct StoreSwapper {
         }
     }
 
-    /// Moves the live (rejected) store to `_FailedRestore`, keeping an earlier one under a dated name.
-    private func moveAsideFailed() throws {
+    /// Puts the old store back from wherever a rollback (or a swap) stopped: a live store
+    /// that is not the old one goes to `_FailedRestore` (`keepRejected`) or away, `_Old`
+    /// goes live, `_New` goes away.
+    private func finishRollBack(hadLiveStore: Bool, keepRejected: Bool) throws -> SetAsideReport? {
+        var discard: String?
+        // The live folder is the restored store unless the swap had not begun (old still live).
+        let liveIsRestored = FileSystem.fileExists(layout.live) && (FileSystem.fileExists(layout.old) || !hadLiveStore)
+        if liveIsRestored {
+            if keepRejected {
+                discard = try moveAsideFailed()
+            } else {
+                // Under a scratch name: if this is interrupted, the next command's sweep finishes it.
+                discard = ScratchFiles.path(in: layout.parent, purpose: "interrupted-restore")
+                try FileSystem.rename(from: layout.live, to: discard!)
+            }
+        }
+        TestPausePoint.reach("during-rollback")
+        if FileSystem.fileExists(layout.old) { try FileSystem.rename(from: layout.old, to: layout.live) }
+        if FileSystem.fileExists(layout.new) { try FileSystem.removeTree(layout.new) }
+        try FileSystem.fsync(path: layout.parent)
+        RestoreJournal.remove(at: layout.journal)
+        var report: SetAsideReport?
+        if liveIsRestored && keepRejected {
+            report = SetAsideReport(failedPath: layout.failed, failedBytes: FileSystem.treeSize(layout.failed))
+            if let discard { report?.removedEarlierBytes = FileSystem.treeSize(discard) }
+        }
+        if let discard { try? FileSystem.removeTree(discard) }
+        return report
+    }
+
+    /// Moves the live (rejected) store to `_FailedRestore`. An earlier one is first moved to
+    /// a unique scratch name (returned) so the two can never collide.
+    private func moveAsideFailed() throws -> String? {
+        var earlier: String?
         if FileSystem.fileExists(layout.failed) {
-            let stamp = Int(Date().timeIntervalSince1970)
-            try FileSystem.rename(from: layout.failed, to: layout.failed + "-\(stamp)")
+            let aside = ScratchFiles.path(in: layout.parent, purpose: "earlier-failed-restore")
+            try FileSystem.rename(from: layout.failed, to: aside)
+            earlier = aside
         }
         try FileSystem.rename(from: layout.live, to: layout.failed)
+        return earlier
     }
 }

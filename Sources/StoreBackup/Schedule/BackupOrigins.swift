@@ -55,10 +55,10 @@ public struct BackupOriginIndex: Sendable {
 
     func saveCache(_ cache: [String: CacheEntry]) {
         guard let path = cachePath, let data = try? JSONEncoder().encode(cache) else { return }
-        try? FileSystem.createDirectories(FileSystem.parentDirectory(of: path), mode: 0o700)
-        let temporary = path + ".tmp-\(getpid())"
-        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else { return }
-        try? FileSystem.rename(from: temporary, to: path)
+        let folder = FileSystem.parentDirectory(of: path)
+        try? FileSystem.createDirectories(folder, mode: 0o700)
+        ScratchFiles.sweep(folder)
+        try? DurableFile.write(data, to: path)
     }
 
     /// Remembers the origin of a backup this process just made (no download needed later).
@@ -111,8 +111,8 @@ public struct BackupOriginIndex: Sendable {
     }
 
     private func downloadOrigin(_ name: String) async -> BackupOrigin? {
-        let folder = destination.stagingDirectory ?? NSTemporaryDirectory()
-        let temporary = folder + "/.storebackup-tmp-\(getpid())-\(UUID().uuidString).zip"
+        let temporary = ScratchFiles.path(in: destination.stagingDirectory ?? ScratchFiles.temporaryDirectory,
+                                          purpose: "origin", suffix: ".zip")
         defer { unlink(temporary) }
         do {
             try await destination.download(name, to: temporary, progress: nil)

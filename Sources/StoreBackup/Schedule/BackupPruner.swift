@@ -63,6 +63,7 @@ public struct BackupPruner: Sendable {
                     // Someone else removed it meanwhile: the outcome we wanted.
                 }
                 deleted.append(backup.name)
+                BackupMetrics.recordRetention(destination: destination.displayName, removed: 1)
             }
         }
         return deleted

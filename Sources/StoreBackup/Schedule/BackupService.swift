@@ -159,8 +159,19 @@ public final class BackupService: Service, Sendable {
         log.info("backup started")
         var outcome = BackupRunOutcome(store: job.name, startedAt: started)
         var destinationName = job.destination.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment)
+        let destination: any BackupDestination
         do {
-            let destination = try DestinationResolver.resolve(job.destination, options: destinationOptions)
+            destination = try DestinationResolver.resolve(job.destination, options: destinationOptions)
+        } catch {
+            // The helper, which reports every backup it attempts, was never reached.
+            BackupMetrics.recordBackup(store: job.name, destination: destinationName, size: nil, seconds: 0, at: Date())
+            outcome.error = error
+            outcome.finishedAt = Date()
+            record(outcome, job: job, log: log)
+            await runHooks(for: outcome, job: job, destination: destinationName, log: log)
+            return outcome
+        }
+        do {
             destinationName = destination.displayName
             let helper = makeHelper(for: job, destination: destination)
             let result = try await helper.createBackup()
@@ -190,8 +201,10 @@ public final class BackupService: Service, Sendable {
     /// The one place a job becomes a `StoreHelper`.
     private func makeHelper(for job: StoreJob, destination: any BackupDestination) -> StoreHelper {
         // The password file is read at each run, so a changed password applies to the next backup.
-        StoreHelper(storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
-                    encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
+        var helper = StoreHelper(storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
+                                 encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
+        helper.metricsName = job.name
+        return helper
     }
 
     private func applyRetention(_ policy: RetentionPolicy, job: StoreJob, pruner: BackupPruner, host: String, log: Logger) async throws -> [String] {

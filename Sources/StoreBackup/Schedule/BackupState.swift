@@ -4,8 +4,9 @@ import Glibc
 #endif
 
 /// What the scheduler remembers about one store between runs: the last success, the last
-/// failure, the next planned run. One small JSON file per store, replaced atomically (write
-/// a temporary file, fsync, rename), so a crash leaves the old state or the new one.
+/// failure, the next planned run. One small JSON file per store, replaced atomically and
+/// durably (a temporary beside it, fsync, rename, fsync of the folder), so a crash or
+/// power cut leaves the old state or the new one.
 public struct BackupState: Sendable, Codable, Equatable {
     public struct Success: Sendable, Codable, Equatable {
         public var at: Date
@@ -74,19 +75,8 @@ public struct BackupStateStore: Sendable {
 
     public func save(_ state: BackupState) throws {
         try FileSystem.createDirectories(directory, mode: 0o700)
-        let target = path(for: state.store)
-        let temporary = directory + "/.\(state.store).json.tmp-\(getpid())"
-        let data = try Self.encoder.encode(state)
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw StoreBackupError.io(path: temporary, operation: "create", errno: errno) }
-        let wrote = data.withUnsafeBytes { write(descriptor, $0.baseAddress, data.count) }
-        let synced = fsync(descriptor)
-        close(descriptor)
-        guard wrote == data.count, synced == 0 else {
-            unlink(temporary)
-            throw StoreBackupError.io(path: temporary, operation: "write", errno: errno)
-        }
-        try FileSystem.rename(from: temporary, to: target)
+        ScratchFiles.sweep(directory)
+        try DurableFile.write(try Self.encoder.encode(state), to: path(for: state.store))
     }
 
     /// Loads, changes and saves one store's state.

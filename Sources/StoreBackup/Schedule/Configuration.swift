@@ -15,6 +15,7 @@ import Yams
 ///     encrypt: {password-file: /etc/storebackup.pass}
 /// hooks:
 ///   on-failure: {url: "https://example.test/alert", timeout: 10s}
+/// metrics: {file: /var/lib/prometheus/node-exporter/storebackup.prom}
 /// ```
 ///
 /// Every per-store key may also be given at the top level as a default. `${NAME}` in any
@@ -35,6 +36,9 @@ public struct BackupConfiguration: Sendable, Equatable {
     public var credentialsFile: String?
     public var sshKey: String?
     public var knownHosts: String?
+    /// `metrics: {file: PATH}`: where the command line writes Prometheus metrics in the text
+    /// format after each run, for node_exporter's textfile collector (see ``BackupMetrics``).
+    public var metricsFile: String?
 
     public init(file: String? = nil, stores: [StoreJob], stateDirectory: String? = nil) {
         self.file = file
@@ -116,7 +120,7 @@ private struct ConfigurationReader {
 
     static let storeKeys: Set<String> = ["name", "path", "destination", "schedule", "jitter", "retention", "level", "encrypt", "hooks"]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path"]).union(
-        ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts"])
+        ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics"])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
 
     func fail(_ node: Node?, _ key: String, _ message: String) -> ConfigurationError {
@@ -186,6 +190,10 @@ private struct ConfigurationReader {
         configuration.credentialsFile = try top["credentials"].map { try string($0, at: "credentials") }
         configuration.sshKey = try top["ssh-key"].map { try string($0, at: "ssh-key") }
         configuration.knownHosts = try top["known-hosts"].map { try string($0, at: "known-hosts") }
+        if let metricsNode = top["metrics"] {
+            let metrics = try mapping(metricsNode, at: "metrics", allowed: ["file"])
+            configuration.metricsFile = try metrics["file"].map { try string($0, at: "metrics.file") }
+        }
         return configuration
     }
 

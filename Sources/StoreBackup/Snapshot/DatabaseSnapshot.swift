@@ -74,14 +74,21 @@ final class DatabaseSnapshot: @unchecked Sendable {
             self.connection = connection
         } else {
             method = .backupCopy
-            let copy = scratchDirectory + "/.storebackup-\(getpid())-snapshot-\(UUID().uuidString).sqlite"
-            try Self.backupCopy(from: connection, to: copy)
-            connection.close()
+            // A scratch name (prefix + pid) in the folder the archive is built in, so a killed
+            // run's copy and its companions are swept by the next command there.
+            let copy = ScratchFiles.path(in: scratchDirectory, purpose: "snapshot", suffix: ".sqlite")
             copyPath = copy
-            let reader = try SQLiteConnection(path: copy, mode: .readOnly)
-            pageSize = Int(try reader.scalar("PRAGMA page_size", operation: "read page size")) ?? 4096
-            pageCount = Int(try reader.scalar("PRAGMA page_count", operation: "read page count")) ?? 0
-            reader.close()
+            do {
+                try Self.backupCopy(from: connection, to: copy)
+                connection.close()
+                let reader = try SQLiteConnection(path: copy, mode: .readOnly)
+                defer { reader.close() }
+                pageSize = Int(try reader.scalar("PRAGMA page_size", operation: "read page size")) ?? 4096
+                pageCount = Int(try reader.scalar("PRAGMA page_count", operation: "read page count")) ?? 0
+            } catch {
+                Self.removeCopy(copy)
+                throw error
+            }
             copyDescriptor = open(copy, O_RDONLY | O_CLOEXEC)
             guard copyDescriptor >= 0 else { throw StoreBackupError.io(path: copy, operation: "open", errno: errno) }
         }
@@ -115,7 +122,12 @@ final class DatabaseSnapshot: @unchecked Sendable {
         connection = nil
         mainFile = nil
         if copyDescriptor >= 0 { close(copyDescriptor); copyDescriptor = -1 }
-        if let copyPath { unlink(copyPath); self.copyPath = nil }
+        if let copyPath { Self.removeCopy(copyPath); self.copyPath = nil }
+    }
+
+    /// Removes a backup-API copy with the companions SQLite may have left beside it.
+    private static func removeCopy(_ copy: String) {
+        for suffix in ["", "-journal", "-wal", "-shm"] { unlink(copy + suffix) }
     }
 
     private static func openForSnapshot(path: String) throws -> SQLiteConnection {

@@ -104,3 +104,18 @@ enum FileSystem {
         return String(cString: buffer)
     }
 }
+
+extension FileSystem {
+    /// The bytes held by the files under `path` (sizes, not blocks); links count as 0.
+    static func treeSize(_ path: String) -> Int64 {
+        guard let info = try? lstatInfo(path) else { return 0 }
+        guard (info.st_mode & S_IFMT) == S_IFDIR else { return (info.st_mode & S_IFMT) == S_IFREG ? Int64(info.st_size) : 0 }
+        var total: Int64 = 0
+        if let enumerator = FileManager.default.enumerator(atPath: path) {
+            for case let relative as String in enumerator {
+                if let entry = try? lstatInfo(path + "/" + relative), (entry.st_mode & S_IFMT) == S_IFREG { total += Int64(entry.st_size) }
+            }
+        }
+        return total
+    }
+}

@@ -1,4 +1,5 @@
 import CCurl
+import Crypto
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -138,33 +139,22 @@ struct CurlTransfer {
         var status = 0
         sb_curl_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &status)
         if code != CURLE_OK {
-            throw Self.classify(code: code, label: request.label, status: status, cancelled: cancel?.isCancelled ?? false)
+            throw Self.classify(code: code, label: request.label, url: request.url, status: status, cancelled: cancel?.isCancelled ?? false)
         }
-        return TransferResponse(status: status, headers: context.headers, body: context.memory, bytesReceived: context.received)
+        try context.checkDownloadComplete(status: status)
+        return TransferResponse(status: status, headers: context.headers, body: context.memory, bytesReceived: context.received,
+                                sha256: context.hasher.map { FileDigest.hex($0.finalize()) })
     }
 
-    static func classify(code: CURLcode, label: String, status: Int, cancelled: Bool) -> Error {
+    static func classify(code: CURLcode, label: String, url: String, status: Int, cancelled: Bool) -> Error {
         if cancelled || code == CURLE_ABORTED_BY_CALLBACK { return StoreBackupError.cancelled }
         let text = String(cString: curl_easy_strerror(code))
-        let kind: TransferError.Kind
-        switch code {
-        case CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_HOST, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
-             CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE, CURLE_SSH, CURLE_READ_ERROR:
-            kind = .connection
-        case CURLE_OPERATION_TIMEDOUT:
-            kind = .timeout
-        case CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_CONNECT_ERROR, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM:
-            kind = .tls
-        case CURLE_LOGIN_DENIED:
-            kind = .authentication
-        default:
-            kind = .other
+        let kind = TransferClassifier.kind(of: code, url: url)
+        if kind == .hostKey {
+            return TransferError(kind: .hostKey, message: "\(label): the server's host key is not in known_hosts or does not match it",
+                                 curlCode: Int(code.rawValue))
         }
-        // libcurl reports an SSH host key problem as CURLE_PEER_FAILED_VERIFICATION (60) on sftp.
-        if label.hasPrefix("sftp") && code == CURLE_PEER_FAILED_VERIFICATION {
-            return TransferError(kind: .hostKey, message: "\(label): the server's host key is not in known_hosts or does not match it")
-        }
-        return TransferError(kind: kind, message: "\(label): \(text)")
+        return TransferError(kind: kind, message: "\(label): \(text)", curlCode: Int(code.rawValue))
     }
 }
 
@@ -186,6 +176,24 @@ private struct CStringKeeper {
     }
 }
 
+/// `Content-Range: bytes FIRST-LAST/TOTAL` (TOTAL may be `*`).
+struct ContentRange: Equatable {
+    var first: Int64
+    var last: Int64
+    var total: Int64?
+
+    init?(_ text: String) {
+        let value = text.trimmingCharacters(in: .whitespaces)
+        guard value.lowercased().hasPrefix("bytes "), let dash = value.firstIndex(of: "-"),
+              let slash = value.firstIndex(of: "/"), dash < slash,
+              let first = Int64(value[value.index(value.startIndex, offsetBy: 6)..<dash].trimmingCharacters(in: .whitespaces)),
+              let last = Int64(value[value.index(after: dash)..<slash]) else { return nil }
+        self.first = first
+        self.last = last
+        total = Int64(value[value.index(after: slash)...])
+    }
+}
+
 /// State shared with libcurl's callbacks during one transfer.
 final class TransferContext: @unchecked Sendable {
     let request: TransferRequest
@@ -204,6 +212,8 @@ final class TransferContext: @unchecked Sendable {
     private var sinkFile: Int32 = -1
     private var sinkOffset: Int64 = 0
     private var memoryLimit = 0
+    /// The running hash of a `.sha256` sink.
+    private(set) var hasher: SHA256?
 
     init(request: TransferRequest, cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)?) throws {
         self.request = request
@@ -224,6 +234,9 @@ final class TransferContext: @unchecked Sendable {
         switch request.sink {
         case .memory(let limit):
             memoryLimit = limit
+        case .sha256:
+            memoryLimit = 1 << 20
+            hasher = SHA256()
         case .file(let path, let offset):
             sinkFile = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
             guard sinkFile >= 0 else { throw StoreBackupError.io(path: path, operation: "create", errno: errno) }
@@ -269,8 +282,13 @@ final class TransferContext: @unchecked Sendable {
     }
 
     func receive(_ bytes: UnsafeRawBufferPointer) -> Int {
+        if failure != nil { return 0 }
         received += Int64(bytes.count)
         let success = (200..<300).contains(currentStatus) || currentStatus == 0
+        if hasher != nil && success {
+            hasher!.update(bufferPointer: bytes)
+            return bytes.count
+        }
         if sinkFile >= 0 && success {
             var offset = 0
             while offset < bytes.count {
@@ -300,18 +318,55 @@ final class TransferContext: @unchecked Sendable {
             headers = [:]
             let parts = trimmed.split(separator: " ")
             currentStatus = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
-            if currentStatus == 200 && sinkOffset > 0 && sinkFile >= 0 {
-                // Asked for a range, got the whole file: start the file over.
-                ftruncate(sinkFile, 0)
-                lseek(sinkFile, 0, SEEK_SET)
-                sinkOffset = 0
-            }
+            return
+        }
+        if trimmed.isEmpty {
+            if sinkFile >= 0 && sinkOffset > 0 && (200..<300).contains(currentStatus) { acceptResumedAnswer() }
             return
         }
         guard let colon = trimmed.firstIndex(of: ":") else { return }
         let name = trimmed[..<colon].lowercased()
         let value = trimmed[trimmed.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         headers[name] = value
+    }
+
+    /// A resumed download (`Range: bytes=OFFSET-`) keeps what it has only when the answer
+    /// says it continues exactly there: `206` with a matching `Content-Range`, or a `200`
+    /// that carries one (rclone's S3 server answers ranges so). A `200` without it is the
+    /// whole file: start the file over. Any other range cannot be trusted: drop the partial
+    /// file and fail, so the retry downloads from zero.
+    private func acceptResumedAnswer() {
+        let range = headers["content-range"].flatMap(ContentRange.init)
+        if let range, range.first == sinkOffset { return }
+        ftruncate(sinkFile, 0)
+        lseek(sinkFile, 0, SEEK_SET)
+        if currentStatus == 200 && range == nil {
+            sinkOffset = 0
+            return
+        }
+        sinkOffset = 0
+        failure = TransferError(kind: .connection, message: "\(request.label): the server answered the resumed download with "
+                                    + "another range (\(headers["content-range"] ?? "none")); starting over")
+    }
+
+    /// After a download that libcurl calls complete: the file must have the size the
+    /// server announced (Content-Range total, or offset + Content-Length). Short: keep it
+    /// (the retry resumes); longer: start over. Either way a retryable failure, never damage.
+    func checkDownloadComplete(status: Int) throws {
+        guard sinkFile >= 0, (200..<300).contains(status), request.url.hasPrefix("http") else { return }
+        let expected: Int64?
+        if let total = headers["content-range"].flatMap(ContentRange.init)?.total {
+            expected = total
+        } else if let length = headers["content-length"].flatMap({ Int64($0) }) {
+            expected = sinkOffset + length
+        } else {
+            expected = nil
+        }
+        var info = stat()
+        guard let expected, fstat(sinkFile, &info) == 0, Int64(info.st_size) != expected else { return }
+        if Int64(info.st_size) > expected { ftruncate(sinkFile, 0) }
+        throw TransferError(kind: .connection,
+                            message: "\(request.label): the download ended at \(info.st_size) of \(expected) bytes; trying again")
     }
 
     func reportProgress(sent: Int64, received: Int64) -> Int32 {

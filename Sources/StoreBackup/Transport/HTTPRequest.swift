@@ -16,6 +16,9 @@ struct TransferRequest: Sendable {
         case memory(limit: Int)
         /// Stream the body into a local file, appending from `offset` (resumed downloads).
         case file(path: String, offset: Int64)
+        /// Hash a success body with SHA-256 without keeping it (read-back checks);
+        /// an error body goes to memory.
+        case sha256
     }
 
     enum Credentials: Sendable {
@@ -55,6 +58,8 @@ struct TransferResponse: Sendable {
     var headers: [String: String]
     var body: Data
     var bytesReceived: Int64
+    /// SHA-256 (hex) of the body, for the `.sha256` sink.
+    var sha256: String? = nil
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
     var bodyText: String { String(decoding: body.prefix(4096), as: UTF8.self) }
@@ -78,6 +83,12 @@ public struct TransferError: Error, Sendable, CustomStringConvertible {
         case http(status: Int)
         /// The task was cancelled.
         case cancelled
+        /// The remote file or folder does not exist (sftp).
+        case notFound
+        /// The server reported a condition that heals by itself (Dropbox
+        /// `too_many_write_operations`), or the bytes that arrived differ from those sent:
+        /// worth trying the whole operation again.
+        case transient
         /// Anything else libcurl reported.
         case other
     }
@@ -88,6 +99,8 @@ public struct TransferError: Error, Sendable, CustomStringConvertible {
     public var message: String
     /// Seconds the server asked us to wait (Retry-After), when it said.
     public var retryAfter: Double?
+    /// The libcurl result code behind a transport failure, when there was one.
+    public var curlCode: Int?
 
     /// The same as ``message``.
     public var description: String { message }
@@ -95,7 +108,7 @@ public struct TransferError: Error, Sendable, CustomStringConvertible {
     /// Whether trying again may succeed: network trouble, timeouts, 429, 5xx.
     public var isRetryable: Bool {
         switch kind {
-        case .connection, .timeout: return true
+        case .connection, .timeout, .transient: return true
         case .http(let status): return status == 429 || status == 408 || status >= 500
         default: return false
         }

@@ -66,6 +66,7 @@ struct RetryingTransport: Sendable {
                  progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
         var attempt = 1
         var current = request
+        var confirmedRefusal = false
         while true {
             do {
                 let response = try transfer.perform(current, cancel: cancel, progress: progress)
@@ -74,10 +75,20 @@ struct RetryingTransport: Sendable {
                 try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: Self.retryAfter(response)), cancel: cancel)
             } catch let error as TransferError where error.isRetryable && attempt < policy.requestAttempts {
                 try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: error.retryAfter), cancel: cancel)
+            } catch let error as TransferError where Self.needsConfirmation(error, request) && !confirmedRefusal && attempt < policy.requestAttempts {
+                // libssh2 reports a connection cut during authentication as a refused key;
+                // only a refusal on a second, fresh connection is believed.
+                confirmedRefusal = true
+                try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: nil), cancel: cancel)
             }
             attempt += 1
             current = Self.resumed(request)
         }
+    }
+
+    /// An SSH key refusal, which is believed only when it happens twice.
+    static func needsConfirmation(_ error: TransferError, _ request: TransferRequest) -> Bool {
+        error.kind == .authentication && request.url.hasPrefix("sftp://")
     }
 
     /// Retry-After in seconds (the HTTP-date form is treated as "soon").

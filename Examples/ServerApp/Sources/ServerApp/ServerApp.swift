@@ -1,7 +1,9 @@
 import Foundation
 import Hummingbird
 import Logging
+import Metrics
 import NIOCore
+import Prometheus
 import ServiceLifecycle
 import StoreBackup
 
@@ -40,7 +42,13 @@ struct ServerApp {
             stateStore: BackupStateStore(directory: options.stateDirectory),
             logger: logger)
 
+        // storebackup reports through swift-metrics; with swift-prometheus as the factory, its
+        // backups, failures, sizes and last-success time appear on /metrics with no more code.
+        let metrics = PrometheusCollectorRegistry()
+        MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: metrics))
+
         let router = Router()
+        router.get("metrics") { _, _ in metrics.emitToString() }
         // Does not touch the store, so it answers during a restore too; the pid lets a test
         // see that a restore did not restart the process.
         router.get("health") { _, _ in Health(status: "ok", pid: Int(getpid())) }

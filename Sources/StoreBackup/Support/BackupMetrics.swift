@@ -1,0 +1,65 @@
+import Foundation
+import Metrics
+
+/// What storebackup reports through swift-metrics, so an app that embeds the library and
+/// already exports metrics (e.g. swift-prometheus on `/metrics`) gets them without code of
+/// its own. Nothing is reported until the app bootstraps a `MetricsSystem` factory.
+///
+/// Every metric carries the dimension `destination` (the destination's display name) and, but
+/// for retention, `store` (``StoreHelper/metricsName``, else the stores directory's path). The names follow
+/// Prometheus conventions:
+///
+/// | name | kind | what |
+/// |---|---|---|
+/// | `storebackup_backups_total` | counter, `outcome` = success/failure | backups attempted |
+/// | `storebackup_backup_duration_seconds` | gauge | how long the last backup took |
+/// | `storebackup_backup_size_bytes` | gauge | the last successful backup's archive size |
+/// | `storebackup_uploaded_bytes_total` | counter | bytes published to the destination |
+/// | `storebackup_last_success_timestamp_seconds` | gauge | Unix time of the last successful backup |
+/// | `storebackup_last_failure_timestamp_seconds` | gauge | Unix time of the last failed backup |
+/// | `storebackup_retention_removed_total` | counter | backups removed by retention |
+/// | `storebackup_restores_total` | counter, `outcome` = success/failure | restores attempted |
+///
+/// Alert on `time() - storebackup_last_success_timestamp_seconds > 26 * 3600`.
+public enum BackupMetrics {
+    /// Backups attempted, with `outcome` success or failure.
+    public static let backups = "storebackup_backups_total"
+    /// Seconds the last backup took (archive and upload).
+    public static let duration = "storebackup_backup_duration_seconds"
+    /// Size in bytes of the last successful backup.
+    public static let archiveSize = "storebackup_backup_size_bytes"
+    /// Bytes published to the destination.
+    public static let uploadedBytes = "storebackup_uploaded_bytes_total"
+    /// Unix time of the last successful backup.
+    public static let lastSuccess = "storebackup_last_success_timestamp_seconds"
+    /// Unix time of the last failed backup.
+    public static let lastFailure = "storebackup_last_failure_timestamp_seconds"
+    /// Backups removed by retention.
+    public static let retentionRemoved = "storebackup_retention_removed_total"
+    /// Restores attempted, with `outcome` success or failure.
+    public static let restores = "storebackup_restores_total"
+
+    static func recordBackup(store: String, destination: String, size: Int64?, seconds: Double, at date: Date) {
+        let where_ = [("store", store), ("destination", destination)]
+        let succeeded = size != nil
+        Counter(label: backups, dimensions: where_ + [("outcome", succeeded ? "success" : "failure")]).increment()
+        Gauge(label: duration, dimensions: where_).record(seconds)
+        if let size {
+            Gauge(label: archiveSize, dimensions: where_).record(Double(size))
+            Counter(label: uploadedBytes, dimensions: where_).increment(by: Int(clamping: size))
+            Gauge(label: lastSuccess, dimensions: where_).record(date.timeIntervalSince1970)
+        } else {
+            Gauge(label: lastFailure, dimensions: where_).record(date.timeIntervalSince1970)
+        }
+    }
+
+    static func recordRestore(store: String, destination: String, succeeded: Bool) {
+        Counter(label: restores, dimensions: [("store", store), ("destination", destination),
+                                             ("outcome", succeeded ? "success" : "failure")]).increment()
+    }
+
+    static func recordRetention(destination: String, removed: Int) {
+        guard removed > 0 else { return }
+        Counter(label: retentionRemoved, dimensions: [("destination", destination)]).increment(by: removed)
+    }
+}
