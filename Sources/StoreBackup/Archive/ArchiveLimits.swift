@@ -3,20 +3,23 @@ import Foundation
 /// Fixed ceilings on every number a backup archive supplies.
 ///
 /// An archive may come from storage someone else controls, so nothing read from it sizes
-/// an allocation until it has been checked against one of these. They are chosen so that
-/// restore and verify stay within their 64 MiB memory budget whatever the archive says
-/// (each entry costs about 3 KiB: libzip's directory in every worker's handle, the entry
-/// list, the decoded manifest). `create` refuses a store with more entries than restore
-/// accepts, so no backup is made that could not be restored.
+/// an allocation until it has been checked against one of these, and memory stays bounded
+/// whatever the archive says. Restore and verify need about 40 MiB plus 2.5-6 KiB per
+/// entry, growing with name length (libzip's directory in each of the few handles, the
+/// entry list, the decoded manifest): within the 64 MiB budget up to a few thousand
+/// entries (about 5,000 UUID-named blobs), and under 200 MiB at these limits. The entry limit is set for real stores (folders of external
+/// blobs hold tens of thousands of files) rather than for the budget; `create` refuses a
+/// store with more entries than restore accepts, so no backup is made that could not be
+/// restored.
 enum ArchiveLimits {
     /// Entries in the central directory (files, folders, links and the manifest).
-    static let maxEntries = 4_000
+    static let maxEntries = 50_000
     /// Bytes of the central directory; libzip holds all of it in memory.
-    static let maxCentralDirectoryBytes: Int64 = 5 << 18  // 1.25 MiB
+    static let maxCentralDirectoryBytes: Int64 = 8 << 20  // 8 MiB
     /// Bytes of one entry name (Linux allows 4095 for a whole path).
     static let maxNameBytes = 1024
     /// Bytes of the manifest, declared and read.
-    static let maxManifestBytes: Int64 = 5 << 19  // 2.5 MiB
+    static let maxManifestBytes: Int64 = 24 << 20  // 24 MiB
     /// Bytes of a link's target.
     static let maxLinkTargetBytes = 1024
     /// Links in one archive (each is resolved through the others before extraction).
