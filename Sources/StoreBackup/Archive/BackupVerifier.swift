@@ -68,7 +68,9 @@ public struct BackupVerifier: Sendable {
     }
 
     private func verifyOne(_ name: String, progress: ProgressHandler?) async -> VerificationResult {
-        let scratch = NSTemporaryDirectory() + "storebackup-verify-\(getpid())-\(UUID().uuidString.prefix(8))"
+        // Under the one scratch policy, so the next command removes it if this one is killed.
+        ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
+        let scratch = ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "verify")
         defer { try? FileSystem.removeTree(scratch) }
         do {
             try FileSystem.createDirectories(scratch, mode: 0o700)

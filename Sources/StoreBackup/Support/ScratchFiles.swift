@@ -27,8 +27,8 @@ enum ScratchFiles {
         return path
     }
 
-    /// The owning pid when `name` is a storebackup temporary: ours, or an older name still
-    /// in use by a part of the code that has not moved to ``path(in:purpose:suffix:)`` yet.
+    /// The owning pid when `name` is a storebackup temporary: ours, or one left by an older
+    /// version (verify's `storebackup-verify-<pid>-…` folder, restore's download).
     static func owner(of name: String) -> Int32? {
         for marker in [prefix, "storebackup-verify-"] where name.hasPrefix(marker) {
             return Int32(name.dropFirst(marker.count).prefix(while: \.isNumber))
