@@ -92,13 +92,20 @@ final class RecoveryTests: XCTestCase {
         XCTAssertFalse(FileSystem.fileExists(layout.journal))
     }
 
-    func testCrashDuringReloadRollsBackAndKeepsTheNewStoreAside() throws {
+    /// A crash while the app reloads is not the app rejecting the store: the old store is put
+    /// back, and the unaccepted copy is discarded (the backup it came from still exists), so
+    /// interrupted restores leave no _FailedRestore behind.
+    func testCrashDuringReloadRollsBackAndDiscardsTheUnacceptedCopy() throws {
         try makeFolder(layout.live, marker: "new")
         try makeFolder(layout.old, marker: "old")
         try journal(.reloading)
         _ = try StoreSwapper(layout: layout).recover()
         XCTAssertEqual(marker(layout.live), "old")
-        XCTAssertEqual(marker(layout.failed), "new")
+        XCTAssertFalse(FileSystem.fileExists(layout.failed))
+        XCTAssertFalse(FileSystem.fileExists(layout.old))
+        XCTAssertFalse(FileSystem.fileExists(layout.journal))
+        let beside = try FileManager.default.contentsOfDirectory(atPath: layout.parent)
+        XCTAssertEqual(beside.filter { $0.hasPrefix(ScratchFiles.prefix) }, [], "the discarded copy is gone, not parked")
     }
 
     func testCrashDuringExtractionDiscardsTheHalfMadeFolder() throws {
