@@ -16,7 +16,7 @@ public struct PublishOutcome: Sendable {
 extension StoreHelper {
     /// Builds one backup and publishes it to ``destination`` and to each of `mirrors`
     /// (the 3-2-1 rule): the store is archived once, into a temporary in `TMPDIR`, and that
-    /// file is uploaded to each destination in turn under the same name where possible.
+    /// file is uploaded to each destination in turn under the name the first one took, where free.
     ///
     /// A destination that fails (its preflight or its upload) does not stop the others;
     /// its outcome carries the error. Metrics are recorded per destination.
@@ -44,10 +44,12 @@ extension StoreHelper {
             let archivePath = ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
             outcomes = try await withBuiltArchive(at: archivePath, password: password, progress: progress) { archive in
                 var published = outcomes
+                var start: Date?   // the name the first destination took, so all share it where free
                 for index in reachable {
                     if Task.isCancelled { throw StoreBackupError.cancelled }
                     do {
-                        let result = try await publish(archive, to: destinations[index], progress: progress)
+                        let result = try await publish(archive, to: destinations[index], progress: progress, start: start)
+                        start = start ?? BackupName.date(of: result.name)
                         published[index].backup = result
                         BackupMetrics.recordBackup(store: metricsStoreName, destination: result.destination, size: result.size,
                                                    seconds: result.archiveSeconds + result.uploadSeconds, at: Date())

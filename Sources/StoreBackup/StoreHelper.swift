@@ -234,19 +234,22 @@ public struct StoreHelper: Sendable {
         return try await publish(archive)
     }
 
-    /// Uploads a built archive to `destination` as `<UTC date> Stores.zip`, moving the name
-    /// on by a second while another store sharing the destination has taken it.
-    func publish(_ archive: BuiltArchive, to destination: any BackupDestination, progress: ProgressHandler?) async throws -> BackupResult {
+    /// Uploads a built archive to `destination` as `<UTC date> Stores.zip` (the date `start`,
+    /// by default when it was built), moving the name on by a second while another store
+    /// sharing the destination has taken it.
+    func publish(_ archive: BuiltArchive, to destination: any BackupDestination, progress: ProgressHandler?,
+                 start: Date? = nil) async throws -> BackupResult {
         let clock = ContinuousClock()
         let uploadStarted = clock.now
-        var name = BackupName.make(for: archive.createdAt)
+        let first = start ?? archive.createdAt
+        var name = BackupName.make(for: first)
         for attempt in 1...10 {
             do {
                 try Task.checkCancellation()
                 try await destination.upload(file: archive.path, as: name, progress: progress)
                 break
             } catch StoreBackupError.backupExists where attempt < 10 {
-                name = BackupName.make(for: archive.createdAt.addingTimeInterval(TimeInterval(attempt)))
+                name = BackupName.make(for: first.addingTimeInterval(TimeInterval(attempt)))
             } catch is CancellationError {
                 throw StoreBackupError.cancelled
             }
