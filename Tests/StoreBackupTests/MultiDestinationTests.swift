@@ -201,3 +201,47 @@ final class MultiDestinationTests: XCTestCase {
         XCTAssertTrue(text.stdout.contains("FAILING") && text.stdout.contains(local), text.stdout)
     }
 }
+
+/// `destinations:` in the configuration: read in order, a store's own setting replacing the
+/// top-level default, and mistakes named with their key.
+final class MultiDestinationConfigurationTests: XCTestCase {
+    func parse(_ yaml: String) throws -> BackupConfiguration {
+        try BackupConfiguration.parse(yaml: yaml, file: "/etc/test.yml", environment: [:])
+    }
+
+    func testDestinationsAreReadInOrderAndAStoreOverridesTheDefault() throws {
+        let configuration = try parse("""
+            schedule: daily 02:30
+            destinations: [/var/backups, "s3://bucket/app"]
+            stores:
+              - {name: a, path: /srv/a}
+              - {name: b, path: /srv/b, destination: /mnt/usb}
+              - {name: c, path: /srv/c, destinations: [/x, /y, /z]}
+            """)
+        XCTAssertEqual(configuration.stores.map(\.allDestinations), [["/var/backups", "s3://bucket/app"], ["/mnt/usb"], ["/x", "/y", "/z"]])
+        XCTAssertEqual(configuration.stores[0].destination, "/var/backups")
+        XCTAssertEqual(configuration.stores[0].mirrors, ["s3://bucket/app"])
+        XCTAssertEqual(configuration.stores[1].mirrors, [])
+    }
+
+    func testMistakesAreNamed() throws {
+        let cases: [(String, String)] = [
+            ("destination: /a\n    destinations: [/b]", "stores[0].destinations: give either `destination` or `destinations`, not both"),
+            ("destinations: []", "stores[0].destinations: must be a non-empty list"),
+            ("destinations: /a", "stores[0].destinations: must be a non-empty list"),
+            ("destinations: [/a, /a]", "stores[0].destinations[1]: \"/a\" is listed twice"),
+            ("destinations: [/a, \"\"]", "stores[0].destinations[1]: must not be empty"),
+        ]
+        for (setting, expected) in cases {
+            XCTAssertThrowsError(try parse("""
+                schedule: daily 02:30
+                stores:
+                  - name: a
+                    path: /srv/a
+                    \(setting)
+                """)) { error in
+                XCTAssertTrue("\(error)".contains(expected), "\(setting): \(error)")
+            }
+        }
+    }
+}

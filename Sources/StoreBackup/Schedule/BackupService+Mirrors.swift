@@ -50,10 +50,15 @@ extension BackupService {
         outcome.destinations = published
         let failed = published.filter { !$0.succeeded }
         if outcome.error == nil, !failed.isEmpty {
+            // Errors mostly begin with their destination's name already; say it once.
+            let reasons = failed.map { failure -> String in
+                let text = Self.describe(failure.error ?? StoreBackupError.cancelled)
+                return text.hasPrefix(failure.destination + ": ") ? String(text.dropFirst(failure.destination.count + 2)) : text
+            }
             outcome.error = StoreBackupError.destination(
                 destination: failed.map(\.destination).joined(separator: ", "),
-                reason: "the backup was not published here (\(failed.count) of \(published.count) destinations failed: "
-                    + failed.map { "\($0.destination): \(Self.describe($0.error ?? StoreBackupError.cancelled))" }.joined(separator: "; ") + ")")
+                reason: "the backup was not published there (\(published.count - failed.count) of \(published.count) destinations took it): "
+                    + reasons.joined(separator: "; "))
         }
         outcome.finishedAt = Date()
         record(outcome, job: job, log: log)
