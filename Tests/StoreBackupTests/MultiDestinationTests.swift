@@ -200,6 +200,46 @@ final class MultiDestinationTests: XCTestCase {
         let text = try runStoreBackup(["status", "--config", try configuration(broken)], environment: environment)
         XCTAssertTrue(text.stdout.contains("FAILING") && text.stdout.contains(local), text.stdout)
     }
+
+    /// A real WebDAV server that refuses the credentials during a mirrored run: S3 still gets
+    /// the backup; then `copy --all` brings it to the WebDAV server (checked by its read-back).
+    func testRefusingWebDAVServerInAMirroredRunThenCopyToIt() throws {
+        let webdav = try servers.start("webdav")
+        let dav = "webdav://127.0.0.1:\(webdav["port"] as! Int)/dav/mirror"
+        var right = environment
+        right["STOREBACKUP_WEBDAV_USER"] = webdav["user"] as? String
+        right["STOREBACKUP_WEBDAV_PASSWORD"] = webdav["password"] as? String
+        var wrong = right
+        wrong["STOREBACKUP_WEBDAV_PASSWORD"] = "not-the-password-4711"
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store)
+        let bucket = "s3://backups/with-dav"
+        let path = work + "/storebackup.yml"
+        try """
+            state-directory: \(work)/state
+            s3-endpoint: \(endpoint)
+            schedule: daily 02:30
+            stores:
+              - {name: app, path: \(store), destinations: ["\(dav)", "\(bucket)"]}
+            """.write(toFile: path, atomically: false, encoding: .utf8)
+
+        let run = try runStoreBackup(["create", "--config", path, "--store", "app"], environment: wrong)
+        XCTAssertEqual(run.status, 1, run.stderr)
+        XCTAssertTrue(run.stderr.contains("rejected the credentials") || run.stderr.contains("401"), run.stderr)
+        XCTAssertFalse(run.stderr.contains("not-the-password-4711"), run.stderr)
+        let atS3 = try list(bucket)
+        XCTAssertEqual(atS3.count, 1, "S3 took the backup although the first destination refused")
+
+        let copied = try runStoreBackup(["copy", "--all", "--from", bucket, "--to", dav, "--s3-endpoint", endpoint, "--json"], environment: right)
+        XCTAssertEqual(copied.status, 0, copied.stderr)
+        let again = try runStoreBackup(["copy", "--all", "--from", bucket, "--to", dav, "--s3-endpoint", endpoint], environment: right)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertTrue(again.stdout.contains("already there: \(atS3.keys.first!)"), again.stdout)
+        let listed = try runStoreBackup(["list", "--json", "--from", dav], environment: right)
+        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [[String: Any]]
+        XCTAssertEqual(rows.map { $0["name"] as! String }, Array(atS3.keys))
+        XCTAssertEqual(rows.map { ($0["size"] as! NSNumber).int64Value }, Array(atS3.values))
+    }
 }
 
 /// `destinations:` in the configuration: read in order, a store's own setting replacing the
