@@ -199,6 +199,15 @@ final class MultiDestinationTests: XCTestCase {
         XCTAssertNotNil(row["lastFailure"] as? [String: Any], status.stdout)
         let text = try runStoreBackup(["status", "--config", try configuration(broken)], environment: environment)
         XCTAssertTrue(text.stdout.contains("FAILING") && text.stdout.contains(local), text.stdout)
+
+        // `prune` with the configuration applies keep-last 1 at each destination of the store
+        // (two local folders here: rclone's S3 server cannot list multipart uploads, which prune asks).
+        let second = work + "/second"
+        XCTAssertEqual(try copy(["--all", "--from", local, "--to", second]).status, 0)
+        let pruned = try runStoreBackup(["prune", "--config", try configuration(second), "--yes"], environment: environment)
+        XCTAssertEqual(pruned.status, 0, pruned.stderr)
+        XCTAssertEqual(try list(local).keys.sorted(), [atLocal.last!])
+        XCTAssertEqual(try list(second).keys.sorted(), [atLocal.last!])
     }
 
     /// A real WebDAV server that refuses the credentials during a mirrored run: S3 still gets
