@@ -15,8 +15,9 @@ public struct PublishOutcome: Sendable {
 
 extension StoreHelper {
     /// Builds one backup and publishes it to ``destination`` and to each of `mirrors`
-    /// (the 3-2-1 rule): the store is archived once, into a temporary in `TMPDIR`, and that
-    /// file is uploaded to each destination in turn under the name the first one took, where free.
+    /// (the 3-2-1 rule): the store is archived once (in a local folder destination when there
+    /// is one, else in `TMPDIR`), and that file is uploaded to each destination in turn under
+    /// the name the first one took, where free.
     ///
     /// A destination that fails (its preflight or its upload) does not stop the others;
     /// its outcome carries the error. Metrics are recorded per destination.
@@ -41,7 +42,12 @@ extension StoreHelper {
                 do { try await target.preflight(); reachable.append(index) } catch { outcomes[index].error = error }
             }
             guard !reachable.isEmpty else { recordFailures(); return outcomes }
-            let archivePath = ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
+            // Build in a local folder destination when there is one (no space taken in TMPDIR);
+            // it is published last, because publishing there moves the archive in by rename.
+            let host = reachable.first { destinations[$0] is LocalFolderDestination && destinations[$0].stagingDirectory != nil }
+            if let host { reachable.removeAll { $0 == host }; reachable.append(host) }
+            let archivePath = host.flatMap { (destinations[$0] as? LocalFolderDestination)?.temporaryArchivePath() }
+                ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
             outcomes = try await withBuiltArchive(at: archivePath, password: password, progress: progress) { archive in
                 var published = outcomes
                 var start: Date?   // the name the first destination took, so all share it where free

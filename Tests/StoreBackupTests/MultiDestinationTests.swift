@@ -161,7 +161,11 @@ final class MultiDestinationTests: XCTestCase {
         }
 
         var names: [String] = []
-        for _ in 0..<2 {
+        for run in 0..<2 {
+            // A change between runs, so the second archive differs even within the same second.
+            let database = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+            try database.execute("CREATE TABLE run\(run)(x)", operation: "test change")
+            database.close()
             let run = try runStoreBackup(["create", "--config", try configuration(bucket), "--store", "app", "--prune"], environment: environment)
             XCTAssertEqual(run.status, 0, run.stderr)
             names.append(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
@@ -176,6 +180,8 @@ final class MultiDestinationTests: XCTestCase {
         XCTAssertEqual(failing.status, 1, failing.stderr)
         XCTAssertTrue(failing.stderr.contains("storebackup: error:") && failing.stderr.contains("127.0.0.1:\(closedPort)"), failing.stderr)
         let atLocal = try list(local).keys.sorted()
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: local).sorted(), atLocal,
+                       "the archive built in the local folder left no temporary behind")
         XCTAssertEqual(atLocal.count, 2, "the local folder got the backup despite the other failing: \(atLocal)")
         let event = try String(contentsOfFile: marker, encoding: .utf8).split(separator: "|").map(String.init)
         XCTAssertEqual(event.first, "failure")
