@@ -65,6 +65,7 @@ extension StoreHelper {
                         published[index].error = error
                     }
                 }
+                archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
                 return published
             }
         } catch {

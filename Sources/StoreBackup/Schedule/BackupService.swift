@@ -14,7 +14,9 @@ import ServiceLifecycle
 ///   is still going is skipped and logged);
 /// - applies the store's retention after each successful backup, to this host's backups of
 ///   this store only;
-/// - records the outcome in the store's `BackupState` file and runs its hooks.
+/// - records the outcome in the store's `BackupState` file and runs its hooks;
+/// - for a store with several destinations (`StoreJob.mirrors`), builds each backup once and
+///   publishes it to each; one failing does not stop the others, but fails the run.
 ///
 /// On graceful shutdown (SIGTERM/SIGINT in a `ServiceGroup`) or task cancellation, waiting
 /// stops and a backup in flight is cancelled: its temporary archive is removed and nothing
