@@ -158,20 +158,50 @@ public struct StoreHelper: Sendable {
 
     private func createBackupUnmeasured(progress: ProgressHandler?) async throws -> BackupResult {
         let progress = ProgressPlan.stamping(ProgressPlan.create, progress)
-        let password: BackupPassword?
-        if encrypt {
-            guard let passwords else { throw StoreBackupError.passwordUnavailable(reason: "encrypting a backup needs a password") }
-            password = try passwords.password()
-        } else {
-            password = nil
+        let password = try archivePassword()
+        try requireStoresDirectory()
+        // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
+        try await destination.preflight()
+        let staging = destination.stagingDirectory
+        let archivePath = (destination as? LocalFolderDestination)?.temporaryArchivePath()
+            ?? ScratchFiles.path(in: staging ?? ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
+        return try await withBuiltArchive(at: archivePath, password: password, progress: progress) { archive in
+            let published = try await publish(archive, to: destination, progress: progress)
+            archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
+            return published
         }
-        // Before the lock: taking it would create the lock file (and its folder) beside a store
-        // that is not there. A store missing mid-swap (its journal says so) is recovered below.
+    }
+
+    /// Before the lock: taking it would create the lock file (and its folder) beside a store
+    /// that is not there. A store missing mid-swap (its journal says so) is recovered instead.
+    func requireStoresDirectory() throws {
         guard FileSystem.fileExists(storesDirectory) || FileSystem.fileExists(layout.journal) else {
             throw StoreBackupError.storesDirectoryMissing(path: storesDirectory)
         }
-        // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
-        try await destination.preflight()
+    }
+
+    /// The password for a new backup: nil unless ``encrypt``.
+    func archivePassword() throws -> BackupPassword? {
+        guard encrypt else { return nil }
+        guard let passwords else { throw StoreBackupError.passwordUnavailable(reason: "encrypting a backup needs a password") }
+        return try passwords.password()
+    }
+
+    /// An archive built by ``withBuiltArchive(at:password:progress:_:)``, not yet published.
+    struct BuiltArchive: Sendable {
+        var path: String
+        var manifest: Manifest
+        var createdAt: Date
+        var size: Int64
+        var archiveSeconds: Double
+        var throttle: ProgressThrottle
+    }
+
+    /// Locks the store, snapshots and archives it into `archivePath`, then runs `publish`
+    /// (still under the lock); the archive file is removed afterwards, whatever happens.
+    func withBuiltArchive<T: Sendable>(at archivePath: String, password: BackupPassword?, progress: ProgressHandler?,
+                                       _ publish: (BuiltArchive) async throws -> T) async throws -> T {
+        try requireStoresDirectory()
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
         defer { withExtendedLifetime(lock) {} }
         _ = try layout.recoverIfNeeded()
@@ -180,14 +210,10 @@ public struct StoreHelper: Sendable {
             do { try await quiesce() } catch is CancellationError { throw StoreBackupError.cancelled }
         }
 
-        let staging = destination.stagingDirectory
-        let localFolder = destination as? LocalFolderDestination
         let createdAt = Date()
         let throttle = ProgressThrottle(progress)
         let storesDirectory = self.storesDirectory
         let level = compressionLevel
-        let archivePath = localFolder?.temporaryArchivePath()
-            ?? ScratchFiles.path(in: staging ?? ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
 
         let manifest: Manifest
         let clock = ContinuousClock()
@@ -223,25 +249,34 @@ public struct StoreHelper: Sendable {
         }
 
         defer { unlink(archivePath) }
-        let uploadStarted = clock.now
         let size = (try? FileSystem.lstatInfo(archivePath)).map { Int64($0.st_size) } ?? 0
-        var name = BackupName.make(for: createdAt)
-        // Names are to the second; another store sharing the destination may have taken this one.
+        let archive = BuiltArchive(path: archivePath, manifest: manifest, createdAt: createdAt, size: size,
+                                   archiveSeconds: Self.seconds(clock.now - archiveStarted), throttle: throttle)
+        return try await publish(archive)
+    }
+
+    /// Uploads a built archive to `destination` as `<UTC date> Stores.zip` (the date `start`,
+    /// by default when it was built), moving the name on by a second while another store
+    /// sharing the destination has taken it.
+    func publish(_ archive: BuiltArchive, to destination: any BackupDestination, progress: ProgressHandler?,
+                 start: Date? = nil) async throws -> BackupResult {
+        let clock = ContinuousClock()
+        let uploadStarted = clock.now
+        let first = start ?? archive.createdAt
+        var name = BackupName.make(for: first)
         for attempt in 1...10 {
             do {
                 try Task.checkCancellation()
-                try await destination.upload(file: archivePath, as: name, progress: progress)
+                try await destination.upload(file: archive.path, as: name, progress: progress)
                 break
             } catch StoreBackupError.backupExists where attempt < 10 {
-                name = BackupName.make(for: createdAt.addingTimeInterval(TimeInterval(attempt)))
+                name = BackupName.make(for: first.addingTimeInterval(TimeInterval(attempt)))
             } catch is CancellationError {
                 throw StoreBackupError.cancelled
             }
         }
-        throttle.report(BackupProgress(phase: .done, bytesDone: size, bytesTotal: size), force: true)
-        return BackupResult(name: name, size: size, destination: destination.displayName, manifest: manifest,
-                            archiveSeconds: Self.seconds(uploadStarted - archiveStarted),
-                            uploadSeconds: Self.seconds(clock.now - uploadStarted))
+        return BackupResult(name: name, size: archive.size, destination: destination.displayName, manifest: archive.manifest,
+                            archiveSeconds: archive.archiveSeconds, uploadSeconds: Self.seconds(clock.now - uploadStarted))
     }
 
     // MARK: list and delete

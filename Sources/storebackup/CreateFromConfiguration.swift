@@ -28,7 +28,7 @@ extension CreateCommand {
         }
         var adjusted = job
         if !prune { adjusted.retention = nil }
-        if let explicit = destination.destination { adjusted.destination = explicit }
+        if let explicit = destination.destination { adjusted.destination = explicit; adjusted.mirrors = [] }
         if level != "default", let parsed = CompressionLevel.parse(level) { adjusted.compressionLevel = parsed }
         if encrypt {
             // The configured path reads the password from a file (no prompt: it is for cron and timers).

@@ -5,8 +5,28 @@ import StoreBackup
 struct DestinationOption: ParsableArguments {
     @Option(name: [.customLong("to"), .customLong("from")],
             help: ArgumentHelp("Where backups live: a folder path or file:// URL, s3://BUCKET/PREFIX, webdav(s)://HOST[:PORT]/PATH, sftp://USER@HOST[:PORT]/PATH, or dropbox:///PATH (see `storebackup auth dropbox`).", valueName: "destination"))
-    var destination: String?
+    var destinations: [String] = []
 
+    @OptionGroup var connection: ConnectionOption
+
+    /// The one destination given, or nil for the default (see `resolve()`).
+    var destination: String? { destinations.last }
+    var caFile: String? { connection.caFile }
+    var insecure: Bool { connection.insecure }
+    var options: DestinationOptions { connection.options }
+
+    /// The destination; more than one --to/--from is an error (only `restore` takes several).
+    func resolve() throws -> any BackupDestination {
+        if destinations.count > 1 {
+            Terminal.fail(StoreBackupError.invalidDestination(
+                url: "--to/--from", reason: "this command takes one destination; \(destinations.count) were given"))
+        }
+        return connection.resolve(destination)
+    }
+}
+
+/// How to reach remote destinations: endpoints, TLS, SSH keys, credentials.
+struct ConnectionOption: ParsableArguments {
     @Option(name: .customLong("s3-endpoint"),
             help: ArgumentHelp("S3-compatible endpoint URL (default: AWS_ENDPOINT_URL, else AWS); path-style addressing.", valueName: "url"))
     var s3Endpoint: String?
@@ -40,7 +60,16 @@ struct DestinationOption: ParsableArguments {
         return options
     }
 
-    func resolve() throws -> any BackupDestination {
-        do { return try DestinationResolver.resolve(destination, options: options) } catch { Terminal.fail(error) }
+    /// The destination `value` names (nil: the default folder); a bad one ends the command.
+    func resolve(_ value: String?) -> any BackupDestination {
+        resolve([value])[0]
+    }
+
+    /// Several destinations with one set of options (so --insecure warns once).
+    func resolve(_ values: [String?]) -> [any BackupDestination] {
+        let options = self.options
+        return values.map { value in
+            do { return try DestinationResolver.resolve(value, options: options) } catch { Terminal.fail(error) }
+        }
     }
 }

@@ -113,13 +113,16 @@ struct PruneCommand: AsyncParsableCommand {
                     Terminal.info("storebackup: store \"\(job.name)\" has no retention; keeping all its backups")
                     continue
                 }
-                let target: any BackupDestination
-                do {
-                    target = try DestinationResolver.resolve(destination.destination ?? job.destination, options: configuration.destinationOptions())
-                } catch { Terminal.fail(error) }
-                targets.append(Target(destination: target, policy: policy, storesDirectory: job.storesDirectory,
-                                      stateDirectory: configuration.stateStore.directory,
-                                      passwords: job.passwordFile.map(PasswordProvider.file) ?? password.provider(confirm: false, prompt: false)))
+                // Retention applies at each of the store's destinations (or only at --to).
+                for value in destination.destination.map({ [$0] }) ?? job.allDestinations {
+                    let target: any BackupDestination
+                    do {
+                        target = try DestinationResolver.resolve(value, options: configuration.destinationOptions())
+                    } catch { Terminal.fail(error) }
+                    targets.append(Target(destination: target, policy: policy, storesDirectory: job.storesDirectory,
+                                          stateDirectory: configuration.stateStore.directory,
+                                          passwords: job.passwordFile.map(PasswordProvider.file) ?? password.provider(confirm: false, prompt: false)))
+                }
             }
         }
 

@@ -13,6 +13,10 @@ struct RestoreCommand: AsyncParsableCommand {
             if that fails, the new store goes to <dir>_FailedRestore and the old one is put back. \
             A restore killed at any point is repaired by the next command on the store (or `recover`). \
             The stores directory does not need to exist.
+
+            --from may be given several times: the destinations are tried in that order, and one \
+            that cannot be reached or lacks the backup is skipped with a warning ("latest" is \
+            resolved at each); the command says which one it restores from.
             """)
 
     @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
@@ -32,7 +36,18 @@ struct RestoreCommand: AsyncParsableCommand {
     var allowUnverified = false
 
     func run() async throws {
-        var configured = StoreHelper(storesDirectory: storesDirectory, destination: try destination.resolve(),
+        let name: String
+        let source: any BackupDestination
+        if destination.destinations.count > 1 {
+            let found = await Self.firstHolding(self.name, in: destination.connection.resolve(destination.destinations))
+            source = found.destination
+            name = found.backup.name
+            Terminal.info("storebackup: restoring \"\(name)\" from \(source.displayName)")
+        } else {
+            source = try destination.resolve()
+            name = self.name
+        }
+        var configured = StoreHelper(storesDirectory: storesDirectory, destination: source,
                                      passwords: password.provider(confirm: false))
         configured.allowUnverified = allowUnverified
         let helper = configured
@@ -53,6 +68,26 @@ struct RestoreCommand: AsyncParsableCommand {
         printer.finishLine()
         if let warning = result.warning { Terminal.info("storebackup: warning: \(warning)") }
         Terminal.info("storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)")
+    }
+
+    /// With several --from: the first destination, in the order given, that answers and
+    /// holds the backup (`latest` is resolved at each). Ends the command when none does.
+    static func firstHolding(_ nameOrLatest: String, in destinations: [any BackupDestination]) async
+        -> (destination: any BackupDestination, backup: BackupListing) {
+        var reasons: [String] = []
+        for destination in destinations {
+            do {
+                let backup = try await destination.resolve(nameOrLatest)
+                return (destination, backup)
+            } catch let error as StoreBackupError where error == .invalidBackupName(name: nameOrLatest) {
+                Terminal.fail(error)
+            } catch {
+                Terminal.info("storebackup: warning: \(destination.displayName): \(error); trying the next --from")
+                reasons.append("\(error)")
+            }
+        }
+        Terminal.fail(StoreBackupError.restoreRefused(
+            reason: "no --from destination could provide \"\(nameOrLatest)\" (\(reasons.joined(separator: "; "))); nothing was changed"))
     }
 
     /// The command line reloads by quick-checking every database. Tests can make the

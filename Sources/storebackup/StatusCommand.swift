@@ -16,7 +16,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var configurationFile: ConfigurationOption
 
-    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun} (and leftovers with --leftovers).")
+    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun, and for several destinations destinations: {NAME: {lastSuccess, lastFailure}}} (and leftovers with --leftovers).")
     var json = false
 
     @Flag(help: "Also ask each destination for unfinished uploads older than a day (what `prune` removes).")
@@ -64,6 +64,17 @@ struct StatusCommand: AsyncParsableCommand {
                     ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
                 } ?? NSNull()
                 if leftovers { object["leftovers"] = state.destination.flatMap { leftoverText[$0] } ?? NSNull() }
+                if let destinations = state.destinations {
+                    object["destinations"] = destinations.mapValues { record -> [String: Any] in
+                        let success: Any = record.lastSuccess.map { success -> [String: Any] in
+                            ["at": formatter.string(from: success.at), "backup": success.backup, "size": success.size]
+                        } ?? NSNull()
+                        let failure: Any = record.lastFailure.map { failure -> [String: Any] in
+                            ["at": formatter.string(from: failure.at), "error": failure.error]
+                        } ?? NSNull()
+                        return ["lastSuccess": success, "lastFailure": failure]
+                    }
+                }
                 return object
             }
             let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys, .prettyPrinted])
@@ -91,6 +102,14 @@ struct StatusCommand: AsyncParsableCommand {
             }
             if let failure = state.lastFailure {
                 Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
+            }
+            for (name, record) in (state.destinations ?? [:]).sorted(by: { $0.key < $1.key }) {
+                // A destination is failing when its last failure is newer than its last success.
+                let failing = (record.lastFailure?.at ?? .distantPast) > (record.lastSuccess?.at ?? .distantPast)
+                var line = "  \(failing ? "FAILING" : "ok     ")       \(name)"
+                if let success = record.lastSuccess { line += "  last backup \(formatter.string(from: success.at))  \(success.backup)" }
+                if failing, let failure = record.lastFailure { line += "  failed \(formatter.string(from: failure.at)): \(failure.error)" }
+                Terminal.output(line)
             }
             if let next = state.nextRun { Terminal.output("  next run      \(formatter.string(from: next))") }
             if let text = state.destination.flatMap({ leftoverText[$0] }) { Terminal.output("  leftovers     \(text)") }

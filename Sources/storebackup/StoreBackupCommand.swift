@@ -22,6 +22,6 @@ struct StoreBackupCommand: AsyncParsableCommand {
             """,
         version: StoreBackupVersion.current,
         subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
-                      RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self]
+                      RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self, CopyCommand.self]
     )
 }

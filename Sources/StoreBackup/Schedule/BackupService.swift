@@ -14,7 +14,9 @@ import ServiceLifecycle
 ///   is still going is skipped and logged);
 /// - applies the store's retention after each successful backup, to this host's backups of
 ///   this store only;
-/// - records the outcome in the store's `BackupState` file and runs its hooks.
+/// - records the outcome in the store's `BackupState` file and runs its hooks;
+/// - for a store with several destinations (`StoreJob.mirrors`), builds each backup once and
+///   publishes it to each; one failing does not stop the others, but fails the run.
 ///
 /// On graceful shutdown (SIGTERM/SIGINT in a `ServiceGroup`) or task cancellation, waiting
 /// stops and a backup in flight is cancelled: its temporary archive is removed and nothing
@@ -158,6 +160,7 @@ public final class BackupService: Service, Sendable {
         _ = try? stateStore.update(job.name, default: initialState(job)) { $0.lastStarted = started; $0.nextRun = nil }
         log.info("backup started")
         var outcome = BackupRunOutcome(store: job.name, startedAt: started)
+        if !job.mirrors.isEmpty { return await runMirrored(job, outcome: outcome, log: log) }
         var destinationName = job.destination.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment)
         let destination: any BackupDestination
         do {
@@ -199,7 +202,7 @@ public final class BackupService: Service, Sendable {
     }
 
     /// The one place a job becomes a `StoreHelper`.
-    private func makeHelper(for job: StoreJob, destination: any BackupDestination) -> StoreHelper {
+    func makeHelper(for job: StoreJob, destination: any BackupDestination) -> StoreHelper {
         // The password file is read at each run, so a changed password applies to the next backup.
         var helper = StoreHelper(storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
                                  encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
@@ -207,7 +210,7 @@ public final class BackupService: Service, Sendable {
         return helper
     }
 
-    private func applyRetention(_ policy: RetentionPolicy, job: StoreJob, pruner: BackupPruner, host: String, log: Logger) async throws -> [String] {
+    func applyRetention(_ policy: RetentionPolicy, job: StoreJob, pruner: BackupPruner, host: String, log: Logger) async throws -> [String] {
         let groups = try await pruner.plan(policy, host: host, storesDirectory: job.storesDirectory)
         for group in groups {
             for decision in group.decisions where !decision.keep {
@@ -217,15 +220,27 @@ public final class BackupService: Service, Sendable {
         return try await pruner.execute(groups)
     }
 
-    private func record(_ outcome: BackupRunOutcome, job: StoreJob, log: Logger) {
+    func record(_ outcome: BackupRunOutcome, job: StoreJob, log: Logger) {
         do {
             try stateStore.update(job.name, default: initialState(job)) { state in
                 if let backup = outcome.backup {
                     state.lastSuccess = BackupState.Success(
                         at: outcome.finishedAt, backup: backup.name, size: backup.size,
                         durationSeconds: outcome.finishedAt.timeIntervalSince(outcome.startedAt))
-                } else if let error = outcome.error {
+                }
+                if let error = outcome.error {
                     state.lastFailure = BackupState.Failure(at: outcome.finishedAt, error: Self.describe(error))
+                }
+                // Several destinations: each one's own last success or failure.
+                for published in outcome.destinations {
+                    var record = state.destinations?[published.destination] ?? BackupState.DestinationRecord()
+                    if let backup = published.backup {
+                        record.lastSuccess = BackupState.Success(at: outcome.finishedAt, backup: backup.name, size: backup.size,
+                                                                 durationSeconds: backup.archiveSeconds + backup.uploadSeconds)
+                    } else if let error = published.error {
+                        record.lastFailure = BackupState.Failure(at: outcome.finishedAt, error: Self.describe(error))
+                    }
+                    state.destinations = (state.destinations ?? [:]).merging([published.destination: record]) { _, new in new }
                 }
             }
         } catch {
@@ -240,7 +255,7 @@ public final class BackupService: Service, Sendable {
         }
     }
 
-    private func runHooks(for outcome: BackupRunOutcome, job: StoreJob, destination: String, log: Logger) async {
+    func runHooks(for outcome: BackupRunOutcome, job: StoreJob, destination: String, log: Logger) async {
         // A backup cancelled by shutdown is not a failure worth an alert.
         if outcome.wasCancelled { return }
         let actions = outcome.error == nil ? job.hooks.onSuccess : job.hooks.onFailure
@@ -275,6 +290,9 @@ public struct BackupRunOutcome: Sendable {
     public var pruned: [String] = []
     /// Retention failed after a successful backup (the backup stands).
     public var retentionError: String?
+    /// With several destinations: how each one went, the first destination first
+    /// (`backup` is then the first that succeeded, and `error` is set when any failed).
+    public var destinations: [PublishOutcome] = []
 
     init(store: String, startedAt: Date) {
         self.store = store

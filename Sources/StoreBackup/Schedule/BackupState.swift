@@ -23,9 +23,21 @@ public struct BackupState: Sendable, Codable, Equatable {
         public init(at: Date, error: String) { self.at = at; self.error = error }
     }
 
+    /// One destination's last success and last failure.
+    public struct DestinationRecord: Sendable, Codable, Equatable {
+        public var lastSuccess: Success?
+        public var lastFailure: Failure?
+        public init(lastSuccess: Success? = nil, lastFailure: Failure? = nil) {
+            self.lastSuccess = lastSuccess; self.lastFailure = lastFailure
+        }
+    }
+
     public var store: String
     public var storesDirectory: String
     public var destination: String?
+    /// With several destinations (`destinations:` in the configuration): each one's last
+    /// success and failure, by its display name. nil for a store with one destination.
+    public var destinations: [String: DestinationRecord]?
     public var schedule: String?
     public var lastSuccess: Success?
     public var lastFailure: Failure?

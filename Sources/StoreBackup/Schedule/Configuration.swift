@@ -11,6 +11,9 @@ import Yams
 ///   - name: app
 ///     path: /var/lib/app/Stores
 ///     destination: s3://bucket/app        # overrides the default
+///   - name: ledger
+///     path: /var/lib/ledger/Stores
+///     destinations: [/var/backups/ledger, s3://bucket/ledger]   # built once, published to each
 ///     jitter: 10m
 ///     encrypt: {password-file: /etc/storebackup.pass}
 /// hooks:
@@ -118,7 +121,7 @@ private struct ConfigurationReader {
     let file: String
     let environment: [String: String]
 
-    static let storeKeys: Set<String> = ["name", "path", "destination", "schedule", "jitter", "retention", "level", "encrypt", "hooks"]
+    static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "encrypt", "hooks"]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path"]).union(
         ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics"])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
@@ -233,8 +236,7 @@ private struct ConfigurationReader {
             }
             level = parsed
         }
-        let destination = try setting("destination").map { try string($0.0, at: $0.1) }
-        if let destination, destination.isEmpty { throw fail(setting("destination")?.0, setting("destination")!.1, "must not be empty") }
+        let (destination, mirrors) = try readDestinations(store, defaults: defaults, node: node, at: key)
         let retention = try setting("retention").map { try readRetention($0.0, at: $0.1) }
         var passwordFile: String?
         if let (encryptNode, encryptKey) = setting("encrypt") {
@@ -245,8 +247,39 @@ private struct ConfigurationReader {
             passwordFile = try string(fileNode, at: encryptKey + ".password-file")
         }
         let hooks = try setting("hooks").map { try readHooks($0.0, at: $0.1) } ?? BackupHooks()
-        return StoreJob(name: name, storesDirectory: path, destination: destination, schedule: schedule, jitter: jitter,
-                        retention: retention, compressionLevel: level, passwordFile: passwordFile, hooks: hooks)
+        var job = StoreJob(name: name, storesDirectory: path, destination: destination, schedule: schedule, jitter: jitter,
+                           retention: retention, compressionLevel: level, passwordFile: passwordFile, hooks: hooks)
+        job.mirrors = mirrors
+        return job
+    }
+
+    /// `destination: A`, or `destinations: [A, B, …]` (each backup published to every one);
+    /// a store's own setting, either key, replaces the top-level default. Returns the first
+    /// destination and the others.
+    func readDestinations(_ store: [String: Node], defaults: [String: Node], node: Node, at key: String) throws -> (String?, [String]) {
+        let own = store["destination"] != nil || store["destinations"] != nil
+        let source = own ? store : defaults
+        let prefix = own ? key + "." : ""
+        if source["destination"] != nil && source["destinations"] != nil {
+            throw fail(source["destinations"], prefix + "destinations", "give either `destination` or `destinations`, not both")
+        }
+        if let single = source["destination"] {
+            let value = try string(single, at: prefix + "destination")
+            if value.isEmpty { throw fail(single, prefix + "destination", "must not be empty") }
+            return (value, [])
+        }
+        guard let listNode = source["destinations"] else { return (nil, []) }
+        guard case .sequence(let list) = listNode, !list.isEmpty else {
+            throw fail(listNode, prefix + "destinations", "must be a non-empty list of destinations (paths or URLs)")
+        }
+        var values: [String] = []
+        for (index, item) in list.enumerated() {
+            let value = try string(item, at: prefix + "destinations[\(index)]")
+            if value.isEmpty { throw fail(item, prefix + "destinations[\(index)]", "must not be empty") }
+            if values.contains(value) { throw fail(item, prefix + "destinations[\(index)]", "\"\(value)\" is listed twice") }
+            values.append(value)
+        }
+        return (values[0], Array(values.dropFirst()))
     }
 
     func readRetention(_ node: Node, at key: String) throws -> RetentionPolicy {

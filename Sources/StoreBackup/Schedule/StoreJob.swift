@@ -7,6 +7,9 @@ public struct StoreJob: Sendable, Equatable {
     public var storesDirectory: String
     /// A destination URL or local path (see `DestinationResolver`); nil: the default folder.
     public var destination: String?
+    /// Further destinations each backup is also published to (`destinations:` in the
+    /// configuration lists ``destination`` first, then these).
+    public var mirrors: [String] = []
     public var schedule: Schedule
     /// Each run starts up to this many seconds (chosen at random) after its scheduled time,
     /// so many machines on one schedule do not all hit a destination at once.
@@ -32,6 +35,9 @@ public struct StoreJob: Sendable, Equatable {
         self.passwordFile = passwordFile
         self.hooks = hooks
     }
+
+    /// Every destination of this store, ``destination`` first (nil: the default folder).
+    public var allDestinations: [String?] { [destination] + mirrors.map { $0 } }
 
     /// Store names become file names: letters, digits, `.`, `_`, `-`.
     public static func isValidName(_ name: String) -> Bool {

@@ -1,0 +1,69 @@
+import Foundation
+import Logging
+
+extension BackupService {
+    /// One run of a store with several destinations: the backup is built once and published
+    /// to each; one failing does not stop the others. Retention runs at each destination
+    /// that took the backup. The run counts as failed (state, hooks, exit status) when any
+    /// destination failed, and the error names those destinations.
+    func runMirrored(_ job: StoreJob, outcome start: BackupRunOutcome, log: Logger) async -> BackupRunOutcome {
+        var outcome = start
+        var resolved: [(index: Int, destination: any BackupDestination)] = []
+        var published: [PublishOutcome] = job.allDestinations.map {
+            PublishOutcome(destination: $0.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment))
+        }
+        for (index, value) in job.allDestinations.enumerated() {
+            do {
+                let destination = try DestinationResolver.resolve(value, options: destinationOptions)
+                resolved.append((index, destination))
+                published[index].destination = destination.displayName
+            } catch {
+                published[index].error = error
+                BackupMetrics.recordBackup(store: job.name, destination: published[index].destination, size: nil, seconds: 0, at: Date())
+            }
+        }
+        if let first = resolved.first {
+            let helper = makeHelper(for: job, destination: first.destination)
+            do {
+                let results = try await helper.createBackup(alsoTo: resolved.dropFirst().map(\.destination))
+                for (slot, result) in zip(resolved, results) { published[slot.index] = result }
+            } catch {
+                outcome.error = error   // nothing was built; every destination reports it
+                for slot in resolved { published[slot.index].error = error }
+            }
+        }
+        for slot in resolved {
+            guard let backup = published[slot.index].backup else { continue }
+            if outcome.backup == nil { outcome.backup = backup }
+            log.info("backup created", metadata: ["backup": "\(backup.name)", "size": "\(backup.size)", "destination": "\(backup.destination)"])
+            let pruner = BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
+                                      passwords: job.passwordFile.map(PasswordProvider.file))
+            pruner.origins.record(backup)
+            guard let policy = job.retention else { continue }
+            do {
+                outcome.pruned += try await applyRetention(policy, job: job, pruner: pruner, host: backup.manifest.hostName, log: log)
+            } catch {
+                outcome.retentionError = [outcome.retentionError, "\(backup.destination): \(error)"].compactMap { $0 }.joined(separator: "; ")
+                log.error("retention failed", metadata: ["destination": "\(backup.destination)", "error": "\(error)"])
+            }
+        }
+        outcome.destinations = published
+        let failed = published.filter { !$0.succeeded }
+        if outcome.error == nil, !failed.isEmpty {
+            // Errors mostly begin with their destination's name already; say it once.
+            let reasons = failed.map { failure -> String in
+                let text = Self.describe(failure.error ?? StoreBackupError.cancelled)
+                return text.hasPrefix(failure.destination + ": ") ? String(text.dropFirst(failure.destination.count + 2)) : text
+            }
+            outcome.error = StoreBackupError.destination(
+                destination: failed.map(\.destination).joined(separator: ", "),
+                reason: "the backup was not published there (\(published.count - failed.count) of \(published.count) destinations took it): "
+                    + reasons.joined(separator: "; "))
+        }
+        outcome.finishedAt = Date()
+        record(outcome, job: job, log: log)
+        let names = failed.isEmpty ? published.map(\.destination) : failed.map(\.destination)
+        await runHooks(for: outcome, job: job, destination: names.joined(separator: ", "), log: log)
+        return outcome
+    }
+}
