@@ -59,6 +59,23 @@ final class S3DestinationTests: XCTestCase {
         XCTAssertEqual((try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as! [Any]).count, 0)
     }
 
+    /// rclone's server answers the listing of unfinished uploads (which prune asks for, to
+    /// clean them) with 404 NoSuchUpload when there are none: that is nothing to clean, not
+    /// a failure of the whole prune.
+    func testPruneWorksAgainstAServerWithoutUploadListing() throws {
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store)
+        let to = ["--to", "s3://backups/prune", "--s3-endpoint", endpoint]
+        for _ in 0..<2 {
+            let created = try runStoreBackup(["create", store] + to, environment: credentials)
+            XCTAssertEqual(created.status, 0, created.stderr)
+        }
+        let pruned = try runStoreBackup(["prune", "--keep-last", "1", "--yes"] + to, environment: credentials)
+        XCTAssertEqual(pruned.status, 0, pruned.stderr)
+        let listed = try runStoreBackup(["list", "--json"] + to, environment: credentials)
+        XCTAssertEqual((try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [Any]).count, 1, listed.stdout)
+    }
+
     func testWrongSecretIsAClearErrorWithoutTheSecret() throws {
         var wrong = credentials
         wrong["AWS_SECRET_ACCESS_KEY"] = "definitely-not-the-secret-0123456789"

@@ -372,6 +372,10 @@ public struct S3Destination: BackupDestination {
             repeat {
                 let response = try perform(
                     request("GET", url(query: [("prefix", listPrefix), ("uploads", "")] + markers), label: displayName), cancel: cancel)
+                // Some servers (rclone's) answer 404 NoSuchUpload when there are none, and
+                // some do not implement the listing (501): either way there is nothing to clean.
+                if response.status == 501 { return found }
+                if response.status == 404, (try? XMLElement.parse(response.body))?.value("Code") == "NoSuchUpload" { return found }
                 try check(response, expecting: [200], context: "list uploads")
                 let root = try XMLElement.parse(response.body)
                 for upload in root.all("Upload") {
