@@ -31,6 +31,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
 RSS_LIMIT_MIB = 64
+LOAD_AT_START = "unknown"
 
 
 def log(message):
@@ -602,6 +603,7 @@ def machine_header(pristine, repo_root, sb, runs):
         f"| storebackup | {sb_version}, commit {commit}{' + local changes' if dirty else ''}, release build |",
         "| Peers | " + ", ".join(f"{k} {v}" for k, v in versions.items() if v) + " |",
         "| Cache | warm (nothing dropped from the page cache) |",
+        f"| Load at the start | {LOAD_AT_START} (1, 5, 15 min; above 0.5 the machine was busy and ratios are noisy) |",
         "",
     ]
     return lines
@@ -813,6 +815,8 @@ def main():
                         help="only the tools the targets need (no --level 6, --encrypt, Litestream, S3)")
     parser.add_argument("--skip", default="", help="comma list of phases to skip: create,restore,writer,s3")
     ARGS = args = parser.parse_args()
+    global LOAD_AT_START
+    LOAD_AT_START = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     # On SIGTERM (scripts/bench being interrupted), unwind so that every `finally`
     # stops what it started (writers, the S3 server).
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
