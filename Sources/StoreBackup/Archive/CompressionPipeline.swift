@@ -122,15 +122,31 @@ final class CompressionPipeline: @unchecked Sendable {
     }
 
     func start() {
-        let reader = Thread { [self] in runReader() }
+        let reader = Thread { [self] in
+            Self.yieldToInteractiveThreads()
+            runReader()
+        }
         reader.name = "storebackup-reader"
         threads.append(reader)
         for number in 0..<workerCount {
-            let worker = Thread { [self] in runWorker() }
+            let worker = Thread { [self] in
+                Self.yieldToInteractiveThreads()
+                runWorker()
+            }
             worker.name = "storebackup-deflate-\(number)"
             threads.append(worker)
         }
         threads.forEach { $0.start() }
+    }
+
+    /// Marks the calling thread as batch work (Linux `SCHED_BATCH`): it keeps its full share
+    /// of the CPU, but a thread of the app that wakes up (say, after its commit's fsync)
+    /// runs at once instead of waiting for our time slice to end.
+    private static func yieldToInteractiveThreads() {
+        #if os(Linux)
+        var parameters = sched_param()
+        _ = sched_setscheduler(0, 3 /* SCHED_BATCH; the Glibc module does not export the name */, &parameters)
+        #endif
     }
 
     /// Stops every thread; blocks already queued are dropped.

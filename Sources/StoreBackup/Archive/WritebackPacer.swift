@@ -13,12 +13,12 @@ import Glibc
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)` on Linux; elsewhere nothing happens.)
 ///
 /// With `boundInFlight` (the archive, written while the app runs), each step also waits
-/// until the chunk before the one just started is on disk, so at most two chunks (4 MiB,
-/// a few tens of milliseconds of disk time) are ever queued ahead of the app's own fsyncs.
+/// until the chunk before the one just started is on disk, so at most two chunks (2 MiB,
+/// a few milliseconds of disk time) are ever queued ahead of the app's own fsyncs.
 /// The archive is produced at a fraction of the disk's speed, so the wait costs little.
 final class WritebackPacer: @unchecked Sendable {
     /// How many bytes may be written between two writeback starts.
-    static let interval = 2 << 20
+    static let interval = 1 << 20
 
     private let lock = NSLock()
     private var descriptor: Int32
