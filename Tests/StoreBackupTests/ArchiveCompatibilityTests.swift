@@ -92,6 +92,106 @@ final class ArchiveCompatibilityTests: XCTestCase {
         XCTAssertEqual(info.st_mtim.tv_sec, 1_600_000_001)
     }
 
+    /// Multi-block entries from each deflate engine (ISA-L at the fast/default level and at
+    /// 3, zlib at 6): unzip, 7-Zip, Python's zipfile and libzip itself read them; each
+    /// block, cut at the manifest's block sizes, inflates on its own with zlib's raw inflate
+    /// (what the parallel inflater relies on); and restore (the parallel inflater) gives
+    /// back the same bytes.
+    func testMultiBlockEntriesFromEveryEngineAreStandardDeflate() throws {
+        let stores = work + "/Stores"
+        // Compressible text (seeded), and one file whose first MiB is random: deflated,
+        // because the entropy sample is taken from its middle, so one block does not compress.
+        var state: UInt64 = 0x5EED
+        func next() -> UInt64 {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return state >> 33
+        }
+        var text = ""
+        while text.utf8.count < (3 << 20) + 12345 {
+            text += "row \(next() % 100000) amount \(next() % 997) note \(["milk", "bread", "eggs", "coffee"][Int(next() % 4)])\n"
+        }
+        try Data(text.utf8).write(to: URL(fileURLWithPath: stores + "/big.log"))
+        var mixed = (0..<(1 << 20)).map { _ in UInt8(truncatingIfNeeded: next()) }
+        mixed += Array(text.utf8.prefix(2 << 20))
+        try Data(mixed).write(to: URL(fileURLWithPath: stores + "/mixed.bin"))
+
+        let script = """
+            import ctypes, hashlib, json, struct, sys, zipfile, zlib
+            path, store = sys.argv[1], sys.argv[2]
+            z = zipfile.ZipFile(path)
+            assert z.testzip() is None, "zipfile: corrupt entry"
+            manifest = json.loads(z.read(".storebackup/manifest.json"))
+            files = {f["path"]: f for f in manifest["files"]}
+            libzip = ctypes.CDLL("libzip.so.4")
+            libzip.zip_open.restype = ctypes.c_void_p
+            libzip.zip_fopen.restype = ctypes.c_void_p
+            libzip.zip_fopen.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+            libzip.zip_fread.restype = ctypes.c_int64
+            libzip.zip_fread.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+            libzip.zip_fclose.argtypes = [ctypes.c_void_p]
+            libzip.zip_close.argtypes = [ctypes.c_void_p]
+            error = ctypes.c_int(0)
+            archive = libzip.zip_open(path.encode(), 0, ctypes.byref(error))
+            assert archive, "libzip cannot open the archive"
+            for name in ("big.log", "mixed.bin"):
+                expected = open(store + "/" + name, "rb").read()
+                info = z.getinfo(name)
+                assert info.compress_type == zipfile.ZIP_DEFLATED, name + " is not deflated"
+                assert z.read(name) == expected, "zipfile: " + name + " differs"
+                # libzip's own (sequential) inflate and CRC check.
+                handle = libzip.zip_fopen(archive, name.encode(), 0)
+                assert handle, "libzip cannot open " + name
+                chunks, buffer = [], ctypes.create_string_buffer(1 << 16)
+                while True:
+                    got = libzip.zip_fread(handle, buffer, len(buffer))
+                    assert got >= 0, "libzip read error in " + name
+                    if got == 0:
+                        break
+                    chunks.append(buffer.raw[:got])
+                libzip.zip_fclose(handle)
+                assert b"".join(chunks) == expected, "libzip: " + name + " differs"
+                # Every block on its own, with a fresh zlib raw inflater.
+                blocks = files[name]["deflateBlocks"]
+                assert len(blocks) == (len(expected) + (1 << 20) - 1) >> 20, "block index"
+                with open(path, "rb") as raw:
+                    raw.seek(info.header_offset)
+                    header = raw.read(30)
+                    name_length, extra_length = struct.unpack("<HH", header[26:30])
+                    raw.seek(info.header_offset + 30 + name_length + extra_length)
+                    assert sum(blocks) == info.compress_size
+                    joined = b""
+                    for size in blocks:
+                        inflater = zlib.decompressobj(-15)
+                        joined += inflater.decompress(raw.read(size)) + inflater.flush()
+                assert joined == expected, "blocks inflated one by one: " + name + " differs"
+            libzip.zip_close(archive)
+            print("ok")
+            """
+        for level in ["fast", "3", "6"] {
+            let backups = work + "/level-\(level)"
+            let created = try runStoreBackup(["create", stores, "--to", backups, "--level", level])
+            XCTAssertEqual(created.status, 0, created.stderr)
+            let path = try onlyBackup(in: backups)
+            let unzip = try runTool("/usr/bin/unzip", ["-t", path])
+            XCTAssertEqual(unzip.status, 0, "level \(level): " + unzip.stdout + unzip.stderr)
+            XCTAssertTrue(unzip.stdout.contains("No errors detected"), unzip.stdout)
+            let sevenZip = try runTool("/usr/bin/7z", ["t", path])
+            XCTAssertEqual(sevenZip.status, 0, "level \(level): " + sevenZip.stdout + sevenZip.stderr)
+            XCTAssertTrue(sevenZip.stdout.contains("Everything is Ok"), sevenZip.stdout)
+            let python = try runTool("/usr/bin/env", ["python3", "-c", script, path, stores])
+            XCTAssertEqual(python.status, 0, "level \(level): " + python.stderr)
+            XCTAssertEqual(python.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "ok")
+
+            let restoredRoot = work + "/restored-\(level)"
+            let restored = try runStoreBackup(["restore", "latest", restoredRoot, "--from", backups, "--yes"])
+            XCTAssertEqual(restored.status, 0, restored.stderr)
+            for name in ["big.log", "mixed.bin"] {
+                XCTAssertEqual(FileManager.default.contents(atPath: restoredRoot + "/" + name),
+                               FileManager.default.contents(atPath: stores + "/" + name), "level \(level): \(name)")
+            }
+        }
+    }
+
     private func run(_ executable: String, _ arguments: [String]) throws -> CommandResult {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: executable)

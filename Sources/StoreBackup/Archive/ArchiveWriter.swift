@@ -46,6 +46,7 @@ struct ArchiveWriter {
             progress.report(BackupProgress(phase: .archiving, bytesDone: done, bytesTotal: totalBytes, currentFile: file))
         }
         defer { pipeline.stop() }
+        pipeline.writeback = WritebackPacer(libzipTemporaryFor: archivePath)
 
         var jobIndexByPath: [String: Int] = [:]
         for (index, job) in jobs.enumerated() { jobIndexByPath[job.item.relativePath] = index }

@@ -10,7 +10,8 @@ import Glibc
 /// libzip compresses entries one after another on the thread that calls `zip_close`.
 /// Instead, a reader thread cuts each entry into blocks (hashing as it goes, since
 /// SHA-256 is sequential), worker threads deflate blocks in parallel the way pigz does
-/// in its independent mode (each block deflated on its own and ended with a sync flush, so
+/// in its independent mode (`BlockDeflater`: ISA-L at levels 1-3, zlib above; each block
+/// deflated on its own and ended with a full flush, so
 /// the pieces concatenate into one valid deflate stream, and each can also be inflated on
 /// its own: restore inflates big entries in parallel from the block sizes in the
 /// manifest), and the `zip_close` thread
@@ -74,6 +75,8 @@ final class CompressionPipeline: @unchecked Sendable {
     static let blockSize = 1 << 20
 
     let jobs: [Job]
+    /// Paces writeback of the archive file as its entries' data is served to libzip.
+    var writeback: WritebackPacer?
     private let level: Int32
     private let workerCount: Int
     private let capacity: Int
@@ -119,15 +122,31 @@ final class CompressionPipeline: @unchecked Sendable {
     }
 
     func start() {
-        let reader = Thread { [self] in runReader() }
+        let reader = Thread { [self] in
+            Self.yieldToInteractiveThreads()
+            runReader()
+        }
         reader.name = "storebackup-reader"
         threads.append(reader)
         for number in 0..<workerCount {
-            let worker = Thread { [self] in runWorker() }
+            let worker = Thread { [self] in
+                Self.yieldToInteractiveThreads()
+                runWorker()
+            }
             worker.name = "storebackup-deflate-\(number)"
             threads.append(worker)
         }
         threads.forEach { $0.start() }
+    }
+
+    /// Marks the calling thread as batch work (Linux `SCHED_BATCH`): it keeps its full share
+    /// of the CPU, but a thread of the app that wakes up (say, after its commit's fsync)
+    /// runs at once instead of waiting for our time slice to end.
+    private static func yieldToInteractiveThreads() {
+        #if os(Linux)
+        var parameters = sched_param()
+        _ = sched_setscheduler(0, 3 /* SCHED_BATCH; the Glibc module does not export the name */, &parameters)
+        #endif
     }
 
     /// Stops every thread; blocks already queued are dropped.
@@ -283,15 +302,13 @@ final class CompressionPipeline: @unchecked Sendable {
     // MARK: Workers
 
     private func runWorker() {
-        var stream = z_stream()
-        var storedStream = z_stream()
-        guard sb_deflate_init_raw(&stream, level) == Z_OK, sb_deflate_init_raw(&storedStream, 0) == Z_OK else {
-            fail(StoreBackupError.archiveWrite(reason: "zlib deflateInit failed"))
-            return
-        }
-        defer {
-            deflateEnd(&stream)
-            deflateEnd(&storedStream)
+        let deflater: BlockDeflater
+        let storedDeflater: BlockDeflater
+        do {
+            deflater = try BlockDeflater(level: Int(level))
+            storedDeflater = try BlockDeflater(level: 0)
+        } catch {
+            return fail(error)
         }
         let ctr: WinZipCTR?
         do { ctr = password == nil ? nil : try WinZipCTR() } catch { return fail(error) }
@@ -315,11 +332,8 @@ final class CompressionPipeline: @unchecked Sendable {
                     condition.broadcast()
                     condition.unlock()
                 case .compress(let block):
-                    if jobs[block.jobIndex].method == .storedDeflate {
-                        try process(block, output: output, stream: &storedStream)
-                    } else {
-                        try process(block, output: output, stream: &stream)
-                    }
+                    let method = jobs[block.jobIndex].method
+                    try process(block, output: output, deflater: method == .storedDeflate ? storedDeflater : deflater)
                     // Derive the entry's keys here, in parallel, before the writer needs them.
                     if password != nil { _ = try entrySecrets(forJob: block.jobIndex) }
                     condition.lock()
@@ -381,9 +395,9 @@ final class CompressionPipeline: @unchecked Sendable {
         ctr.apply(to: output.bytes, count: output.count, at: offset)
     }
 
-    private func process(_ block: Block, output: PooledBuffer, stream: inout z_stream) throws {
+    private func process(_ block: Block, output: PooledBuffer, deflater: BlockDeflater) throws {
         guard let input = block.input else { return output.recycle() }
-        block.crc = UInt32(crc32(0, input.bytes.assumingMemoryBound(to: Bytef.self), uInt(input.count)))
+        block.crc = CRC32.update(0, input.bytes, count: input.count)
         guard jobs[block.jobIndex].method != .store else {
             // Stored: the input buffer itself is the output.
             output.recycle()
@@ -391,15 +405,8 @@ final class CompressionPipeline: @unchecked Sendable {
             block.input = nil
             return
         }
-        guard deflateReset(&stream) == Z_OK else { throw StoreBackupError.archiveWrite(reason: "zlib deflateReset failed") }
-        stream.next_in = input.bytes.assumingMemoryBound(to: Bytef.self)
-        stream.avail_in = uInt(input.count)
-        stream.next_out = output.bytes.assumingMemoryBound(to: Bytef.self)
-        stream.avail_out = uInt(output.capacity)
-        let rc = deflate(&stream, block.isLast ? Z_FINISH : Z_SYNC_FLUSH)
-        let finished = block.isLast ? rc == Z_STREAM_END : (rc == Z_OK && stream.avail_in == 0 && stream.avail_out > 0)
-        guard finished else { throw StoreBackupError.archiveWrite(reason: "zlib deflate failed (\(rc))") }
-        output.count = output.capacity - Int(stream.avail_out)
+        output.count = try deflater.deflate(input.bytes, count: input.count, into: output.bytes,
+                                            capacity: output.capacity, isLast: block.isLast)
         block.output = output
         block.input = nil
         input.recycle()

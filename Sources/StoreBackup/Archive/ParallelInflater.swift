@@ -79,6 +79,8 @@ struct ParallelInflater {
             running.wait()
         }
 
+        // Extracted data goes to disk while we inflate, so the fsync before the swap is short.
+        let writeback = descriptor >= 0 ? WritebackPacer(descriptor: descriptor) : nil
         var threads: [Thread] = []
         let lastIndex = compressedBlocks.count - 1
         let shared = (entry: entry, blockSize: blockSize, backupName: backupName, key: encryptionKey)
@@ -87,21 +89,19 @@ struct ParallelInflater {
             let thread = Thread { [shared] in
                 defer { running.leave() }
                 let (entry, blockSize, backupName, encryptionKey) = shared
-                var stream = z_stream()
-                guard sb_inflate_init_raw(&stream) == Z_OK else {
-                    return state.fail(StoreBackupError.archiveWrite(reason: "zlib inflateInit failed"))
-                }
-                defer { inflateEnd(&stream) }
+                let inflater: BlockInflater
+                do { inflater = try BlockInflater() } catch { return state.fail(error) }
                 let ctr: WinZipCTR?
                 do { ctr = try encryptionKey.map { try WinZipCTR(key: $0) } } catch { return state.fail(error) }
                 while let job = state.nextJob() {
                     guard let plain = plainPool.take() else { return }
                     ctr?.apply(to: job.compressed.bytes, count: job.compressed.count, at: job.offset)
                     let expected = Int(min(Int64(blockSize), entry.size - Int64(job.index) * Int64(blockSize)))
-                    let ok = Self.inflate(job.compressed, into: plain, expected: expected, stream: &stream,
-                                          isLast: job.index == lastIndex)
+                    let inflated = inflater.inflate(job.compressed.bytes, count: job.compressed.count, into: plain.bytes,
+                                                    capacity: plain.capacity, isLast: job.index == lastIndex)
+                    plain.count = inflated ?? 0
                     job.compressed.recycle()
-                    guard ok else {
+                    guard inflated == expected else {
                         plain.recycle()
                         return state.fail(StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
                     }
@@ -117,8 +117,9 @@ struct ParallelInflater {
                             }
                             written += result
                         }
+                        writeback?.wrote(plain.count)
                     }
-                    let crc = UInt32(crc32(0, plain.bytes.assumingMemoryBound(to: Bytef.self), uInt(plain.count)))
+                    let crc = CRC32.update(0, plain.bytes, count: plain.count)
                     state.complete(index: job.index, plain: plain, crc: crc)
                 }
             }
@@ -181,20 +182,6 @@ struct ParallelInflater {
             got += Int(read)
         }
         return bytes
-    }
-
-    /// Inflates one independent block; true when it decodes to exactly `expected` bytes.
-    private static func inflate(_ compressed: PooledBuffer, into plain: PooledBuffer, expected: Int,
-                                stream: inout z_stream, isLast: Bool) -> Bool {
-        guard inflateReset(&stream) == Z_OK else { return false }
-        stream.next_in = compressed.bytes.assumingMemoryBound(to: Bytef.self)
-        stream.avail_in = uInt(compressed.count)
-        stream.next_out = plain.bytes.assumingMemoryBound(to: Bytef.self)
-        stream.avail_out = uInt(plain.capacity)
-        let rc = CZip.inflate(&stream, Z_SYNC_FLUSH)
-        plain.count = plain.capacity - Int(stream.avail_out)
-        let ended = isLast ? rc == Z_STREAM_END : (rc == Z_OK || rc == Z_BUF_ERROR)
-        return ended && stream.avail_in == 0 && plain.count == expected
     }
 
     struct Job {

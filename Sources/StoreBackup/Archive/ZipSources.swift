@@ -149,6 +149,8 @@ final class PipelineEntrySource: ZipSourceCallbackObject {
                 let count = min(capacity, output.count - position)
                 destination.copyMemory(from: output.bytes + position, byteCount: count)
                 position += count
+                // libzip writes what it reads straight on, so this counts the archive's bytes.
+                pipeline.writeback?.wrote(count)
                 return count
             }
             if let block = current {
