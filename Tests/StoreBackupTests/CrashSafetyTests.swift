@@ -125,7 +125,7 @@ final class CrashSafetyTests: XCTestCase {
     /// Kill -9 at seeded random moments of create, the second half with an app reader pinning
     /// an old snapshot (so the snapshot falls back to the backup-API copy).
     func testKillCreateAtRandomMoments() throws {
-        var random = SeededRandom(seed: Self.seed)
+        var random = SplitMix64(seed: Self.seed)
         var duration = try timedRun(["create", store, "--to", backups])
         var published = try listedBackups()
         let runs = Self.runs
@@ -173,7 +173,7 @@ final class CrashSafetyTests: XCTestCase {
     /// Kill -9 at seeded random moments of restore: the store is always the old one or the
     /// restored one, whole.
     func testKillRestoreAtRandomMoments() throws {
-        var random = SeededRandom(seed: Self.seed ^ 0x5eed)
+        var random = SplitMix64(seed: Self.seed ^ 0x5eed)
         let oldTree = try StoreFixture.describe(store, includeJournals: false)
         let pristine = work + "/pristine"
         XCTAssertEqual(try runTool("/bin/cp", ["-a", store, pristine]).status, 0)
@@ -289,19 +289,4 @@ final class PinnedReader {
         connection = nil
     }
     deinit { close() }
-}
-
-/// SplitMix64: a small seeded generator, so a failing run can be replayed.
-struct SeededRandom {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    /// A value in [0, 1).
-    mutating func fraction() -> Double { Double(next() >> 11) / Double(1 << 53) }
 }
