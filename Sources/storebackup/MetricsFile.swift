@@ -35,9 +35,13 @@ enum MetricsFile {
         let registry = target.registry!
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
         if let previous = try? String(contentsOfFile: path, encoding: .utf8) {
-            for sample in PrometheusText.samples(in: previous) where sample.name.hasPrefix("storebackup_") {
+            // The file may have been edited or damaged: only finite values are carried over, and
+            // a counter only when it is a whole number that fits (converting others would trap).
+            for sample in PrometheusText.samples(in: previous)
+            where sample.name.hasPrefix("storebackup_") && sample.value.isFinite {
                 if sample.isCounter {
-                    Counter(label: sample.name, dimensions: sample.labels).increment(by: Int(clamping: Int64(sample.value)))
+                    guard sample.value >= 0, sample.value < 9e18 else { continue }
+                    Counter(label: sample.name, dimensions: sample.labels).increment(by: Int(sample.value))
                 } else {
                     Gauge(label: sample.name, dimensions: sample.labels).record(sample.value)
                 }

@@ -61,6 +61,24 @@ final class MetricsFileTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work + "/textfile"), ["storebackup.prom"])
     }
 
+    /// A damaged or hand-edited metrics file (NaN, huge or negative counters, garbage lines)
+    /// is not trusted: the run still succeeds and writes a good file.
+    func testADamagedPreviousFileIsNotTrusted() throws {
+        try """
+            # TYPE storebackup_backups_total counter
+            storebackup_backups_total{store="x",destination="y",outcome="success"} NaN
+            storebackup_backups_total{store="x",destination="y",outcome="failure"} 1e300
+            storebackup_backups_total{store="z",destination="y",outcome="failure"} -5
+            storebackup_last_success_timestamp_seconds{store="x" 12
+            garbage
+            """.write(toFile: metricsFile, atomically: false, encoding: .utf8)
+        let created = try runStoreBackup(["create", store, "--to", backups, "--metrics-file", metricsFile])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        XCTAssertEqual(try sample("storebackup_backups_total", ["store": store, "outcome": "success"]), 1)
+        let text = try String(contentsOfFile: metricsFile, encoding: .utf8)
+        XCTAssertFalse(text.contains("NaN") || text.contains("e+300") || text.contains("garbage"), text)
+    }
+
     func testTheConfigurationNamesTheFileAndTheStore() throws {
         let configuration = work + "/storebackup.yml"
         try """
