@@ -34,7 +34,9 @@ enum MetricsFile {
         guard target.set(path: path, registry: PrometheusCollectorRegistry()) else { return }
         let registry = target.registry!
         MetricsSystem.bootstrap(PrometheusMetricsFactory(registry: registry))
-        if let previous = try? String(contentsOfFile: path, encoding: .utf8) {
+        // Read back only a file of the size this command writes (a few KiB per store).
+        let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue ?? 0
+        if size <= 1 << 20, let previous = try? String(contentsOfFile: path, encoding: .utf8) {
             // The file may have been edited or damaged: only finite values are carried over, and
             // a counter only when it is a whole number that fits (converting others would trap).
             for sample in PrometheusText.samples(in: previous)
