@@ -42,11 +42,15 @@ extension StoreHelper {
                 do { try await target.preflight(); reachable.append(index) } catch { outcomes[index].error = error }
             }
             guard !reachable.isEmpty else { recordFailures(); return outcomes }
-            // Build in a local folder destination when there is one (no space taken in TMPDIR);
-            // it is published last, because publishing there moves the archive in by rename.
-            let host = reachable.first { destinations[$0] is LocalFolderDestination && destinations[$0].stagingDirectory != nil }
-            if let host { reachable.removeAll { $0 == host }; reachable.append(host) }
-            let archivePath = host.flatMap { (destinations[$0] as? LocalFolderDestination)?.temporaryArchivePath() }
+            // Build in place at the first destination that can (a local folder: no space taken in
+            // TMPDIR); it is published last, because publishing there moves the archive in by rename.
+            var host: (index: Int, archivePath: String)?
+            for index in reachable {
+                // One that cannot take it (its folder cannot be created) fails at its upload instead.
+                if let path = try? destinations[index].prepareInPlaceArchive() { host = (index, path); break }
+            }
+            if let host { reachable.removeAll { $0 == host.index }; reachable.append(host.index) }
+            let archivePath = host?.archivePath
                 ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
             outcomes = try await withBuiltArchive(at: archivePath, password: password, progress: progress) { archive in
                 var published = outcomes

@@ -162,9 +162,8 @@ public struct StoreHelper: Sendable {
         try requireStoresDirectory()
         // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
         try await destination.preflight()
-        let staging = destination.stagingDirectory
-        let archivePath = (destination as? LocalFolderDestination)?.temporaryArchivePath()
-            ?? ScratchFiles.path(in: staging ?? ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
+        let archivePath = try destination.prepareInPlaceArchive()
+            ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
         return try await withBuiltArchive(at: archivePath, password: password, progress: progress) { archive in
             let published = try await publish(archive, to: destination, progress: progress)
             archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
@@ -333,38 +332,14 @@ public struct StoreHelper: Sendable {
         }
     }
 
+    /// The whole sequence (lock, recovery, resolving the name, download, unpack, swap, reload,
+    /// rollback) is ``RestoreTransaction``'s.
     private func restoreUnmeasured(
         _ nameOrLatest: String, hooks: ReloadHooks, progress: ProgressHandler?
     ) async throws -> RestoreResult {
-        let progress = ProgressPlan.stamping(ProgressPlan.restore, progress)
-        let layout = self.layout
-        // Only a folder (or nothing) can be replaced; anything else is refused before any change.
-        if let info = try? FileSystem.lstatInfo(layout.live), info.st_mode & S_IFMT != S_IFDIR {
-            throw StoreBackupError.restoreRefused(reason: "\(layout.live) is not a directory; restore replaces a stores directory and will not remove anything else")
-        }
-        try FileSystem.createDirectories(layout.parent)
-        let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "restore")
-        defer { withExtendedLifetime(lock) {} }
-        _ = try layout.recoverIfNeeded()
-
-        let backup = try await destination.resolve(nameOrLatest)
-        if FileSystem.fileExists(layout.new) {
-            throw StoreBackupError.restoreRefused(reason: "\(layout.new) already exists and is not from an interrupted restore; move it away first")
-        }
-        let throttle = ProgressThrottle(progress)
-        var archivePath = (destination as? LocalFolderDestination)?.localPath(of: backup.name)
-        var downloaded: String?
-        defer { if let downloaded { unlink(downloaded) } }
-        if archivePath == nil {
-            let target = layout.downloadPath()
-            downloaded = target
-            try await destination.download(backup.name, to: target, progress: progress)
-            archivePath = target
-        }
-        var transaction = RestoreTransaction(layout: layout, backupName: backup.name, passwords: passwords, hooks: hooks,
-                                             throttle: throttle)
+        var transaction = RestoreTransaction(layout: layout, source: destination, passwords: passwords, hooks: hooks)
         transaction.allowUnverified = allowUnverified
-        return try await transaction.run(archive: archivePath!)
+        return try await transaction.run(nameOrLatest, progress: progress)
     }
 
     // MARK: recover
@@ -386,7 +361,7 @@ extension StoreLayout {
     func recoverIfNeeded() throws -> RecoveryOutcome {
         ScratchFiles.sweep(around: self)
         guard FileSystem.fileExists(journal) else { return .nothingToDo }
-        let outcome = try StoreSwapper(layout: self).recover()
+        let outcome = try RestoreTransaction.recover(self)
         if let message = outcome.message {
             FileHandle.standardError.write(Data("storebackup: \(message)\n".utf8))
         }

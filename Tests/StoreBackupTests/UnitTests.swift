@@ -86,7 +86,7 @@ final class RecoveryTests: XCTestCase {
         try makeFolder(layout.old, marker: "old")
         try makeFolder(layout.new, marker: "new")
         try journal(.swapping)
-        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .rolledBack(backup: "b Stores.zip"))
+        XCTAssertEqual(try RestoreTransaction.recover(layout), .rolledBack(backup: "b Stores.zip"))
         XCTAssertEqual(marker(layout.live), "old")
         XCTAssertFalse(FileSystem.fileExists(layout.new))
         XCTAssertFalse(FileSystem.fileExists(layout.journal))
@@ -99,7 +99,7 @@ final class RecoveryTests: XCTestCase {
         try makeFolder(layout.live, marker: "new")
         try makeFolder(layout.old, marker: "old")
         try journal(.reloading)
-        _ = try StoreSwapper(layout: layout).recover()
+        _ = try RestoreTransaction.recover(layout)
         XCTAssertEqual(marker(layout.live), "old")
         XCTAssertFalse(FileSystem.fileExists(layout.failed))
         XCTAssertFalse(FileSystem.fileExists(layout.old))
@@ -112,7 +112,7 @@ final class RecoveryTests: XCTestCase {
         try makeFolder(layout.live, marker: "old")
         try makeFolder(layout.new, marker: "half")
         try journal(.extracting)
-        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .discardedUnfinishedRestore(backup: "b Stores.zip"))
+        XCTAssertEqual(try RestoreTransaction.recover(layout), .discardedUnfinishedRestore(backup: "b Stores.zip"))
         XCTAssertEqual(marker(layout.live), "old")
         XCTAssertFalse(FileSystem.fileExists(layout.new))
     }
@@ -121,7 +121,7 @@ final class RecoveryTests: XCTestCase {
         try makeFolder(layout.live, marker: "new")
         try makeFolder(layout.old, marker: "old")
         try journal(.committing)
-        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .finishedCleanup(backup: "b Stores.zip"))
+        XCTAssertEqual(try RestoreTransaction.recover(layout), .finishedCleanup(backup: "b Stores.zip"))
         XCTAssertEqual(marker(layout.live), "new")
         XCTAssertFalse(FileSystem.fileExists(layout.old))
     }
@@ -129,7 +129,7 @@ final class RecoveryTests: XCTestCase {
     func testRestoreOntoAFreshMachineCompletesForward() throws {
         try makeFolder(layout.new, marker: "new")
         try journal(.swapping, hadLive: false)
-        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .completedRestore(backup: "b Stores.zip"))
+        XCTAssertEqual(try RestoreTransaction.recover(layout), .completedRestore(backup: "b Stores.zip"))
         XCTAssertEqual(marker(layout.live), "new")
     }
 
@@ -137,8 +137,8 @@ final class RecoveryTests: XCTestCase {
         try makeFolder(layout.live, marker: "new")
         try makeFolder(layout.old, marker: "old")
         try journal(.rollingBack)
-        _ = try StoreSwapper(layout: layout).recover()
-        XCTAssertEqual(try StoreSwapper(layout: layout).recover(), .nothingToDo)
+        _ = try RestoreTransaction.recover(layout)
+        XCTAssertEqual(try RestoreTransaction.recover(layout), .nothingToDo)
         XCTAssertEqual(marker(layout.live), "old")
     }
 }

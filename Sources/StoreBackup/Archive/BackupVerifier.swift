@@ -74,7 +74,7 @@ public struct BackupVerifier: Sendable {
         defer { try? FileSystem.removeTree(scratch) }
         do {
             try FileSystem.createDirectories(scratch, mode: 0o700)
-            var archive = (destination as? LocalFolderDestination)?.localPath(of: name)
+            var archive = destination.localPath(of: name)
             if archive == nil {
                 let target = scratch + "/archive.zip"
                 try await destination.download(name, to: target, progress: progress)

@@ -97,7 +97,7 @@ public struct BackupCopier: Sendable {
     /// The source's file (in place, or a fresh download), published at the target, then
     /// listed there again to see the size arrived whole.
     private func transfer(_ backup: BackupListing, progress: ProgressHandler?) async throws {
-        var file = (source as? LocalFolderDestination)?.localPath(of: backup.name)
+        var file = source.localPath(of: backup.name)
         var scratch: String?
         defer { if let scratch { unlink(scratch) } }
         if file == nil {

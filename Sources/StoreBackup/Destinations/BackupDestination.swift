@@ -25,14 +25,30 @@ public struct BackupListing: Sendable, Equatable, Codable {
 }
 
 /// Where backups are kept. Deliberately narrow (put, get, list, delete), so a new
-/// service is one file; retries and similar concerns wrap a destination from outside.
+/// service is one file; retries and similar concerns wrap a destination from outside
+/// (see ``WrappingDestination``).
+///
+/// What a destination can do beyond the four operations is asked of it through the
+/// capability methods below (``localPath(of:)``, ``prepareInPlaceArchive()``), never found
+/// by casting to a concrete type: a cast fails silently once a destination is wrapped.
+/// Each answers nil where the destination cannot, which is the default. Publishing
+/// atomically is not a capability: every destination's ``upload(file:as:progress:)`` must.
 public protocol BackupDestination: Sendable {
     /// Names the destination in messages; never contains secrets.
     var displayName: String { get }
 
-    /// A local folder where create should build the archive, when building it there
-    /// makes publishing a cheap rename (the local folder destination). nil: a temp folder.
-    var stagingDirectory: String? { get }
+    /// The backup `name` as a file on this machine, when the destination keeps its backups
+    /// here: restore, verify and copy then read it in place instead of downloading a copy.
+    /// nil when the destination is remote (the default) or has no such backup.
+    func localPath(of name: String) -> String?
+
+    /// Makes the destination ready to receive an archive built inside it, so that publishing
+    /// is a rename rather than a copy, and returns a fresh temporary path there to build it
+    /// at (the local folder: creates the folder and removes dead runs' temporaries).
+    /// nil when the destination cannot (the default): the archive is built in `TMPDIR`.
+    /// Throws when the destination should take the archive but cannot (a folder that cannot
+    /// be created).
+    func prepareInPlaceArchive() throws -> String?
 
     /// Every object whose name ends in " Stores.zip", in no particular order.
     func listBackups() async throws -> [BackupListing]
@@ -79,6 +95,10 @@ public struct StaleUpload: Sendable, Equatable, Codable {
 }
 
 extension BackupDestination {
+    /// Remote by default: no backup is a file on this machine.
+    public func localPath(of name: String) -> String? { nil }
+    /// Built in `TMPDIR` by default.
+    public func prepareInPlaceArchive() throws -> String? { nil }
     /// Nothing to check by default.
     public func preflight() async throws {}
     /// No leftovers by default.

@@ -76,7 +76,6 @@ public struct DropboxDestination: BackupDestination {
     static func displayName(of folder: [String]) -> String { "dropbox:///" + folder.joined(separator: "/") }
 
     public var displayName: String { Self.displayName(of: folder) }
-    public var stagingDirectory: String? { nil }
 
     /// Dropbox's spelling of the folder: "" for the top, else "/A/B".
     var folderPath: String { folder.isEmpty ? "" : "/" + folder.joined(separator: "/") }
@@ -108,7 +107,7 @@ public struct DropboxDestination: BackupDestination {
             }
             for entry in entries where entry[".tag"] as? String == "file" {
                 guard let name = entry["name"] as? String, BackupName.isBackup(name) else { continue }
-                let modified = (entry["server_modified"] as? String).flatMap(S3Destination.parseDate)
+                let modified = (entry["server_modified"] as? String).flatMap(HTTPDates.iso8601)
                 listings.append(BackupListing(
                     name: name, size: DropboxAPI.int64(entry["size"]) ?? 0,
                     date: BackupName.date(of: name) ?? modified ?? Date(timeIntervalSince1970: 0), modified: modified))
@@ -240,7 +239,7 @@ public struct DropboxDestination: BackupDestination {
             if response.status == 409, DropboxRouteError(response.body)?.has("not_found") == true {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }
-            if response.status == 416, let total = WebDAVDestination.completeLength(response),
+            if response.status == 416, let total = ContentRange.completeLength(of: response),
                (try? FileSystem.lstatInfo(file).st_size).map(Int64.init) == total {
                 return  // an earlier attempt already got every byte
             }

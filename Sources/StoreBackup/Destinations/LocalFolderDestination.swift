@@ -21,10 +21,12 @@ public struct LocalFolderDestination: BackupDestination {
 
     public var displayName: String { folder }
 
-    public var stagingDirectory: String? {
-        try? FileSystem.createDirectories(folder)
+    /// Archives are built in the folder itself, so publishing is an fsync and a rename.
+    /// Creates the folder and removes dead runs' temporaries first.
+    public func prepareInPlaceArchive() throws -> String? {
+        try FileSystem.createDirectories(folder)
         removeStaleTemporaryFiles()
-        return FileSystem.isDirectory(folder) ? folder : nil
+        return temporaryArchivePath()
     }
 
     public func listBackups() async throws -> [BackupListing] {

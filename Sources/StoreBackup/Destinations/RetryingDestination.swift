@@ -3,7 +3,8 @@ import Foundation
 /// Wraps any destination and retries whole operations (list, upload, download, delete)
 /// when they fail in a way that may heal, after each request already had its own retries.
 /// Backends stay free of retry logic; this and `RetryingTransport` are the only places.
-public struct RetryingDestination: BackupDestination {
+/// Capabilities (``BackupDestination/localPath(of:)`` and the like) pass straight through.
+public struct RetryingDestination: WrappingDestination {
     /// The destination whose calls are retried.
     public let base: any BackupDestination
     /// How often and how patiently.
@@ -14,9 +15,6 @@ public struct RetryingDestination: BackupDestination {
         self.base = base
         self.policy = policy
     }
-
-    public var displayName: String { base.displayName }
-    public var stagingDirectory: String? { base.stagingDirectory }
 
     public func listBackups() async throws -> [BackupListing] {
         try await retrying { try await base.listBackups() }

@@ -52,7 +52,6 @@ public struct S3Destination: BackupDestination {
     }
 
     public var displayName: String { "s3://\(bucket)" + (prefix.isEmpty ? "" : "/\(prefix)") }
-    public var stagingDirectory: String? { nil }
 
     private func key(_ name: String) -> String { prefix.isEmpty ? name : prefix + "/" + name }
 
@@ -93,7 +92,7 @@ public struct S3Destination: BackupDestination {
                     guard let key = object.value("Key"), key.hasPrefix(listPrefix) else { continue }
                     let name = String(key.dropFirst(listPrefix.count))
                     guard BackupName.isBackup(name), !name.contains("/") else { continue }
-                    let modified = object.value("LastModified").flatMap(Self.parseDate)
+                    let modified = object.value("LastModified").flatMap(HTTPDates.iso8601)
                     listings.append(BackupListing(
                         name: name, size: Int64(object.value("Size") ?? "") ?? 0,
                         date: BackupName.date(of: name) ?? modified ?? Date(timeIntervalSince1970: 0), modified: modified))
@@ -380,7 +379,7 @@ public struct S3Destination: BackupDestination {
                 let root = try XMLElement.parse(response.body)
                 for upload in root.all("Upload") {
                     guard let key = upload.value("Key"), key.hasPrefix(listPrefix) else { continue }
-                    let started = upload.value("Initiated").flatMap(Self.parseDate)
+                    let started = upload.value("Initiated").flatMap(HTTPDates.iso8601)
                     if age > 0, let started, started > cutoff { continue }
                     found.append(StaleUpload(name: String(key.dropFirst(listPrefix.count)), started: started, identifier: upload.value("UploadId")))
                 }
@@ -475,14 +474,6 @@ public struct S3Destination: BackupDestination {
         }
         throw TransferError(kind: .http(status: response.status), message: "\(displayName): \(reason)",
                             retryAfter: RetryingTransport.retryAfter(response))
-    }
-
-    static func parseDate(_ text: String) -> Date? {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        if let date = formatter.date(from: text) { return date }
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.date(from: text)
     }
 }
 

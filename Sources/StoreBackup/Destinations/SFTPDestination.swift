@@ -101,7 +101,6 @@ public struct SFTPDestination: BackupDestination {
     }
 
     public var displayName: String { "sftp://\(user)@\(host)\(port == 22 ? "" : ":\(port)")\(folder)" }
-    public var stagingDirectory: String? { nil }
 
     private func path(of name: String) -> String { (folder == "/" ? "" : folder) + "/" + name }
 

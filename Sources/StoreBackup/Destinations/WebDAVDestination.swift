@@ -83,8 +83,6 @@ public struct WebDAVDestination: BackupDestination {
         return "\(scheme)://\(authority)/" + folder.joined(separator: "/")
     }
 
-    public var stagingDirectory: String? { nil }
-
     private var authority: String { port.map { "\(host):\($0)" } ?? host }
     private var hostAndPort: String { "\(host):\(port ?? (httpScheme == "https" ? 443 : 80))" }
 
@@ -155,7 +153,7 @@ public struct WebDAVDestination: BackupDestination {
                 let status = propstat.value("status") ?? ""
                 guard status.split(separator: " ").dropFirst().first == "200", let prop = propstat.child("prop") else { continue }
                 if let length = prop.value("getcontentlength"), let size = Int64(length) { entry.size = size }
-                if let text = prop.value("getlastmodified") { entry.modified = parseHTTPDate(text) }
+                if let text = prop.value("getlastmodified") { entry.modified = HTTPDates.http(text) }
                 if let type = prop.child("resourcetype") { entry.isCollection = type.child("collection") != nil }
             }
             entries.append(entry)
@@ -171,17 +169,6 @@ public struct WebDAVDestination: BackupDestination {
             path = afterScheme.firstIndex(of: "/").map { afterScheme[$0...] } ?? ""
         }
         return path.split(separator: "/").map { $0.removingPercentEncoding ?? String($0) }
-    }
-
-    static func parseHTTPDate(_ text: String) -> Date? {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        for pattern in ["EEE, dd MMM yyyy HH:mm:ss zzz", "EEEE, dd-MMM-yy HH:mm:ss zzz", "EEE MMM d HH:mm:ss yyyy"] {
-            formatter.dateFormat = pattern
-            if let date = formatter.date(from: text) { return date }
-        }
-        return nil
     }
 
     // MARK: upload
@@ -362,7 +349,7 @@ public struct WebDAVDestination: BackupDestination {
             if response.status == 416 && start > 0 {
                 // Nothing left after what is already here. Apache sends no Content-Range
                 // with its 416, so ask for the size when the answer does not say.
-                let total = try Self.completeLength(response) ?? remoteSize(of: name, cancel: cancel)
+                let total = try ContentRange.completeLength(of: response) ?? remoteSize(of: name, cancel: cancel)
                 if total == start { return }
                 // The partial file does not belong to this backup: start over.
                 get.headers.removeAll { $0.0.lowercased() == "range" }
@@ -382,12 +369,6 @@ public struct WebDAVDestination: BackupDestination {
         if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
         try check(response, expecting: [200], context: "look up \(name)")
         return response.header("content-length").flatMap { Int64($0) }
-    }
-
-    /// The size in a `Content-Range: bytes */SIZE` answer.
-    static func completeLength(_ response: TransferResponse) -> Int64? {
-        guard let range = response.header("content-range"), let slash = range.lastIndex(of: "/") else { return nil }
-        return Int64(range[range.index(after: slash)...].trimmingCharacters(in: .whitespaces))
     }
 
     public func delete(_ name: String) async throws {

@@ -42,91 +42,52 @@ struct SetAsideReport: Sendable {
     }
 }
 
-/// The rename steps of a restore, each recorded in the journal first.
+/// The renames of a restore, each made durable (fsync of the parent folder). It writes no
+/// journal: ``RestoreTransaction`` records each step before asking for it, and decides from
+/// the journal what recovery does.
 ///
-/// Power-loss order: the unpacked tree is synced before the `swapping` record; the two
-/// renames are made durable (fsync of the parent folder) before the `reloading` record;
-/// `_Old` is removed only after the `committing` record. Set-aside names never collide:
-/// an earlier `_FailedRestore` is first moved to a unique scratch name, then removed.
+/// Set-aside names never collide: an earlier `_FailedRestore` is first moved to a unique
+/// scratch name, then removed.
 struct StoreSwapper {
     let layout: StoreLayout
 
-    func journal(_ phase: RestoreJournal.Phase, backup: String, hadLiveStore: Bool) throws {
-        try RestoreJournal(phase: phase, backupName: backup, hadLiveStore: hadLiveStore).save(to: layout.journal)
-    }
-
     /// live → `_Old` (when there is one), `_New` → live. The caller has synced `_New`.
-    func swapIn(backup: String, hadLiveStore: Bool) throws {
-        try journal(.swapping, backup: backup, hadLiveStore: hadLiveStore)
-        TestPausePoint.reach("before-swap")
+    func swapIn(hadLiveStore: Bool) throws {
         if hadLiveStore { try FileSystem.rename(from: layout.live, to: layout.old) }
         TestPausePoint.reach("between-renames")
         try FileSystem.rename(from: layout.new, to: layout.live)
         try FileSystem.fsync(path: layout.parent)
-        try journal(.reloading, backup: backup, hadLiveStore: hadLiveStore)
-        TestPausePoint.reach("before-reload")
     }
 
-    /// The restore is accepted: drop `_Old` and the journal.
-    func commit(backup: String, hadLiveStore: Bool) throws {
-        try journal(.committing, backup: backup, hadLiveStore: hadLiveStore)
-        TestPausePoint.reach("before-cleanup")
+    /// The restore is accepted: the previous store goes.
+    func removeOld() throws {
         try FileSystem.removeTree(layout.old)
-        RestoreJournal.remove(at: layout.journal)
     }
 
-    /// The restored store is moved to `_FailedRestore` and `_Old` becomes live again.
-    /// Safe to run again (by ``recover()``) after a crash part-way through.
-    @discardableResult
-    func rollBack(backup: String, hadLiveStore: Bool) throws -> SetAsideReport? {
-        try journal(.rollingBack, backup: backup, hadLiveStore: hadLiveStore)
-        return try finishRollBack(hadLiveStore: hadLiveStore, keepRejected: true)
+    /// The unpacked (or half-unpacked) backup goes; the live store was never touched.
+    func removeNew() throws {
+        try FileSystem.removeTree(layout.new)
     }
 
-    /// Brings the store back to a whole state after a restore was killed.
-    func recover() throws -> RecoveryOutcome {
-        guard let journal = RestoreJournal.load(from: layout.journal) else {
-            // A journal that cannot be read is left alone only if nothing is mid-way.
-            if FileSystem.fileExists(layout.journal) && FileSystem.fileExists(layout.old) && !FileSystem.fileExists(layout.live) {
-                try FileSystem.rename(from: layout.old, to: layout.live)
-                try FileSystem.fsync(path: layout.parent)
-                RestoreJournal.remove(at: layout.journal)
-                return .rolledBack(backup: "unknown")
-            }
-            if FileSystem.fileExists(layout.journal) { RestoreJournal.remove(at: layout.journal) }
-            return .nothingToDo
-        }
-        let name = journal.backupName
-        switch journal.phase {
-        case .extracting:
-            try FileSystem.removeTree(layout.new)
-            RestoreJournal.remove(at: layout.journal)
-            return .discardedUnfinishedRestore(backup: name)
-        case .swapping, .reloading, .rollingBack:
-            if journal.hadLiveStore || journal.phase == .rollingBack {
-                // Only a store the app rejected is kept; one that was merely interrupted
-                // is a copy of a backup that still exists, so it goes.
-                try finishRollBack(hadLiveStore: journal.hadLiveStore, keepRejected: journal.phase == .rollingBack)
-                return .rolledBack(backup: name)
-            }
-            // There was no store before: the checked restore is the only whole state.
-            if !FileSystem.fileExists(layout.live) && FileSystem.fileExists(layout.new) {
-                try FileSystem.rename(from: layout.new, to: layout.live)
-                try FileSystem.fsync(path: layout.parent)
-            }
-            RestoreJournal.remove(at: layout.journal)
-            return .completedRestore(backup: name)
-        case .committing:
-            try FileSystem.removeTree(layout.old)
-            RestoreJournal.remove(at: layout.journal)
-            return .finishedCleanup(backup: name)
-        }
+    /// `_New` → live, for a restore onto a store that did not exist, stopped after its
+    /// checks passed: the restored store is the only whole state.
+    func moveNewIntoPlace() throws {
+        guard !FileSystem.fileExists(layout.live) && FileSystem.fileExists(layout.new) else { return }
+        try FileSystem.rename(from: layout.new, to: layout.live)
+        try FileSystem.fsync(path: layout.parent)
+    }
+
+    /// `_Old` → live, when no live store is in the way.
+    func moveOldIntoPlace() throws {
+        try FileSystem.rename(from: layout.old, to: layout.live)
+        try FileSystem.fsync(path: layout.parent)
     }
 
     /// Puts the old store back from wherever a rollback (or a swap) stopped: a live store
     /// that is not the old one goes to `_FailedRestore` (`keepRejected`) or away, `_Old`
-    /// goes live, `_New` goes away.
-    private func finishRollBack(hadLiveStore: Bool, keepRejected: Bool) throws -> SetAsideReport? {
+    /// goes live, `_New` goes away. Safe to run again after a crash part-way through.
+    @discardableResult
+    func putBackOld(hadLiveStore: Bool, keepRejected: Bool) throws -> SetAsideReport? {
         var discard: String?
         // The live folder is the restored store unless the swap had not begun (old still live).
         let liveIsRestored = FileSystem.fileExists(layout.live) && (FileSystem.fileExists(layout.old) || !hadLiveStore)
@@ -143,7 +104,6 @@ struct StoreSwapper {
         if FileSystem.fileExists(layout.old) { try FileSystem.rename(from: layout.old, to: layout.live) }
         if FileSystem.fileExists(layout.new) { try FileSystem.removeTree(layout.new) }
         try FileSystem.fsync(path: layout.parent)
-        RestoreJournal.remove(at: layout.journal)
         var report: SetAsideReport?
         if liveIsRestored && keepRejected {
             report = SetAsideReport(failedPath: layout.failed, failedBytes: FileSystem.treeSize(layout.failed))

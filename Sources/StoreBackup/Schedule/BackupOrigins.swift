@@ -77,14 +77,13 @@ public struct BackupOriginIndex: Sendable {
         var cache = loadCache()
         var changed = false
         var result: [String: BackupOrigin?] = [:]
-        let local = destination as? LocalFolderDestination
         for backup in backups {
             if let entry = cache[backup.name], entry.size == backup.size {
                 result[backup.name] = entry.origin
                 continue
             }
             var origin: BackupOrigin?
-            if let path = local?.localPath(of: backup.name) {
+            if let path = destination.localPath(of: backup.name) {
                 origin = readOrigin(archive: path, name: backup.name)
             } else if download {
                 origin = await downloadOrigin(backup.name)
@@ -111,8 +110,7 @@ public struct BackupOriginIndex: Sendable {
     }
 
     private func downloadOrigin(_ name: String) async -> BackupOrigin? {
-        let temporary = ScratchFiles.path(in: destination.stagingDirectory ?? ScratchFiles.temporaryDirectory,
-                                          purpose: "origin", suffix: ".zip")
+        let temporary = ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "origin", suffix: ".zip")
         defer { unlink(temporary) }
         do {
             try await destination.download(name, to: temporary, progress: nil)

@@ -176,24 +176,6 @@ private struct CStringKeeper {
     }
 }
 
-/// `Content-Range: bytes FIRST-LAST/TOTAL` (TOTAL may be `*`).
-struct ContentRange: Equatable {
-    var first: Int64
-    var last: Int64
-    var total: Int64?
-
-    init?(_ text: String) {
-        let value = text.trimmingCharacters(in: .whitespaces)
-        guard value.lowercased().hasPrefix("bytes "), let dash = value.firstIndex(of: "-"),
-              let slash = value.firstIndex(of: "/"), dash < slash,
-              let first = Int64(value[value.index(value.startIndex, offsetBy: 6)..<dash].trimmingCharacters(in: .whitespaces)),
-              let last = Int64(value[value.index(after: dash)..<slash]) else { return nil }
-        self.first = first
-        self.last = last
-        total = Int64(value[value.index(after: slash)...])
-    }
-}
-
 /// State shared with libcurl's callbacks during one transfer.
 final class TransferContext: @unchecked Sendable {
     let request: TransferRequest

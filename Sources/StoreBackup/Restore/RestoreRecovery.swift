@@ -1,0 +1,43 @@
+import Foundation
+
+extension RestoreTransaction {
+    /// Brings the store back to a whole state after a restore was killed, reading what it
+    /// was doing from its journal. Callers hold the store's lock. Safe to run again after
+    /// a crash part-way through.
+    static func recover(_ layout: StoreLayout) throws -> RecoveryOutcome {
+        let swapper = StoreSwapper(layout: layout)
+        guard let journal = RestoreJournal.load(from: layout.journal) else {
+            // A journal that cannot be read is left alone only if nothing is mid-way.
+            if FileSystem.fileExists(layout.journal) && FileSystem.fileExists(layout.old) && !FileSystem.fileExists(layout.live) {
+                try swapper.moveOldIntoPlace()
+                RestoreJournal.remove(at: layout.journal)
+                return .rolledBack(backup: "unknown")
+            }
+            if FileSystem.fileExists(layout.journal) { RestoreJournal.remove(at: layout.journal) }
+            return .nothingToDo
+        }
+        let name = journal.backupName
+        switch journal.phase {
+        case .extracting:
+            try swapper.removeNew()
+            RestoreJournal.remove(at: layout.journal)
+            return .discardedUnfinishedRestore(backup: name)
+        case .swapping, .reloading, .rollingBack:
+            if journal.hadLiveStore || journal.phase == .rollingBack {
+                // Only a store the app rejected is kept; one that was merely interrupted
+                // is a copy of a backup that still exists, so it goes.
+                try swapper.putBackOld(hadLiveStore: journal.hadLiveStore, keepRejected: journal.phase == .rollingBack)
+                RestoreJournal.remove(at: layout.journal)
+                return .rolledBack(backup: name)
+            }
+            // There was no store before: the checked restore is the only whole state.
+            try swapper.moveNewIntoPlace()
+            RestoreJournal.remove(at: layout.journal)
+            return .completedRestore(backup: name)
+        case .committing:
+            try swapper.removeOld()
+            RestoreJournal.remove(at: layout.journal)
+            return .finishedCleanup(backup: name)
+        }
+    }
+}
