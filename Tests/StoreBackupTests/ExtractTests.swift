@@ -315,7 +315,7 @@ final class ExtractTests: XCTestCase {
 
     // MARK: remote destinations
 
-    func testS3() throws {
+    func testLsAndExtractFromS3() throws {
         let servers = try TestServers(label: "extract-s3")
         defer { servers.stop() }
         let s3 = try servers.start("s3")
@@ -324,7 +324,7 @@ final class ExtractTests: XCTestCase {
         try assertRemoteRoundTrip(["--to", "s3://backups/extract", "--s3-endpoint", s3["endpoint"] as! String], environment: environment)
     }
 
-    func testWebDAV() throws {
+    func testLsAndExtractFromWebDAV() throws {
         let servers = try TestServers(label: "extract-webdav")
         defer { servers.stop() }
         let server = try servers.start("webdav")
@@ -332,7 +332,7 @@ final class ExtractTests: XCTestCase {
         try assertRemoteRoundTrip(["--to", "webdav://127.0.0.1:\(server["port"] as! Int)/dav/extract"], environment: environment)
     }
 
-    func testSFTP() throws {
+    func testLsAndExtractFromSFTP() throws {
         let servers = try TestServers(label: "extract-sftp")
         defer { servers.stop() }
         let server = try servers.start("sftp")
@@ -341,7 +341,7 @@ final class ExtractTests: XCTestCase {
                                   environment: [:])
     }
 
-    func testDropbox() throws {
+    func testLsAndExtractFromDropbox() throws {
         let emulator = try DropboxEmulatorClient(label: "extract-dropbox")
         defer { emulator.stop() }
         try assertRemoteRoundTrip(["--to", "dropbox:///Extract"], environment: emulator.environment(home: work, token: emulator.accessToken))
