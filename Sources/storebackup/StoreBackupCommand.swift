@@ -21,7 +21,7 @@ struct StoreBackupCommand: AsyncParsableCommand {
             ~/.local/share/storebackup/backups.
             """,
         version: StoreBackupVersion.current,
-        subcommands: [CreateCommand.self, ListCommand.self, RestoreCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
+        subcommands: [CreateCommand.self, ListCommand.self, LsCommand.self, RestoreCommand.self, ExtractCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
                       RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self, CopyCommand.self]
     )
 }

@@ -25,6 +25,9 @@ struct Extractor {
     var verifyOnly = false
     /// Accept an archive without a manifest (checking only CRCs and databases).
     var allowUnverified = false
+    /// Write only the entries whose archive-relative path this accepts (`extract` of a few
+    /// files); nil writes every entry. The checks before writing still cover the whole archive.
+    var selection: (@Sendable (String) -> Bool)? = nil
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
     static let unverifiedWarning = "the backup has no manifest: only CRCs and PRAGMA integrity_check were checked (no SHA-256 of any file, no list of what should be there)"
@@ -40,13 +43,13 @@ struct Extractor {
         if reader.manifest == nil && !allowUnverified {
             throw StoreBackupError.restoreRefused(reason: "backup \"\(reader.backupName)\" has no manifest, so its files cannot be checked against checksums (it was not made by storebackup, or was altered); it is not verifiable. Pass --allow-unverified to restore it with only CRC and database checks")
         }
-        let files = reader.entries.filter { $0.kind == .file }
+        let files = reader.entries.filter { $0.kind == .file && isSelected($0.path) }
         let written = verifyOnly && reader.manifest != nil ? files.filter(isDatabase) : files
         try FreeSpace.check(needed: Self.diskUsage(of: written, entryCount: reader.entries.count),
                             in: FileSystem.parentDirectory(of: target), backupName: reader.backupName)
 
         let root = try ConfinedTree(creating: target)
-        let directories = reader.entries.filter { $0.kind == .directory }
+        let directories = reader.entries.filter { $0.kind == .directory && isSelected($0.path) }
         for directory in directories.sorted(by: { $0.path < $1.path }) {
             try root.makeDirectories(directory.path)
         }
@@ -59,7 +62,7 @@ struct Extractor {
         }
 
         if !verifyOnly {
-            for (link, destination) in links {
+            for (link, destination) in links where isSelected(link.path) {
                 try root.createLink(link.path, target: destination, modificationTime: link.modificationTime)
             }
         }
@@ -279,6 +282,8 @@ struct Extractor {
         }
     }
 
+    private func isSelected(_ path: String) -> Bool { selection?(path) ?? true }
+
     /// Databases as the manifest names them; without a manifest, verify decides by a
     /// file's first bytes as it reads them (``extractFile``).
     private func isDatabase(_ entry: ArchiveEntry) -> Bool {
@@ -289,7 +294,7 @@ struct Extractor {
     /// The manifest names the databases; an archive without one (made by another tool)
     /// is searched by header instead.
     private func databasePaths(in target: String, files: [ArchiveEntry]) throws -> [String] {
-        if let manifest = reader.manifest { return manifest.databases.map(\.path) }
+        if let manifest = reader.manifest { return manifest.databases.map(\.path).filter(isSelected) }
         // Only files on disk can be databases (verify writes nothing else); none is a link.
         return files.map(\.path).filter { FileSystem.fileExists(target + "/" + $0) && SQLiteHeader.isDatabase(path: target + "/" + $0) }
     }

@@ -65,6 +65,12 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case wrongPassword(name: String)
     /// The task was cancelled; nothing was published and no store was changed.
     case cancelled
+    /// The backup holds nothing at these paths (``StoreHelper/extract(_:paths:into:progress:)``,
+    /// ``StoreHelper/listContents(_:matching:)``); nothing was written.
+    case notInBackup(name: String, paths: [String])
+    /// An extract was refused before anything was written; `reason` says why (e.g. the
+    /// target folder exists and is not empty).
+    case extractRefused(reason: String)
 
     /// One line for a person: what failed and, where possible, what to do.
     public var description: String {
@@ -117,6 +123,11 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return "wrong password for backup \"\(name)\""
         case .cancelled:
             return "cancelled; nothing was changed"
+        case .notInBackup(let name, let paths):
+            let list = paths.map { "\"\($0)\"" }.joined(separator: ", ")
+            return "backup \"\(name)\" holds nothing at \(list) (see: storebackup ls \"\(name)\"); nothing was written"
+        case .extractRefused(let reason):
+            return reason
         }
     }
 }

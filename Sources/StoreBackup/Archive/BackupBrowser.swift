@@ -1,0 +1,144 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Lists a backup's contents and takes files out of it, with no stores directory at all.
+///
+/// Nothing here touches, locks or recovers a live store: it needs only a destination (and
+/// the password of encrypted backups), so it works while a restore holds the store's lock,
+/// or on a machine that has no store. ``StoreHelper/listContents(_:matching:)`` and
+/// ``StoreHelper/extract(_:paths:into:progress:)`` use it with the helper's destination.
+public struct BackupBrowser: Sendable {
+    /// Where the backups are.
+    public let destination: any BackupDestination
+    /// For encrypted backups: asked when one is opened.
+    public var passwords: PasswordProvider?
+    /// Extract from a backup without a manifest, checking only CRCs and
+    /// `PRAGMA integrity_check`; by default such a backup is refused (listing it is allowed).
+    public var allowUnverified = false
+
+    /// A browser of the backups in `destination`; `passwords` opens encrypted ones.
+    public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
+        self.destination = destination
+        self.passwords = passwords
+    }
+
+    /// What the backup holds; see ``StoreHelper/listContents(_:matching:)``.
+    public func listContents(_ nameOrLatest: String, matching paths: [String] = []) async throws -> BackupContents {
+        let selection = EntrySelection(paths)
+        do {
+            let backup = try await destination.resolve(nameOrLatest)
+            ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
+            let passwords = self.passwords
+            return try await withArchive(of: backup.name, downloadingInto: ScratchFiles.temporaryDirectory, progress: nil) { archive in
+                try await runBlocking(name: "storebackup-ls") { _ in
+                    let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
+                    let entries = Self.contents(of: reader)
+                    try selection.requireMatches(in: entries.map(\.path), backupName: backup.name)
+                    return BackupContents(
+                        backupName: backup.name, hasManifest: reader.manifest != nil, createdAt: reader.manifest?.createdAt,
+                        hostName: reader.manifest?.hostName, sourcePath: reader.manifest?.sourcePath,
+                        entries: entries.filter { selection.contains($0.path) })
+                }
+            }
+        } catch is CancellationError {
+            throw StoreBackupError.cancelled
+        }
+    }
+
+    /// Writes the selected entries into a new folder; see ``StoreHelper/extract(_:paths:into:progress:)``.
+    public func extract(_ nameOrLatest: String, paths: [String] = [], into directory: String,
+                        progress: ProgressHandler? = nil) async throws -> ExtractResult {
+        let progress = ProgressPlan.stamping(ProgressPlan.verify, progress)
+        let selection = EntrySelection(paths)
+        let target = FileSystem.absolutePath(directory)
+        let parent = FileSystem.parentDirectory(of: target)
+        do {
+            try Self.checkTarget(target)
+            let backup = try await destination.resolve(nameOrLatest)
+            // Temporaries of an extract killed earlier, here or in TMPDIR, go first.
+            ScratchFiles.sweep(parent)
+            let passwords = self.passwords, allowUnverified = self.allowUnverified
+            let throttle = ProgressThrottle(progress)
+            return try await withArchive(of: backup.name, downloadingInto: parent, progress: progress) { archive in
+                try await runBlocking(name: "storebackup-extract") { cancel in
+                    let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
+                    try selection.requireMatches(in: reader.entries.map(\.path), backupName: backup.name)
+                    var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
+                    extractor.allowUnverified = allowUnverified
+                    extractor.selection = { selection.needs($0) }
+                    let scratch = ScratchFiles.path(in: parent, purpose: "extract")
+                    let databases: [String]
+                    do {
+                        databases = try extractor.extract(into: scratch)
+                        try cancel.throwIfCancelled()
+                        try TreeSync.sync(scratch)
+                        // Onto nothing, or onto the empty folder checked above (rename replaces
+                        // only an empty one, so anything put there meanwhile makes it fail).
+                        try FileSystem.rename(from: scratch, to: target)
+                    } catch {
+                        try? FileSystem.removeTree(scratch)
+                        throw error
+                    }
+                    try FileSystem.fsync(path: parent)
+                    throttle.report(BackupProgress(phase: .done), force: true)
+                    let written = reader.entries.filter { selection.needs($0.path) }
+                    return ExtractResult(
+                        backupName: backup.name, directory: target, entryCount: written.count,
+                        byteCount: written.filter { $0.kind == .file }.reduce(0) { $0 + $1.size },
+                        databasesChecked: databases, warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)
+                }
+            }
+        } catch is CancellationError {
+            throw StoreBackupError.cancelled
+        }
+    }
+
+    /// The folder to extract into must be new (or an empty folder) in an existing folder.
+    static func checkTarget(_ target: String) throws {
+        let parent = FileSystem.parentDirectory(of: target)
+        guard FileSystem.isDirectory(parent) else {
+            throw StoreBackupError.extractRefused(reason: "cannot extract into \(target): \(parent) is not an existing folder")
+        }
+        guard let info = try? FileSystem.lstatInfo(target) else { return }
+        let isEmptyFolder = info.st_mode & S_IFMT == S_IFDIR
+            && (try? FileManager.default.contentsOfDirectory(atPath: target).isEmpty) == true
+        guard isEmptyFolder else {
+            throw StoreBackupError.extractRefused(reason: "\(target) already exists and is not an empty folder; extract writes only into a new folder (nothing was written)")
+        }
+    }
+
+    /// Runs `body` on a local copy of the backup's archive: a local folder's file in place,
+    /// else a download into `folder` (under the scratch policy), removed afterwards.
+    private func withArchive<T: Sendable>(of name: String, downloadingInto folder: String, progress: ProgressHandler?,
+                                          _ body: (String) async throws -> T) async throws -> T {
+        if let local = destination.localPath(of: name) {
+            return try await body(local)
+        }
+        let download = ScratchFiles.path(in: folder, purpose: "download", suffix: ".zip")
+        defer { unlink(download) }
+        try await destination.download(name, to: download, progress: progress)
+        return try await body(download)
+    }
+
+    /// The listing: the manifest's rows, or without a manifest the ZIP directory's entries.
+    static func contents(of reader: ArchiveReader) -> [BackupContents.Entry] {
+        guard let manifest = reader.manifest else {
+            return reader.entries.map { entry in
+                let type = switch entry.kind {
+                case .directory: "directory"
+                case .symlink: "symlink"
+                case .file: "file"
+                }
+                return BackupContents.Entry(path: entry.path, type: type, size: entry.size, mode: entry.permissions,
+                                            modified: Date(timeIntervalSince1970: TimeInterval(entry.modificationTime)))
+            }.sorted { $0.path < $1.path }
+        }
+        return manifest.files.map { file in
+            BackupContents.Entry(path: file.path, type: file.type, size: file.size,
+                                 mode: file.mode & 0o777, modified: Date(timeIntervalSince1970: TimeInterval(file.mtime)),
+                                 linkTarget: file.linkTarget, sha256: file.sha256)
+        }.sorted { $0.path < $1.path }
+    }
+}
