@@ -329,7 +329,8 @@ final class DropboxDestinationTests: XCTestCase {
             XCTFail("an expired token must fail")
         } catch {
             XCTAssertTrue("\(error)".contains("expired"), "\(error)")
-            XCTAssertTrue("\(error)".contains("storebackup auth dropbox"), "\(error)")
+            XCTAssertEqual((error as? StoreBackupError)?.remedy, .authorizeDropbox, "\(error)")
+            XCTAssertFalse("\(error)".contains("storebackup auth"), "the library names no command: \(error)")
         }
     }
 

@@ -110,8 +110,9 @@ final class S3DestinationTests: XCTestCase {
         do {
             try await failing.upload(file: file, as: "2026-01-02 000000 Stores.zip", progress: nil)
             XCTFail("the upload should fail")
-        } catch let error as TransferError {
-            XCTAssertEqual(error.kind, .http(status: 500))
+        } catch StoreBackupError.transfer(let failure) {
+            XCTAssertEqual(failure.kind, .http(status: 500))
+            XCTAssertEqual(failure.httpStatus, 500)
         }
         let remaining = try await direct.listBackups().map(\.name)
         XCTAssertEqual(remaining, ["2026-01-01 000000 Stores.zip"])
@@ -147,9 +148,10 @@ final class S3DestinationTests: XCTestCase {
         do {
             try await RetryingDestination(down, policy: .fastForTests).upload(file: file, as: "2026-01-01 000000 Stores.zip", progress: nil)
             XCTFail("the upload should fail")
-        } catch let error as TransferError {
-            XCTAssertEqual(error.kind, .connection)
-            XCTAssertTrue(error.message.contains("s3://backups/lib"), error.message)
+        } catch StoreBackupError.transfer(let failure) {
+            XCTAssertEqual(failure.kind, .connection)
+            XCTAssertEqual(failure.curlCode, 7, "CURLE_COULDNT_CONNECT, recognised by its code")
+            XCTAssertTrue(failure.message.contains("s3://backups/lib"), failure.message)
         }
         let listed = try await destination().listBackups()
         XCTAssertEqual(listed, [])

@@ -78,7 +78,7 @@ struct RestoreTransaction {
             // The journal still says "rolling back": recovery (the next command) finishes it.
             // The old store is not live, so there is nothing to reload or report as rolled back.
             return StoreBackupError.reloadFailed(
-                reason: "\(reloadError); putting the previous store back failed (\(error)); run `storebackup recover` on it", rolledBack: false)
+                reason: "\(reloadError); putting the previous store back failed (\(error))", rolledBack: false)
         }
         var reason = "\(reloadError)"
         if let report { reason += "; " + report.description }
