@@ -20,7 +20,7 @@ enum ErrorAdvice {
         case .recoverStore: return "; run `storebackup recover` on it"
         case .trustCertificateAuthority:
             return "; if it is signed by your own certificate authority, pass that CA's PEM file with --ca-file (or STOREBACKUP_CA_FILE)"
-        case .authorizeDropbox: return "; run `storebackup auth dropbox --app-key KEY` (again)"
+        case .authorizeDropbox: return "; to authorize the app, run `storebackup auth dropbox --app-key KEY`"
         case .checkDropboxAppKey: return "; check --app-key / STOREBACKUP_DROPBOX_APP_KEY"
         case .giveS3Endpoint: return "; give the server with --s3-endpoint"
         case .giveSSHKey: return "; pass the key with --ssh-key"

@@ -60,7 +60,7 @@ public struct RetryingDestination: BackupDestination {
                 let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
                 logger.info("retrying an operation", metadata: ["destination": "\(displayName)", "attempt": "\(attempt + 1)",
                                                                 "error": "\(failure.message)"])
-                try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000))
+                do { try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000)) } catch { throw StoreBackupError.cancelled }
                 attempt += 1
             }
         }

@@ -58,6 +58,15 @@ public struct TransferFailure: Sendable, Equatable, CustomStringConvertible {
         self.remedy = remedy
     }
 
+    /// A failure, for a ``BackupDestination`` of your own: thrown as
+    /// ``StoreBackupError/transfer(_:)``, ``RetryingDestination`` retries it when
+    /// ``isRetryable``.
+    public init(kind: Kind, message: String, curlCode: Int? = nil, serviceCode: String? = nil,
+                retryAfter: Double? = nil, remedy: Remedy? = nil) {
+        self.init(kind: kind, label: "", detail: message, curlCode: curlCode, serviceCode: serviceCode,
+                  retryAfter: retryAfter, remedy: remedy)
+    }
+
     /// The HTTP status the server answered with, for ``Kind/http(status:)`` failures.
     public var httpStatus: Int? {
         if case .http(let status) = kind { return status }
