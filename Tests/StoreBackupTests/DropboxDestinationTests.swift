@@ -276,6 +276,8 @@ final class DropboxDestinationTests: XCTestCase {
         } catch {
             XCTAssertTrue("\(error)".contains("out of space"), "\(error)")
             XCTAssertTrue("\(error)".contains("dropbox:///Backups"), "\(error)")
+            guard case StoreBackupError.transfer(let failure) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(failure.serviceCode?.contains("insufficient_space") == true, "Dropbox's error tags: \(failure)")
         }
     }
 

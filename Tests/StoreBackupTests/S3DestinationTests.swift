@@ -86,10 +86,22 @@ final class S3DestinationTests: XCTestCase {
         XCTAssertFalse(result.stderr.contains("definitely-not-the-secret"), result.stderr)
     }
 
-    func testMissingBucketIsAClearError() throws {
+    func testMissingBucketIsAClearError() async throws {
         let result = try runStoreBackup(["list", "--to", "s3://no-such-bucket/x", "--s3-endpoint", endpoint], environment: credentials)
         XCTAssertNotEqual(result.status, 0)
         XCTAssertTrue(result.stderr.contains("does not exist"), result.stderr)
+
+        // Through the library the cause is data: the HTTP status and S3's own error code.
+        let missing = try S3Destination.make(url: "s3://no-such-bucket/x", options: DestinationOptions(
+            retry: .fastForTests, s3Endpoint: endpoint, environment: credentials))
+        do {
+            _ = try await missing.listBackups()
+            XCTFail("a missing bucket must fail")
+        } catch StoreBackupError.transfer(let failure) {
+            XCTAssertEqual(failure.serviceCode, "NoSuchBucket", failure.message)
+            XCTAssertEqual(failure.httpStatus, 404, failure.message)
+            XCTAssertFalse(failure.isRetryable)
+        }
     }
 
     func testMultipartUploadRoundTripsAndAFailedOneLeavesNothing() async throws {
