@@ -13,7 +13,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
-        .package(url: "https://github.com/apple/swift-log", from: "1.5.0"),
+        // 1.16: LogHandler.log(event:), which the command line's and the tests' handlers implement.
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
         // Only for `swift package generate-documentation` (DocC); not linked into anything.
@@ -64,7 +65,8 @@ let package = Package(
             ]),
         .testTarget(
             name: "StoreBackupTests",
-            dependencies: ["StoreBackup", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["StoreBackup", .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "Logging", package: "swift-log")],
             resources: [.copy("Fixtures")]),
     ],
     swiftLanguageModes: [.v6]

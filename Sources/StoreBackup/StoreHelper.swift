@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -101,6 +102,11 @@ public struct StoreHelper: Sendable {
     /// the store's name in a configuration; nil reports the stores directory's path.
     public var metricsName: String? = nil
 
+    /// Where the helper says what happened besides its results: a recovered restore
+    /// (notice), what it did step by step (debug). The library never writes to stdout or
+    /// stderr; without a logger nothing is said.
+    public var logger: Logger
+
     /// Makes a helper for one stores directory.
     ///
     /// - Parameters:
@@ -111,13 +117,15 @@ public struct StoreHelper: Sendable {
     ///   - compressionLevel: Deflate level 0-9 (0 stores without compressing).
     ///   - encrypt: Encrypt new backups (WinZip AES-256); `passwords` must then be set.
     ///   - passwords: Where the password comes from, for `encrypt` and for restoring encrypted backups.
+    ///   - logger: Where the helper reports what it did (see ``logger``); silent by default.
     public init(storesDirectory: String, destination: any BackupDestination, compressionLevel: Int = CompressionLevel.default,
-                encrypt: Bool = false, passwords: PasswordProvider? = nil) {
+                encrypt: Bool = false, passwords: PasswordProvider? = nil, logger: Logger = .disabled) {
         self.storesDirectory = FileSystem.absolutePath(storesDirectory)
         self.destination = destination
         self.compressionLevel = compressionLevel
         self.encrypt = encrypt
         self.passwords = passwords
+        self.logger = logger
     }
 
     var layout: StoreLayout { StoreLayout(storesDirectory: storesDirectory) }
@@ -203,7 +211,7 @@ public struct StoreHelper: Sendable {
         try requireStoresDirectory()
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
         defer { withExtendedLifetime(lock) {} }
-        _ = try layout.recoverIfNeeded()
+        _ = try layout.recoverIfNeeded(logger: logger)
         TestPausePoint.reach("create-locked")
         if let quiesce {
             do { try await quiesce() } catch is CancellationError { throw StoreBackupError.cancelled }
@@ -337,7 +345,8 @@ public struct StoreHelper: Sendable {
     private func restoreUnmeasured(
         _ nameOrLatest: String, hooks: ReloadHooks, progress: ProgressHandler?
     ) async throws -> RestoreResult {
-        var transaction = RestoreTransaction(layout: layout, source: destination, passwords: passwords, hooks: hooks)
+        var transaction = RestoreTransaction(layout: layout, source: destination, passwords: passwords, hooks: hooks,
+                                             logger: logger)
         transaction.allowUnverified = allowUnverified
         return try await transaction.run(nameOrLatest, progress: progress)
     }
@@ -351,19 +360,20 @@ public struct StoreHelper: Sendable {
     public func recover() throws -> RecoveryOutcome {
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "recover")
         defer { withExtendedLifetime(lock) {} }
-        return try layout.recoverIfNeeded()
+        return try layout.recoverIfNeeded(logger: logger)
     }
 }
 
 extension StoreLayout {
     /// Removes dead commands' temporaries beside the store and in `TMPDIR`, then runs
-    /// recovery when a restore journal is present. Callers hold the store lock.
-    func recoverIfNeeded() throws -> RecoveryOutcome {
+    /// recovery when a restore journal is present, telling `logger` what it did (notice).
+    /// Callers hold the store lock.
+    func recoverIfNeeded(logger: Logger) throws -> RecoveryOutcome {
         ScratchFiles.sweep(around: self)
         guard FileSystem.fileExists(journal) else { return .nothingToDo }
         let outcome = try RestoreTransaction.recover(self)
         if let message = outcome.message {
-            FileHandle.standardError.write(Data("storebackup: \(message)\n".utf8))
+            logger.notice("\(message)", metadata: ["store": "\(live)"])
         }
         return outcome
     }

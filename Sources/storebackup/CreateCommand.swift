@@ -65,7 +65,7 @@ struct CreateCommand: AsyncParsableCommand {
         }
         let helper = StoreHelper(
             storesDirectory: storesDirectory, destination: try destination.resolve(),
-            compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords)
+            compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords, logger: Terminal.logger)
         let printer = ProgressPrinter.shared
         let result = await Terminal.runCancellable { try await helper.createBackup(progress: printer.handler()) }
         printer.finishLine()

@@ -12,7 +12,7 @@ extension CreateCommand {
         let job: StoreJob
         if let store {
             guard let match = configuration.stores.first(where: { $0.name == store }) else {
-                Terminal.fail(BackupServiceError.unknownStore(store))
+                Terminal.fail(StoreBackupError.unknownStore(name: store))
             }
             if let storesDirectory, Self.normalized(storesDirectory) != match.storesDirectory {
                 throw ValidationError("store \"\(store)\" is \(match.storesDirectory), not \(storesDirectory)")
@@ -21,8 +21,9 @@ extension CreateCommand {
         } else {
             let path = Self.normalized(storesDirectory ?? ".")
             guard let match = configuration.stores.first(where: { $0.storesDirectory == path }) else {
-                Terminal.fail(ConfigurationError(file: configuration.file ?? configurationFile.effectivePath, line: nil, key: "stores",
-                                                 message: "no store with path \(path); --prune takes its retention from there"))
+                Terminal.fail(StoreBackupError.invalidConfiguration(ConfigurationProblem(
+                    file: configuration.file ?? configurationFile.effectivePath, line: nil, key: "stores",
+                    message: "no store with path \(path); --prune takes its retention from there")))
             }
             job = match
         }

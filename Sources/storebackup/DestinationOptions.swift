@@ -51,7 +51,8 @@ struct ConnectionOption: ParsableArguments {
     var credentials: String?
 
     var options: DestinationOptions {
-        var options = DestinationOptions(s3Endpoint: s3Endpoint, sshKey: sshKey, knownHosts: knownHosts, credentialsFile: credentials)
+        var options = DestinationOptions(s3Endpoint: s3Endpoint, sshKey: sshKey, knownHosts: knownHosts, credentialsFile: credentials,
+                                         logger: Terminal.logger)
         if let caFile { options.transport.caFile = caFile }
         if insecure {
             options.transport.insecure = true

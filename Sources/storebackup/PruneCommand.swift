@@ -98,15 +98,16 @@ struct PruneCommand: AsyncParsableCommand {
                                   passwords: password.provider(confirm: false, prompt: false)))
         } else {
             guard configurationFile.path != nil || FileManager.default.fileExists(atPath: BackupConfiguration.defaultPath) else {
-                Terminal.fail(ConfigurationError(file: BackupConfiguration.defaultPath, line: nil, key: nil,
-                                                 message: "no --keep-* flags and no configuration: say what to keep (e.g. --keep-daily 7)"))
+                Terminal.fail(StoreBackupError.invalidConfiguration(ConfigurationProblem(
+                    file: BackupConfiguration.defaultPath, line: nil, key: nil,
+                    message: "no --keep-* flags and no configuration: say what to keep (e.g. --keep-daily 7)")))
             }
             let configuration = configurationFile.load()
             metrics.start(configured: configuration.metricsFile)
             var jobs = configuration.stores
             if let store {
                 jobs = jobs.filter { $0.name == store }
-                if jobs.isEmpty { Terminal.fail(BackupServiceError.unknownStore(store)) }
+                if jobs.isEmpty { Terminal.fail(StoreBackupError.unknownStore(name: store)) }
             }
             for job in jobs {
                 guard let policy = job.retention else {

@@ -48,7 +48,7 @@ struct RestoreCommand: AsyncParsableCommand {
             name = self.name
         }
         var configured = StoreHelper(storesDirectory: storesDirectory, destination: source,
-                                     passwords: password.provider(confirm: false))
+                                     passwords: password.provider(confirm: false), logger: Terminal.logger)
         configured.allowUnverified = allowUnverified
         let helper = configured
         if !yes {
@@ -82,8 +82,8 @@ struct RestoreCommand: AsyncParsableCommand {
             } catch let error as StoreBackupError where error == .invalidBackupName(name: nameOrLatest) {
                 Terminal.fail(error)
             } catch {
-                Terminal.info("storebackup: warning: \(destination.displayName): \(error); trying the next --from")
-                reasons.append("\(error)")
+                Terminal.info("storebackup: warning: \(destination.displayName): \(ErrorAdvice.describe(error)); trying the next --from")
+                reasons.append(ErrorAdvice.describe(error))
             }
         }
         Terminal.fail(StoreBackupError.restoreRefused(

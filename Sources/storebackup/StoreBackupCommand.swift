@@ -24,4 +24,9 @@ struct StoreBackupCommand: AsyncParsableCommand {
         subcommands: [CreateCommand.self, ListCommand.self, LsCommand.self, RestoreCommand.self, ExtractCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
                       RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self, CopyCommand.self]
     )
+
+    static func main() async {
+        TestSwitches.install()
+        await main(nil)
+    }
 }

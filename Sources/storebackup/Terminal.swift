@@ -21,11 +21,11 @@ enum Terminal {
     static func fail(_ error: Error) -> Never {
         ProgressPrinter.shared.finishLine()
         if let error = error as? StoreBackupError {
-            info("storebackup: error: \(error.description)")
+            info("storebackup: error: \(ErrorAdvice.describe(error))")
             exit(error == .cancelled ? 130 : 1)
         }
         if error is CancellationError {
-            info("storebackup: error: \(StoreBackupError.cancelled.description)")
+            info("storebackup: error: \(ErrorAdvice.describe(StoreBackupError.cancelled))")
             exit(130)
         }
         info("storebackup: error: \(error)")

@@ -67,7 +67,7 @@ final class CommandLineTests: XCTestCase {
         let second = try runStoreBackup(["create", store, "--to", work + "/backups"])
         first.kill9()
         XCTAssertNotEqual(second.status, 0)
-        XCTAssertTrue(second.stderr.contains("in use by another storebackup command"), second.stderr)
+        XCTAssertTrue(second.stderr.contains("in use by another backup, restore or recovery"), second.stderr)
         XCTAssertTrue(second.stderr.contains("pid \(first.process.processIdentifier)"), "names the holder: \(second.stderr)")
 
         // The lock dies with its holder: the next create works and leaves exactly one backup.

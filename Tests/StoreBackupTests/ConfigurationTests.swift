@@ -7,13 +7,13 @@ final class ConfigurationTests: XCTestCase {
         try BackupConfiguration.parse(yaml: yaml, file: "/etc/test.yml", environment: environment)
     }
 
-    func error(_ yaml: String, environment: [String: String] = [:], file: StaticString = #filePath, line: UInt = #line) -> ConfigurationError? {
+    func error(_ yaml: String, environment: [String: String] = [:], file: StaticString = #filePath, line: UInt = #line) -> ConfigurationProblem? {
         do {
             _ = try parse(yaml, environment: environment)
             XCTFail("expected an error", file: file, line: line)
             return nil
-        } catch let error as ConfigurationError {
-            return error
+        } catch StoreBackupError.invalidConfiguration(let problem) {
+            return problem
         } catch {
             XCTFail("unexpected \(error)", file: file, line: line)
             return nil
@@ -140,7 +140,7 @@ final class ConfigurationTests: XCTestCase {
 
     func testMissingFileIsAClearError() {
         XCTAssertThrowsError(try BackupConfiguration.load(path: "/nonexistent/storebackup.yml")) { error in
-            XCTAssertEqual((error as? ConfigurationError)?.description, "/nonexistent/storebackup.yml: configuration file does not exist")
+            XCTAssertEqual((error as? StoreBackupError)?.description, "/nonexistent/storebackup.yml: configuration file does not exist")
         }
     }
 }

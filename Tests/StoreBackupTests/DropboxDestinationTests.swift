@@ -276,6 +276,8 @@ final class DropboxDestinationTests: XCTestCase {
         } catch {
             XCTAssertTrue("\(error)".contains("out of space"), "\(error)")
             XCTAssertTrue("\(error)".contains("dropbox:///Backups"), "\(error)")
+            guard case StoreBackupError.transfer(let failure) = error else { return XCTFail("\(error)") }
+            XCTAssertTrue(failure.serviceCode?.contains("insufficient_space") == true, "Dropbox's error tags: \(failure)")
         }
     }
 
@@ -329,7 +331,8 @@ final class DropboxDestinationTests: XCTestCase {
             XCTFail("an expired token must fail")
         } catch {
             XCTAssertTrue("\(error)".contains("expired"), "\(error)")
-            XCTAssertTrue("\(error)".contains("storebackup auth dropbox"), "\(error)")
+            XCTAssertEqual((error as? StoreBackupError)?.remedy, .authorizeDropbox, "\(error)")
+            XCTAssertFalse("\(error)".contains("storebackup auth"), "the library names no command: \(error)")
         }
     }
 

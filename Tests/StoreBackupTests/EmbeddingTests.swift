@@ -1,6 +1,7 @@
 import Foundation
+import Logging
 import XCTest
-@testable import StoreBackup
+@_spi(Testing) @testable import StoreBackup
 
 /// The library API a server app embeds: progress as an AsyncSequence, cancellation by
 /// cancelling the task at each stage, the create quiesce hook, verify, and the reload
@@ -244,5 +245,71 @@ final class EmbeddingTests: XCTestCase {
         } catch StoreBackupError.storeLocked(_, let holder) {
             XCTAssertTrue(holder.contains("test holds it"), holder)
         }
+    }
+
+    // MARK: logging and test hooks
+
+    /// A restore cut mid-swap (kill -9 of the command line) is repaired by the next call; the
+    /// helper tells its injected logger (a notice) and writes nothing to stderr itself.
+    func testARecoveryIsLoggedToTheInjectedLoggerAndNothingIsPrinted() async throws {
+        _ = try await helper.createBackup()
+        let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"],
+                                            environment: ["STOREBACKUP_TEST_PAUSE_AT": "between-renames"])
+        XCTAssertTrue(restore.waitForLine(containing: "test pause at between-renames"), restore.stderrSoFar)
+        restore.kill9()
+
+        let lines = CallLog()
+        let logger = Logger(label: "test") { _ in RecordingLogHandler(lines: lines) }
+        let recovering = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups), logger: logger)
+        let printed = try capturingStandardError { _ = try recovering.recover() }
+        XCTAssertEqual(printed, "", "the library writes nothing to stderr")
+        XCTAssertEqual(lines.entries.count, 1, "\(lines.entries)")
+        XCTAssertTrue(lines.entries.first?.hasPrefix("notice ") == true && lines.entries.first?.contains("rolled back") == true,
+                      "\(lines.entries)")
+        XCTAssertEqual(liveTheme, "dark", "the store as it was before the restore")
+    }
+
+    /// The pause points are reached in order through the hook tests set, and only then:
+    /// nothing in the library stops or prints on its own.
+    func testTheTestHookSeesEachStepOfCreateAndRestore() async throws {
+        let steps = CallLog()
+        TestHooks.pausePoint = { steps.append($0) }
+        defer { TestHooks.pausePoint = nil }
+        _ = try await helper.createBackup()
+        _ = try await helper.restore("latest")
+        XCTAssertEqual(steps.entries, ["create-locked", "extracting", "synced", "before-swap", "between-renames",
+                                       "before-reload", "before-cleanup"])
+    }
+
+    /// Runs `body` with file descriptor 2 sent to a file; returns what was written there.
+    private func capturingStandardError(_ body: () throws -> Void) throws -> String {
+        let path = work + "/stderr.txt"
+        let file = open(path, O_CREAT | O_EXCL | O_WRONLY, 0o600)
+        XCTAssertGreaterThanOrEqual(file, 0)
+        let saved = dup(STDERR_FILENO)
+        dup2(file, STDERR_FILENO)
+        defer {
+            dup2(saved, STDERR_FILENO)
+            close(saved)
+            close(file)
+        }
+        try body()
+        return try String(contentsOfFile: path, encoding: .utf8)
+    }
+}
+
+/// Keeps each log line as "LEVEL message" (metadata left out).
+struct RecordingLogHandler: LogHandler {
+    let lines: CallLog
+    var logLevel: Logger.Level = .trace
+    var metadata: Logger.Metadata = [:]
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        lines.append("\(event.level) \(event.message)")
     }
 }

@@ -86,10 +86,22 @@ final class S3DestinationTests: XCTestCase {
         XCTAssertFalse(result.stderr.contains("definitely-not-the-secret"), result.stderr)
     }
 
-    func testMissingBucketIsAClearError() throws {
+    func testMissingBucketIsAClearError() async throws {
         let result = try runStoreBackup(["list", "--to", "s3://no-such-bucket/x", "--s3-endpoint", endpoint], environment: credentials)
         XCTAssertNotEqual(result.status, 0)
         XCTAssertTrue(result.stderr.contains("does not exist"), result.stderr)
+
+        // Through the library the cause is data: the HTTP status and S3's own error code.
+        let missing = try S3Destination.make(url: "s3://no-such-bucket/x", options: DestinationOptions(
+            retry: .fastForTests, s3Endpoint: endpoint, environment: credentials))
+        do {
+            _ = try await missing.listBackups()
+            XCTFail("a missing bucket must fail")
+        } catch StoreBackupError.transfer(let failure) {
+            XCTAssertEqual(failure.serviceCode, "NoSuchBucket", failure.message)
+            XCTAssertEqual(failure.httpStatus, 404, failure.message)
+            XCTAssertFalse(failure.isRetryable)
+        }
     }
 
     func testMultipartUploadRoundTripsAndAFailedOneLeavesNothing() async throws {
@@ -110,8 +122,9 @@ final class S3DestinationTests: XCTestCase {
         do {
             try await failing.upload(file: file, as: "2026-01-02 000000 Stores.zip", progress: nil)
             XCTFail("the upload should fail")
-        } catch let error as TransferError {
-            XCTAssertEqual(error.kind, .http(status: 500))
+        } catch StoreBackupError.transfer(let failure) {
+            XCTAssertEqual(failure.kind, .http(status: 500))
+            XCTAssertEqual(failure.httpStatus, 500)
         }
         let remaining = try await direct.listBackups().map(\.name)
         XCTAssertEqual(remaining, ["2026-01-01 000000 Stores.zip"])
@@ -147,9 +160,10 @@ final class S3DestinationTests: XCTestCase {
         do {
             try await RetryingDestination(down, policy: .fastForTests).upload(file: file, as: "2026-01-01 000000 Stores.zip", progress: nil)
             XCTFail("the upload should fail")
-        } catch let error as TransferError {
-            XCTAssertEqual(error.kind, .connection)
-            XCTAssertTrue(error.message.contains("s3://backups/lib"), error.message)
+        } catch StoreBackupError.transfer(let failure) {
+            XCTAssertEqual(failure.kind, .connection)
+            XCTAssertEqual(failure.curlCode, 7, "CURLE_COULDNT_CONNECT, recognised by its code")
+            XCTAssertTrue(failure.message.contains("s3://backups/lib"), failure.message)
         }
         let listed = try await destination().listBackups()
         XCTAssertEqual(listed, [])

@@ -232,7 +232,7 @@ final class SFTPDestinationTests: XCTestCase {
         do {
             _ = try await destination.listBackups()
             XCTFail("a key the server does not know must be refused")
-        } catch let error as TransferError {
+        } catch StoreBackupError.transfer(let error) {
             XCTAssertEqual(error.kind, .authentication)
             XCTAssertTrue(error.message.contains("the server refused the key \(wrongKey)"), error.message)
             XCTAssertTrue(error.message.contains(destination.displayName), error.message)
@@ -247,7 +247,7 @@ final class SFTPDestinationTests: XCTestCase {
         do {
             try await destination.upload(file: try makeFile("f.zip", bytes: 100), as: "2026-01-01 000000 Stores.zip", progress: nil)
             XCTFail("an unknown host must be refused")
-        } catch let error as TransferError {
+        } catch StoreBackupError.transfer(let error) {
             XCTAssertEqual(error.kind, .hostKey)
             XCTAssertTrue(error.message.contains("is not in \(empty)"), error.message)
             XCTAssertTrue(error.message.contains("ssh-keyscan -p \(port) 127.0.0.1 >> \(empty)"), error.message)
@@ -266,7 +266,7 @@ final class SFTPDestinationTests: XCTestCase {
         do {
             _ = try await destination.listBackups()
             XCTFail("a changed host key must be refused")
-        } catch let error as TransferError {
+        } catch StoreBackupError.transfer(let error) {
             XCTAssertEqual(error.kind, .hostKey)
             XCTAssertTrue(error.message.contains("does not match"), error.message)
         }
@@ -275,7 +275,7 @@ final class SFTPDestinationTests: XCTestCase {
     func testAMissingKnownHostsFileIsAClearError() throws {
         let missing = work + "/no_known_hosts"
         XCTAssertThrowsError(try destination(options: options(knownHosts: missing))) { error in
-            guard case StoreBackupError.invalidDestination(_, let reason) = error else { return XCTFail("\(error)") }
+            guard case StoreBackupError.invalidDestination(_, let reason, _) = error else { return XCTFail("\(error)") }
             XCTAssertTrue(reason.contains("no known_hosts file at \(missing)"), reason)
             XCTAssertTrue(reason.contains("ssh-keyscan -p \(port) 127.0.0.1 >> \(missing)"), reason)
         }

@@ -271,10 +271,12 @@ final class WebDAVDestinationTests: XCTestCase {
         do {
             _ = try await destination.listBackups()
             XCTFail("an untrusted certificate must be refused")
-        } catch let error as TransferError {
-            XCTAssertEqual(error.kind, .tls)
-            XCTAssertTrue(error.message.contains("certificate"), error.message)
-            XCTAssertTrue(error.message.contains("--ca-file"), error.message)
+        } catch StoreBackupError.transfer(let failure) {
+            XCTAssertEqual(failure.kind, .tls)
+            XCTAssertEqual(failure.curlCode, 60, "CURLE_PEER_FAILED_VERIFICATION")
+            XCTAssertTrue(failure.message.contains("certificate"), failure.message)
+            XCTAssertEqual(failure.remedy, .trustCertificateAuthority)
+            XCTAssertFalse(failure.message.contains("--"), "the library names no command-line flag: \(failure.message)")
         }
     }
 

@@ -41,7 +41,7 @@ struct Extractor {
                                backupName: reader.backupName)
         try tree.check()
         if reader.manifest == nil && !allowUnverified {
-            throw StoreBackupError.restoreRefused(reason: "backup \"\(reader.backupName)\" has no manifest, so its files cannot be checked against checksums (it was not made by storebackup, or was altered); it is not verifiable. Pass --allow-unverified to restore it with only CRC and database checks")
+            throw StoreBackupError.unverifiableBackup(name: reader.backupName)
         }
         let files = reader.entries.filter { $0.kind == .file && isSelected($0.path) }
         let written = verifyOnly && reader.manifest != nil ? files.filter(isDatabase) : files

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// Everything a remote destination may need besides its URL.
 ///
@@ -21,12 +22,14 @@ public struct DestinationOptions: Sendable {
     public var credentialsFile: String?
     /// Where credentials and settings are looked up after ``credentialsFile``; the process environment by default.
     public var environment: [String: String]
+    /// Where remote destinations note their retries (debug and info levels); silent by default.
+    public var logger: Logger
 
     /// Options; `transport` defaults to ``TransportOptions/fromEnvironment(_:)`` of `environment`,
-    /// `retry` to ``RetryPolicy/fromEnvironment(_:)``.
+    /// `retry` to ``RetryPolicy/fromEnvironment(_:)``; `logger` to one that drops everything.
     public init(transport: TransportOptions? = nil, retry: RetryPolicy? = nil, s3Endpoint: String? = nil,
                 sshKey: String? = nil, knownHosts: String? = nil, credentialsFile: String? = nil,
-                environment: [String: String] = ProcessInfo.processInfo.environment) {
+                environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger = .disabled) {
         self.transport = transport ?? TransportOptions.fromEnvironment(environment)
         self.retry = retry ?? RetryPolicy.fromEnvironment(environment)
         self.s3Endpoint = s3Endpoint
@@ -34,6 +37,7 @@ public struct DestinationOptions: Sendable {
         self.knownHosts = knownHosts
         self.credentialsFile = credentialsFile
         self.environment = environment
+        self.logger = logger
     }
 
     var home: String { environment["HOME"] ?? NSHomeDirectory() }

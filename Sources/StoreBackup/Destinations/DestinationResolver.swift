@@ -30,13 +30,13 @@ public enum DestinationResolver {
             switch scheme {
             case "s3":
                 try checkBucketAuthority(text)
-                return RetryingDestination(try S3Destination.make(url: text, options: options), policy: options.retry)
+                return RetryingDestination(try S3Destination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "webdav", "webdavs":
-                return RetryingDestination(try WebDAVDestination.make(url: text, options: options), policy: options.retry)
+                return RetryingDestination(try WebDAVDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "sftp":
-                return RetryingDestination(try SFTPDestination.make(url: text, options: options), policy: options.retry)
+                return RetryingDestination(try SFTPDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "dropbox":
-                return RetryingDestination(try DropboxDestination.make(url: text, options: options), policy: options.retry)
+                return RetryingDestination(try DropboxDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             default:
                 throw StoreBackupError.invalidDestination(
                     url: RemoteURL.redacted(text),
@@ -62,7 +62,7 @@ public enum DestinationResolver {
         }
         if authority.contains(":") {
             throw StoreBackupError.invalidDestination(
-                url: text, reason: "an s3:// URL names a bucket, not a host and port; give the server with --s3-endpoint")
+                url: text, reason: "an s3:// URL names a bucket, not a host and port", remedy: .giveS3Endpoint)
         }
     }
 }

@@ -63,4 +63,7 @@ struct DropboxRouteError {
     }
 
     func has(_ tag: String) -> Bool { tags.contains(tag) }
+
+    /// The tags as one code, e.g. `path/conflict/file` (``TransferFailure/serviceCode``).
+    var code: String { tags.joined(separator: "/") }
 }

@@ -62,7 +62,7 @@ public struct DropboxAuthorization: Sendable {
         }
         let apiURL = try DropboxDestination.host(options.environment["STOREBACKUP_DROPBOX_API_URL"],
                                                  default: DropboxDestination.defaultAPIURL, name: "STOREBACKUP_DROPBOX_API_URL")
-        let transport = RetryingTransport(options: options.transport, policy: options.retry)
+        let transport = RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger)
         let form = DropboxOAuthForm.encode([
             ("grant_type", "authorization_code"), ("code", code), ("client_id", appKey), ("code_verifier", codeVerifier),
         ])

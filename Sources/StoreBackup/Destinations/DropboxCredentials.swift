@@ -31,13 +31,14 @@ struct DropboxCredentials: Sendable {
         }
         if credentials.refreshToken != nil && credentials.appKey == nil {
             throw StoreBackupError.invalidDestination(
-                url: url, reason: "\(refreshTokenName) is set but \(appKeyName) is not; run `storebackup auth dropbox --app-key KEY` again")
+                url: url, reason: "\(refreshTokenName) is set but \(appKeyName) is not", remedy: .authorizeDropbox)
         }
         guard credentials.accessToken != nil || credentials.canRefresh else {
             throw StoreBackupError.invalidDestination(
                 url: url,
-                reason: "no Dropbox credentials: run `storebackup auth dropbox --app-key KEY` once (it stores a refresh token "
-                    + "in ~/.config/storebackup/credentials), or set \(tokenName) (environment or credentials file)")
+                reason: "no Dropbox credentials: authorize the app once (that stores a refresh token "
+                    + "in ~/.config/storebackup/credentials), or set \(tokenName) (environment or credentials file)",
+                remedy: .authorizeDropbox)
         }
         return credentials
     }
@@ -125,9 +126,8 @@ enum DropboxOAuthForm {
         request.body = .bytes(form)
         do {
             return try transport.perform(request, cancel: cancel)
-        } catch var error as TransferError {
-            error.message = DropboxDestination.describe(error, host: url, destination: destination)
-            throw error
+        } catch StoreBackupError.transfer(let failure) {
+            throw StoreBackupError.transfer(DropboxDestination.describe(failure, host: url, destination: destination))
         }
     }
 
@@ -138,22 +138,26 @@ enum DropboxOAuthForm {
         let code = body?["error"] as? String ?? ""
         let detail = credentials.scrub((body?["error_description"] as? String) ?? response.bodyText.prefix(200).description)
         if response.status == 429 || response.status >= 500 {
-            return TransferError(kind: .http(status: response.status),
-                                 message: "\(destination): Dropbox's token endpoint is unavailable (HTTP \(response.status))",
-                                 retryAfter: RetryingTransport.retryAfter(response))
+            return StoreBackupError.transferFailed(.http(status: response.status), label: destination,
+                                                   "Dropbox's token endpoint is unavailable (HTTP \(response.status))",
+                                                   retryAfter: RetryingTransport.retryAfter(response))
         }
         let reason: String
+        var remedy: Remedy?
         switch (code, whileRefreshing) {
         case ("invalid_grant", true):
-            reason = "Dropbox refused the stored refresh token (it was revoked, or the app's access was removed): "
-                + "run `storebackup auth dropbox --app-key KEY` again"
+            reason = "Dropbox refused the stored refresh token (it was revoked, or the app's access was removed)"
+            remedy = .authorizeDropbox
         case ("invalid_grant", false):
-            reason = "Dropbox refused the authorization code (\(detail)); codes work once and expire after a few minutes: run `storebackup auth dropbox` again"
+            reason = "Dropbox refused the authorization code (\(detail)); codes work once and expire after a few minutes"
+            remedy = .authorizeDropbox
         case ("invalid_client", _):
-            reason = "Dropbox does not know this app key (\(detail)); check --app-key / STOREBACKUP_DROPBOX_APP_KEY"
+            reason = "Dropbox does not know this app key (\(detail))"
+            remedy = .checkDropboxAppKey
         default:
             reason = "Dropbox's token endpoint refused the request (HTTP \(response.status)\(code.isEmpty ? "" : " \(code)")\(detail.isEmpty ? "" : ": \(detail)"))"
         }
-        return StoreBackupError.destination(destination: destination, reason: reason)
+        return StoreBackupError.transferFailed(.http(status: response.status), label: destination, reason,
+                                               serviceCode: code.isEmpty ? nil : code, remedy: remedy)
     }
 }

@@ -36,7 +36,7 @@ public struct DropboxDestination: BackupDestination {
         let contentURL = try host(environment["STOREBACKUP_DROPBOX_CONTENT_URL"], default: defaultContentURL, name: "STOREBACKUP_DROPBOX_CONTENT_URL")
         let display = displayName(of: folder)
         let credentials = try DropboxCredentials.load(options: options, url: display)
-        let transport = RetryingTransport(options: options.transport, policy: options.retry)
+        let transport = RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger)
         return DropboxDestination(
             folder: folder, apiURL: apiURL, contentURL: contentURL,
             tokens: DropboxTokenSource(credentials: credentials, tokenURL: apiURL + "/oauth2/token", destination: display, transport: transport),
@@ -135,9 +135,9 @@ public struct DropboxDestination: BackupDestination {
             guard remoteHash == result.localHash else {
                 // Never leave a backup whose bytes differ from the archive we made.
                 _ = try? rpc("files/delete_v2", ["path": path(of: name)], label: displayName, cancel: nil)
-                throw TransferError(
-                    kind: .transient,
-                    message: "\(displayName): the uploaded \"\(name)\" does not match the local archive (Dropbox content hash "
+                throw StoreBackupError.transferFailed(
+                    .transient, label: displayName,
+                    "the uploaded \"\(name)\" does not match the local archive (Dropbox content hash "
                         + "\(remoteHash ?? "missing"), expected \(result.localHash)); the upload was removed, trying again")
             }
             progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
@@ -201,8 +201,9 @@ public struct DropboxDestination: BackupDestination {
             if error.has("conflict") { throw StoreBackupError.backupExists(name: name, destination: displayName) }
             if error.has("content_hash_mismatch") {
                 // Damaged on the way: the whole upload is tried again (bounded, with backoff).
-                throw TransferError(kind: .transient,
-                                    message: "\(displayName): \(context): Dropbox received different bytes than were sent (content_hash_mismatch)")
+                throw StoreBackupError.transferFailed(.transient, label: displayName,
+                                                      "\(context): Dropbox received different bytes than were sent (content_hash_mismatch)",
+                                                      serviceCode: error.code)
             }
         }
         try check(response, context: context)
@@ -307,49 +308,52 @@ public struct DropboxDestination: BackupDestination {
                          progress: (@Sendable (Int64, Int64) -> Void)?) throws -> TransferResponse {
         do {
             return try transport.perform(request, cancel: cancel, progress: progress)
-        } catch var error as TransferError {
-            error.message = Self.describe(error, host: request.url, destination: displayName)
-            throw error
+        } catch StoreBackupError.transfer(let failure) {
+            throw StoreBackupError.transfer(Self.describe(failure, host: request.url, destination: displayName))
         }
     }
 
     // MARK: errors
 
     /// A transport failure in words that name the destination and say what to do.
-    static func describe(_ error: TransferError, host url: String, destination: String) -> String {
+    static func describe(_ failure: TransferFailure, host url: String, destination: String) -> TransferFailure {
         let host = URL(string: url).map { "\($0.host ?? "")\($0.port.map { ":\($0)" } ?? "")" } ?? url
-        let detail = error.message.range(of: ": ", options: .backwards).map { String(error.message[$0.upperBound...]) } ?? error.message
-        switch error.kind {
+        let detail = failure.detail
+        var described = failure
+        switch failure.kind {
         case .connection:
-            return "\(destination): cannot reach Dropbox at \(host) (\(detail)); check the network connection"
+            described.message = "\(destination): cannot reach Dropbox at \(host) (\(detail)); check the network connection"
         case .timeout:
-            return "\(destination): Dropbox at \(host) did not answer in time (\(detail))"
+            described.message = "\(destination): Dropbox at \(host) did not answer in time (\(detail))"
         case .tls:
-            return "\(destination): the TLS certificate of \(host) could not be verified (\(detail)); "
-                + "if it is signed by your own certificate authority, pass that CA's PEM file with --ca-file (or STOREBACKUP_CA_FILE)"
+            described.message = "\(destination): the TLS certificate of \(host) could not be verified (\(detail))"
+            described.remedy = .trustCertificateAuthority
         default:
-            return "\(destination): \(detail)"
+            described.message = "\(destination): \(detail)"
         }
+        return described
     }
 
     private func authenticationError(_ response: TransferResponse) -> Error {
         let error = DropboxRouteError(response.body)
         let renewable = tokens.credentials.canRefresh
         let reason: String
+        // What to do is the remedy (authorize the app again); a front end says how.
         if error?.has("expired_access_token") == true {
             reason = renewable
-                ? "Dropbox says the access token expired, even after renewing it; run `storebackup auth dropbox --app-key KEY` again"
+                ? "Dropbox says the access token expired, even after renewing it"
                 : "the Dropbox access token has expired (expired_access_token); set a new STOREBACKUP_DROPBOX_TOKEN, "
-                    + "or run `storebackup auth dropbox --app-key KEY` once so tokens are renewed automatically"
+                    + "or authorize the app once so tokens are renewed automatically"
         } else if error?.has("invalid_access_token") == true {
             reason = renewable
-                ? "Dropbox rejected the access token (invalid_access_token) even after renewing it; run `storebackup auth dropbox --app-key KEY` again"
-                : "Dropbox rejected the access token (invalid_access_token); check STOREBACKUP_DROPBOX_TOKEN, or run `storebackup auth dropbox --app-key KEY`"
+                ? "Dropbox rejected the access token (invalid_access_token) even after renewing it"
+                : "Dropbox rejected the access token (invalid_access_token); check STOREBACKUP_DROPBOX_TOKEN"
         } else {
             let summary = error?.summary ?? tokens.credentials.scrub(response.bodyText.prefix(200).description)
-            reason = "Dropbox refused the credentials (HTTP 401\(summary.isEmpty ? "" : ": \(summary)")); run `storebackup auth dropbox --app-key KEY`"
+            reason = "Dropbox refused the credentials (HTTP 401\(summary.isEmpty ? "" : ": \(summary)"))"
         }
-        return StoreBackupError.destination(destination: displayName, reason: reason)
+        return StoreBackupError.transferFailed(.http(status: 401), label: displayName, reason, serviceCode: error?.code,
+                                               remedy: .authorizeDropbox)
     }
 
     /// Turns an answer that is not 200 into an error a user can act on (never showing secrets).
@@ -361,35 +365,40 @@ public struct DropboxDestination: BackupDestination {
             let error = DropboxRouteError(response.body)
             if error?.has("too_many_write_operations") == true {
                 // Another write to the same namespace was in progress: heals after a pause.
-                throw TransferError(kind: .transient,
-                                    message: "\(displayName): \(context): Dropbox is busy with other writes (too_many_write_operations)",
-                                    retryAfter: RetryingTransport.retryAfter(response))
+                throw StoreBackupError.transferFailed(.transient, label: displayName,
+                                                      "\(context): Dropbox is busy with other writes (too_many_write_operations)",
+                                                      serviceCode: error?.code, retryAfter: RetryingTransport.retryAfter(response))
             }
             if error?.has("content_hash_mismatch") == true {
-                throw TransferError(kind: .transient,
-                                    message: "\(displayName): \(context): Dropbox received different bytes than were sent (content_hash_mismatch)")
+                throw StoreBackupError.transferFailed(.transient, label: displayName,
+                                                      "\(context): Dropbox received different bytes than were sent (content_hash_mismatch)",
+                                                      serviceCode: error?.code)
             }
+            let reason: String
             if error?.has("insufficient_space") == true {
-                throw StoreBackupError.destination(
-                    destination: displayName, reason: "\(context): the Dropbox account is out of space (insufficient_space); free some space or delete old backups")
+                reason = "\(context): the Dropbox account is out of space (insufficient_space); free some space or delete old backups"
+            } else if let error, error.has("not_found") {
+                reason = "\(context): not found in Dropbox (\(error.summary))"
+            } else {
+                reason = "\(context): Dropbox refused (\(error?.summary ?? scrubbed.prefix(200).description))"
             }
-            if error?.has("not_found") == true {
-                throw StoreBackupError.destination(destination: displayName, reason: "\(context): not found in Dropbox (\(error!.summary))")
-            }
-            throw StoreBackupError.destination(destination: displayName, reason: "\(context): Dropbox refused (\(error?.summary ?? scrubbed.prefix(200).description))")
+            throw StoreBackupError.transferFailed(.http(status: 409), label: displayName, reason, serviceCode: error?.code)
         case 400:
             // Dropbox explains bad input in plain text.
             let text = scrubbed.split(whereSeparator: \.isNewline).joined(separator: " ").prefix(300)
-            throw StoreBackupError.destination(destination: displayName, reason: "\(context): Dropbox rejected the request (HTTP 400): \(text)")
+            throw StoreBackupError.transferFailed(.http(status: 400), label: displayName, "\(context): Dropbox rejected the request (HTTP 400): \(text)")
         case 403:
-            let summary = DropboxRouteError(response.body)?.summary ?? scrubbed.prefix(200).description
-            throw StoreBackupError.destination(
-                destination: displayName, reason: "\(context): the Dropbox app may not do this (HTTP 403: \(summary)); check the app's permissions")
+            let error = DropboxRouteError(response.body)
+            let summary = error?.summary ?? scrubbed.prefix(200).description
+            throw StoreBackupError.transferFailed(.http(status: 403), label: displayName,
+                                                  "\(context): the Dropbox app may not do this (HTTP 403: \(summary)); check the app's permissions",
+                                                  serviceCode: error?.code)
         default:
-            let summary = DropboxRouteError(response.body)?.summary ?? scrubbed.prefix(200).description
-            throw TransferError(kind: .http(status: response.status),
-                                message: "\(displayName): \(context): Dropbox answered HTTP \(response.status)\(summary.isEmpty ? "" : ": \(summary)")",
-                                retryAfter: RetryingTransport.retryAfter(response))
+            let error = DropboxRouteError(response.body)
+            let summary = error?.summary ?? scrubbed.prefix(200).description
+            throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName,
+                                                  "\(context): Dropbox answered HTTP \(response.status)\(summary.isEmpty ? "" : ": \(summary)")",
+                                                  serviceCode: error?.code, retryAfter: RetryingTransport.retryAfter(response))
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// Wraps any destination and retries whole operations (list, upload, download, delete)
 /// when they fail in a way that may heal, after each request already had its own retries.
@@ -9,11 +10,14 @@ public struct RetryingDestination: WrappingDestination {
     public let base: any BackupDestination
     /// How often and how patiently.
     public let policy: RetryPolicy
+    /// Where each retry of a whole operation is noted (info level); silent by default.
+    public let logger: Logger
 
     /// Wraps `base` so each of its operations is retried by `policy`.
-    public init(_ base: any BackupDestination, policy: RetryPolicy = RetryPolicy()) {
+    public init(_ base: any BackupDestination, policy: RetryPolicy = RetryPolicy(), logger: Logger = .disabled) {
         self.base = base
         self.policy = policy
+        self.logger = logger
     }
 
     public func listBackups() async throws -> [BackupListing] {
@@ -50,9 +54,11 @@ public struct RetryingDestination: WrappingDestination {
         while true {
             do {
                 return try await operation()
-            } catch let error as TransferError where error.isRetryable && attempt < policy.operationAttempts {
-                let delay = policy.delay(afterAttempt: attempt, retryAfter: error.retryAfter)
-                try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000))
+            } catch StoreBackupError.transfer(let failure) where failure.isRetryable && attempt < policy.operationAttempts {
+                let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
+                logger.info("retrying an operation", metadata: ["destination": "\(displayName)", "attempt": "\(attempt + 1)",
+                                                                "error": "\(failure.message)"])
+                do { try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000)) } catch { throw StoreBackupError.cancelled }
                 attempt += 1
             }
         }

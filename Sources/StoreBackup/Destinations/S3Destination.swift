@@ -48,7 +48,7 @@ public struct S3Destination: BackupDestination {
         return S3Destination(
             bucket: bucket, prefix: prefix, endpoint: endpoint, region: region, accessKey: accessKey,
             secretKey: secretKey, sessionToken: try options.credential("AWS_SESSION_TOKEN"),
-            transport: RetryingTransport(options: options.transport, policy: options.retry))
+            transport: RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger))
     }
 
     public var displayName: String { "s3://\(bucket)" + (prefix.isEmpty ? "" : "/\(prefix)") }
@@ -141,7 +141,7 @@ public struct S3Destination: BackupDestination {
         // Where the ETag is an MD5, it must be this file's: else remove it and try again.
         if let etag = Self.md5ETag(response.header("etag")), etag != FileDigest.hex(digest) {
             _ = try? perform(request("DELETE", url(key: key(name)), label: displayName), cancel: nil)
-            throw TransferError(kind: .transient, message: "\(displayName): upload \(name): the server stored different bytes (ETag \(etag)); trying again")
+            throw StoreBackupError.transferFailed(.transient, label: displayName, "upload \(name): the server stored different bytes (ETag \(etag)); trying again")
         }
     }
 
@@ -291,7 +291,7 @@ public struct S3Destination: BackupDestination {
                     continue
                 }
                 if badDigest {
-                    throw TransferError(kind: .transient, message: "\(label) part \(number): the server kept receiving different bytes")
+                    throw StoreBackupError.transferFailed(.transient, label: "\(label) part \(number)", "the server kept receiving different bytes")
                 }
                 try destination.check(response, expecting: [200], context: "upload part \(number)")
                 guard let etag = response.header("etag") else {
@@ -315,10 +315,10 @@ public struct S3Destination: BackupDestination {
             let response: TransferResponse
             do {
                 response = try destination.perform(post, cancel: cancel)
-            } catch let error as TransferError where error.isRetryable {
+            } catch StoreBackupError.transfer(let failure) where failure.isRetryable {
                 // Outcome unknown (the answer was lost, retries gave up): look before failing.
                 if try published(expectedETag: expectedETag) { return }
-                throw error
+                throw StoreBackupError.transfer(failure)
             }
             if response.status == 404, try published(expectedETag: expectedETag) {
                 // NoSuchUpload: an earlier try of this request completed it and its answer was lost.
@@ -328,14 +328,15 @@ public struct S3Destination: BackupDestination {
             // S3 may answer 200 and still report an error in the body.
             let root = try? XMLElement.parse(response.body)
             if let root, root.name == "Error" {
-                throw StoreBackupError.destination(destination: destination.displayName,
-                                                   reason: "completing the upload failed: \(root.value("Message") ?? root.value("Code") ?? "unknown")")
+                throw StoreBackupError.transferFailed(.other, label: destination.displayName,
+                                                      "completing the upload failed: \(root.value("Message") ?? root.value("Code") ?? "unknown")",
+                                                      serviceCode: root.value("Code"))
             }
             // Where the server reports the object's ETag in the S3 form, it must be ours.
             if let reported = root?.value("ETag")?.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased(),
                reported.hasSuffix("-\(parts.count)"), reported != expectedETag {
                 _ = try? destination.perform(destination.request("DELETE", destination.url(key: key), label: label), cancel: nil)
-                throw TransferError(kind: .transient, message: "\(label): the completed object has ETag \(reported), expected \(expectedETag); trying again")
+                throw StoreBackupError.transferFailed(.transient, label: label, "the completed object has ETag \(reported), expected \(expectedETag); trying again")
             }
         }
 
@@ -449,9 +450,9 @@ public struct S3Destination: BackupDestination {
                  progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
         do {
             return try transport.perform(request, cancel: cancel, progress: progress)
-        } catch let error as TransferError {
+        } catch StoreBackupError.transfer(let failure) {
             let host = URL(string: endpoint).map { "\($0.host ?? "")\($0.port.map { ":\($0)" } ?? "")" } ?? endpoint
-            throw TransferErrorText.rewrite(error, destination: displayName, host: host)
+            throw StoreBackupError.transfer(TransferErrorText.rewrite(failure, destination: displayName, host: host))
         }
     }
 
@@ -472,8 +473,8 @@ public struct S3Destination: BackupDestination {
             let message = root?.value("Message") ?? response.bodyText.prefix(200).description
             reason = "\(context): HTTP \(response.status)\(code.isEmpty ? "" : " \(code)")\(message.isEmpty ? "" : ": \(message)")"
         }
-        throw TransferError(kind: .http(status: response.status), message: "\(displayName): \(reason)",
-                            retryAfter: RetryingTransport.retryAfter(response))
+        throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName, reason,
+                                              serviceCode: code.isEmpty ? nil : code, retryAfter: RetryingTransport.retryAfter(response))
     }
 }
 

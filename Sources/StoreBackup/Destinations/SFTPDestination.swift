@@ -46,7 +46,7 @@ public struct SFTPDestination: BackupDestination {
         }
         if parts.hasPassword {
             throw StoreBackupError.invalidDestination(
-                url: parts.display, reason: "sftp:// uses SSH keys only; remove the password from the URL and pass the key with --ssh-key")
+                url: parts.display, reason: "sftp:// uses SSH keys only; remove the password from the URL", remedy: .giveSSHKey)
         }
         let user = parts.user ?? Self.localUserName(options.environment)
         guard !user.isEmpty else {
@@ -67,7 +67,8 @@ public struct SFTPDestination: BackupDestination {
             let candidates = [home + "/.ssh/id_ed25519", home + "/.ssh/id_rsa"]
             guard let found = candidates.first(where: FileSystem.fileExists) else {
                 throw StoreBackupError.invalidDestination(
-                    url: display, reason: "no SSH key: pass one with --ssh-key, or create \(candidates[0]) (ssh-keygen -t ed25519)")
+                    url: display, reason: "no SSH key was given and \(candidates[0]) does not exist (create it with ssh-keygen -t ed25519)",
+                    remedy: .giveSSHKey)
             }
             key = found
         }
@@ -86,7 +87,7 @@ public struct SFTPDestination: BackupDestination {
         }
         return SFTPDestination(
             user: user, host: parts.host, port: port, folder: folder, privateKeyFile: key, publicKeyFile: publicKey,
-            knownHostsFile: knownHosts, transport: RetryingTransport(options: options.transport, policy: options.retry),
+            knownHostsFile: knownHosts, transport: RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger),
             cleanupTransport: RetryingTransport(options: options.transport, policy: RetryPolicy(requestAttempts: 1, operationAttempts: 1)))
     }
 
@@ -160,7 +161,7 @@ public struct SFTPDestination: BackupDestination {
         let response: TransferResponse
         do {
             response = try perform(get, cancel: cancel)
-        } catch let error as TransferError where error.kind == .notFound {
+        } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
             return []
         }
         let text = String(decoding: response.body, as: UTF8.self)
@@ -271,8 +272,8 @@ public struct SFTPDestination: BackupDestination {
             let published = try list(cancel: cancel).first(where: { $0.name == name })
             guard let published, published.size == size || published.size == 0 else {
                 _ = try? remove(path(of: name), cancel: nil, once: true)
-                throw TransferError(kind: .transient, message: "\(displayName): \(name) has \(published?.size ?? 0) bytes on the server, "
-                                        + "\(size) were sent; removed it, trying again")
+                throw StoreBackupError.transferFailed(.transient, label: displayName, "\(name) has \(published?.size ?? 0) bytes on the server, "
+                                                          + "\(size) were sent; removed it, trying again")
             }
             progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
         }
@@ -289,7 +290,7 @@ public struct SFTPDestination: BackupDestination {
         rename.postQuote = ["rename \(Self.quoted(temporary)) \(Self.quoted(path(of: name)))"]
         do {
             _ = try perform(rename, cancel: cancel)
-        } catch let error as TransferError where error.kind == .notFound || error.isRetryable
+        } catch StoreBackupError.transfer(let error) where error.kind == .notFound || error.isRetryable
                     || error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue) {
             let temporaryName = String(temporary.split(separator: "/").last ?? "")
             let entries = try list(cancel: cancel, keep: { $0 == name || $0 == temporaryName })
@@ -302,12 +303,12 @@ public struct SFTPDestination: BackupDestination {
                 // The rename was refused because the name was taken meanwhile.
                 throw StoreBackupError.backupExists(name: name, destination: displayName)
             case (false, nil):
-                throw TransferError(kind: .transient, message: "\(displayName): the uploaded archive vanished before it was renamed to \"\(name)\"; trying again")
+                throw StoreBackupError.transferFailed(.transient, label: displayName, "the uploaded archive vanished before it was renamed to \"\(name)\"; trying again")
             case (true, nil) where error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue):
-                throw TransferError(kind: .other, message: "\(displayName): the server refused to rename the uploaded archive "
-                                        + "to \"\(name)\" (is there a folder or link of that name?)")
+                throw StoreBackupError.transferFailed(.other, label: displayName, "the server refused to rename the uploaded archive "
+                                                          + "to \"\(name)\" (is there a folder or link of that name?)", curlCode: error.curlCode)
             case (true, nil):
-                throw error
+                throw StoreBackupError.transfer(error)
             }
         }
     }
@@ -343,7 +344,7 @@ public struct SFTPDestination: BackupDestination {
         try await runBlocking(name: "storebackup-sftp-clean") { cancel in
             do {
                 try remove(path(of: upload.name), cancel: cancel)
-            } catch let error as TransferError where error.kind == .notFound {}
+            } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {}
         }
     }
 
@@ -370,7 +371,7 @@ public struct SFTPDestination: BackupDestination {
                 _ = try perform(get, cancel: cancel) { _, received in
                     progress?(BackupProgress(phase: .downloading, bytesDone: start + received, bytesTotal: 0))
                 }
-            } catch let error as TransferError where error.kind == .notFound {
+            } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }
         }
@@ -381,7 +382,7 @@ public struct SFTPDestination: BackupDestination {
         try await runBlocking(name: "storebackup-sftp-delete") { cancel in
             do {
                 try remove(path(of: name), cancel: cancel)
-            } catch let error as TransferError where error.kind == .notFound {
+            } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }
         }
@@ -397,9 +398,9 @@ public struct SFTPDestination: BackupDestination {
                          progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
         do {
             return try (transport ?? self.transport).perform(request, cancel: cancel, progress: progress)
-        } catch let error as TransferError {
-            let curlText = error.message.range(of: ": ", options: .backwards).map { String(error.message[$0.upperBound...]) }
-                ?? error.message
+        } catch StoreBackupError.transfer(let error) {
+            // libcurl's words for its code, kept apart from the request label by the transport.
+            let curlText = error.detail
             var mapped = error
             switch error.kind {
             case .hostKey:
@@ -419,7 +420,7 @@ public struct SFTPDestination: BackupDestination {
             default:
                 mapped.message = "\(displayName): \(curlText)"
             }
-            throw mapped
+            throw StoreBackupError.transfer(mapped)
         }
     }
 }

@@ -72,7 +72,7 @@ public struct WebDAVDestination: BackupDestination {
         return WebDAVDestination(
             httpScheme: httpScheme, host: parts.host, port: parts.port, folder: parts.segments,
             user: user, password: password,
-            transport: RetryingTransport(options: options.transport, policy: options.retry),
+            transport: RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger),
             cleanupTransport: RetryingTransport(options: options.transport, policy: RetryPolicy(requestAttempts: 1, operationAttempts: 1)),
             readBack: readBack)
     }
@@ -140,7 +140,7 @@ public struct WebDAVDestination: BackupDestination {
     static func parseMultistatus(_ body: Data, folderPath: String) throws -> [Entry] {
         let root = try XMLElement.parse(body)
         guard root.name == "multistatus" else {
-            throw TransferError(kind: .other, message: "the server's PROPFIND answer is not a WebDAV multistatus")
+            throw StoreBackupError.transferFailed(.other, label: "", "the server's PROPFIND answer is not a WebDAV multistatus")
         }
         let folderSegments = folderPath.split(separator: "/").map(String.init)
         var entries: [Entry] = []
@@ -230,8 +230,8 @@ public struct WebDAVDestination: BackupDestination {
         }
     }
 
-    private func mismatch(_ remote: String, detail: String) -> TransferError {
-        TransferError(kind: .transient, message: "\(displayName): the uploaded archive was damaged on the way (\(detail)); trying again")
+    private func mismatch(_ remote: String, detail: String) -> StoreBackupError {
+        .transferFailed(.transient, label: displayName, "the uploaded archive was damaged on the way (\(detail)); trying again")
     }
 
     /// SHA-256 of a remote file, streamed (nothing kept); nil when it does not exist.
@@ -255,9 +255,9 @@ public struct WebDAVDestination: BackupDestination {
         let moved: TransferResponse
         do {
             moved = try perform(move, cancel: cancel)
-        } catch let error as TransferError where error.isRetryable {
+        } catch StoreBackupError.transfer(let failure) where failure.isRetryable {
             if try holds(name, size: size, localHash: localHash, cancel: cancel) { return }
-            throw error
+            throw StoreBackupError.transfer(failure)
         }
         if moved.status == 201 || moved.status == 204 { return }
         if moved.status == 404 || moved.status == 412 {
@@ -266,7 +266,7 @@ public struct WebDAVDestination: BackupDestination {
                 return
             }
             if moved.status == 412 { throw StoreBackupError.backupExists(name: name, destination: displayName) }
-            throw TransferError(kind: .transient, message: "\(displayName): publish \(name): the uploaded temporary vanished before its rename; trying again")
+            throw StoreBackupError.transferFailed(.transient, label: displayName, "publish \(name): the uploaded temporary vanished before its rename; trying again")
         }
         try check(moved, expecting: [201, 204], context: "publish \(name)")
     }
@@ -326,9 +326,9 @@ public struct WebDAVDestination: BackupDestination {
         }
         if response.status == 405 || response.status == 201 || response.status == 200 || response.status == 204 { return }
         if response.status == 409 || response.status == 404 {
-            throw TransferError(kind: .http(status: response.status),
-                                message: "\(displayName): cannot create the folder /\(segments.joined(separator: "/")) on the server "
-                                    + "(HTTP \(response.status)); check the path in the URL")
+            throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName,
+                                                  "cannot create the folder /\(segments.joined(separator: "/")) on the server "
+                                                      + "(HTTP \(response.status)); check the path in the URL")
         }
         try check(response, expecting: [201], context: "create folder /\(segments.joined(separator: "/"))")
     }
@@ -388,8 +388,8 @@ public struct WebDAVDestination: BackupDestination {
                          progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
         do {
             return try transport.perform(request, cancel: cancel, progress: progress)
-        } catch let error as TransferError {
-            throw TransferErrorText.rewrite(error, destination: displayName, host: hostAndPort)
+        } catch StoreBackupError.transfer(let failure) {
+            throw StoreBackupError.transfer(TransferErrorText.rewrite(failure, destination: displayName, host: hostAndPort))
         }
     }
 
@@ -414,8 +414,8 @@ public struct WebDAVDestination: BackupDestination {
             let text = Self.summary(response)
             reason = "\(context): HTTP \(response.status)\(text.isEmpty ? "" : ": \(text)")"
         }
-        throw TransferError(kind: .http(status: response.status), message: "\(displayName): \(reason)",
-                            retryAfter: RetryingTransport.retryAfter(response))
+        throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName, reason,
+                                              retryAfter: RetryingTransport.retryAfter(response))
     }
 
     /// A short, one-line hint from an error body (HTML tags and whitespace removed).

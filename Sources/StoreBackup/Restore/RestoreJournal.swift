@@ -45,14 +45,3 @@ struct RestoreJournal: Codable, Sendable {
         try? FileSystem.fsync(path: FileSystem.parentDirectory(of: path))
     }
 }
-
-/// Lets tests stop a restore between two steps and kill it there
-/// (`STOREBACKUP_TEST_PAUSE_AT=<step>`): the process says where it is on stderr and
-/// waits to be killed. Unset in normal use.
-enum TestPausePoint {
-    static func reach(_ step: String) {
-        guard ProcessInfo.processInfo.environment["STOREBACKUP_TEST_PAUSE_AT"] == step else { return }
-        FileHandle.standardError.write(Data("storebackup: test pause at \(step)\n".utf8))
-        while true { pause() }
-    }
-}

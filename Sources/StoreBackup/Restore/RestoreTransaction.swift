@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -19,6 +20,8 @@ struct RestoreTransaction {
     let source: any BackupDestination
     let passwords: PasswordProvider?
     let hooks: ReloadHooks
+    /// Told what recovery of an interrupted restore did (see ``StoreHelper/logger``).
+    let logger: Logger
     /// Accept an archive without a manifest (see ``StoreHelper/allowUnverified``).
     var allowUnverified = false
 
@@ -36,7 +39,7 @@ struct RestoreTransaction {
         defer { withExtendedLifetime(lock) {} }
         // Before anything that can fail for outside reasons (the destination), so a store left
         // mid-swap is whole again even when this restore goes no further.
-        _ = try layout.recoverIfNeeded()
+        _ = try layout.recoverIfNeeded(logger: logger)
 
         let backup = try await source.resolve(nameOrLatest)
         if FileSystem.fileExists(layout.new) {
@@ -138,7 +141,7 @@ struct RestoreTransaction {
             // The journal still says "rolling back": recovery (the next command) finishes it.
             // The old store is not live, so there is nothing to reload or report as rolled back.
             return StoreBackupError.reloadFailed(
-                reason: "\(reloadError); putting the previous store back failed (\(error)); run `storebackup recover` on it", rolledBack: false)
+                reason: "\(reloadError); putting the previous store back failed (\(error))", rolledBack: false)
         }
         var reason = "\(reloadError)"
         if let report { reason += "; " + report.description }

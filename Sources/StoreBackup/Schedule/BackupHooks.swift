@@ -166,8 +166,8 @@ public struct HookRunner: Sendable {
     }
 }
 
-/// Why a hook failed (logged only).
-public struct HookError: Error, Sendable, CustomStringConvertible {
-    public var description: String
+/// Why a hook failed (logged only, never thrown out of the library).
+struct HookError: Error, Sendable, CustomStringConvertible {
+    var description: String
     init(_ description: String) { self.description = description }
 }

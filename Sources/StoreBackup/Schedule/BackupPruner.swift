@@ -56,7 +56,7 @@ public struct BackupPruner: Sendable {
         var deleted: [String] = []
         for group in groups {
             for backup in group.toDelete {
-                try Task.checkCancellation()
+                if Task.isCancelled { throw StoreBackupError.cancelled }
                 do {
                     try await destination.delete(backup.name)
                 } catch StoreBackupError.backupNotFound {

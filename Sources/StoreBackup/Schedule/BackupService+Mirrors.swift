@@ -14,7 +14,7 @@ extension BackupService {
         }
         for (index, value) in job.allDestinations.enumerated() {
             do {
-                let destination = try DestinationResolver.resolve(value, options: destinationOptions)
+                let destination = try DestinationResolver.resolve(value, options: destinationOptions(logging: log))
                 resolved.append((index, destination))
                 published[index].destination = destination.displayName
             } catch {

@@ -40,7 +40,8 @@ public final class BackupService: Service, Sendable {
     /// - Parameters:
     ///   - jobs: the stores to back up; names must be unique.
     ///   - stateStore: where per-store state (last success/failure, next run) is kept.
-    ///   - destinationOptions: credentials, endpoints and TLS for remote destinations.
+    ///   - destinationOptions: credentials, endpoints and TLS for remote destinations (their
+    ///     retries are logged to `logger`).
     ///   - logger: where the service logs each run, retention and hook outcome.
     public init(jobs: [StoreJob], stateStore: BackupStateStore = BackupStateStore(directory: BackupStateStore.defaultDirectory()),
                 destinationOptions: DestinationOptions = DestinationOptions(), logger: Logger) {
@@ -71,11 +72,11 @@ public final class BackupService: Service, Sendable {
 
     /// Backs one store up now (outside its schedule), then applies its retention, records
     /// the state and runs its hooks, exactly as a scheduled run does. Throws
-    /// `BackupServiceError.alreadyRunning` when that store's backup is in progress, and
+    /// ``StoreBackupError/backupAlreadyRunning(store:)`` when that store's backup is in progress, and
     /// the backup's error when it fails (the failure is recorded first).
     @discardableResult
     public func backUpNow(_ storeName: String) async throws -> BackupRunOutcome {
-        guard let job = jobs.first(where: { $0.name == storeName }) else { throw BackupServiceError.unknownStore(storeName) }
+        guard let job = jobs.first(where: { $0.name == storeName }) else { throw StoreBackupError.unknownStore(name: storeName) }
         let outcome = try await runOnce(job)
         if let error = outcome.error { throw error }
         return outcome
@@ -97,7 +98,7 @@ public final class BackupService: Service, Sendable {
             let fired = Date()
             do {
                 _ = try await runOnce(job)
-            } catch BackupServiceError.alreadyRunning {
+            } catch StoreBackupError.backupAlreadyRunning {
                 log.warning("the previous backup is still running; skipping this run")
             } catch {
                 log.error("run failed", metadata: ["error": "\(error)"])
@@ -153,7 +154,7 @@ public final class BackupService: Service, Sendable {
     }
 
     private func runOnce(_ job: StoreJob) async throws -> BackupRunOutcome {
-        guard await running.begin(job.name) else { throw BackupServiceError.alreadyRunning(job.name) }
+        guard await running.begin(job.name) else { throw StoreBackupError.backupAlreadyRunning(store: job.name) }
         defer { Task { await running.end(job.name) } }
         let log = logger.with(store: job.name)
         let started = Date()
@@ -164,7 +165,7 @@ public final class BackupService: Service, Sendable {
         var destinationName = job.destination.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment)
         let destination: any BackupDestination
         do {
-            destination = try DestinationResolver.resolve(job.destination, options: destinationOptions)
+            destination = try DestinationResolver.resolve(job.destination, options: destinationOptions(logging: log))
         } catch {
             // The helper, which reports every backup it attempts, was never reached.
             BackupMetrics.recordBackup(store: job.name, destination: destinationName, size: nil, seconds: 0, at: Date())
@@ -207,7 +208,15 @@ public final class BackupService: Service, Sendable {
         var helper = StoreHelper(storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
                                  encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
         helper.metricsName = job.name
+        helper.logger = logger.with(store: job.name)
         return helper
+    }
+
+    /// ``destinationOptions`` with `log` as the destinations' logger (their retries).
+    func destinationOptions(logging log: Logger) -> DestinationOptions {
+        var options = destinationOptions
+        options.logger = log
+        return options
     }
 
     func applyRetention(_ policy: RetentionPolicy, job: StoreJob, pruner: BackupPruner, host: String, log: Logger) async throws -> [String] {
@@ -303,19 +312,6 @@ public struct BackupRunOutcome: Sendable {
     public var wasCancelled: Bool {
         guard let error else { return false }
         return error is CancellationError || (error as? StoreBackupError) == .cancelled
-    }
-}
-
-/// Errors of the service itself (a backup's own errors are `StoreBackupError`s).
-public enum BackupServiceError: Error, Sendable, Equatable, CustomStringConvertible {
-    case unknownStore(String)
-    case alreadyRunning(String)
-
-    public var description: String {
-        switch self {
-        case .unknownStore(let name): return "no store named \"\(name)\" in the configuration"
-        case .alreadyRunning(let name): return "a backup of \"\(name)\" is already running"
-        }
     }
 }
 

@@ -65,10 +65,10 @@ public struct BackupConfiguration: Sendable, Equatable {
     public static func load(path: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> BackupConfiguration {
         guard let data = FileManager.default.contents(atPath: path) else {
             let reason = FileSystem.fileExists(path) ? "cannot be read (permissions?)" : "does not exist"
-            throw ConfigurationError(file: path, line: nil, key: nil, message: "configuration file \(reason)")
+            throw StoreBackupError.invalidConfiguration(ConfigurationProblem(file: path, line: nil, key: nil, message: "configuration file \(reason)"))
         }
         guard let text = String(data: data, encoding: .utf8) else {
-            throw ConfigurationError(file: path, line: nil, key: nil, message: "is not UTF-8 text")
+            throw StoreBackupError.invalidConfiguration(ConfigurationProblem(file: path, line: nil, key: nil, message: "is not UTF-8 text"))
         }
         return try parse(yaml: text, file: path, environment: environment)
     }
@@ -78,16 +78,17 @@ public struct BackupConfiguration: Sendable, Equatable {
                              environment: [String: String] = ProcessInfo.processInfo.environment) throws -> BackupConfiguration {
         let root: Node?
         do { root = try Yams.compose(yaml: yaml) } catch let error as YamlError {
-            throw ConfigurationError.syntax(error, file: file)
+            throw StoreBackupError.invalidConfiguration(ConfigurationProblem.syntax(error, file: file))
         }
-        guard let root else { throw ConfigurationError(file: file, line: 1, key: nil, message: "the file is empty; it needs a `stores:` list") }
+        guard let root else { throw StoreBackupError.invalidConfiguration(ConfigurationProblem(file: file, line: 1, key: nil, message: "the file is empty; it needs a `stores:` list")) }
         let reader = ConfigurationReader(file: file, environment: environment)
         return try reader.read(root)
     }
 }
 
-/// A configuration problem, located: `/etc/storebackup.yml:7: stores[0].schedule: …`.
-public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
+/// A configuration problem, located: `/etc/storebackup.yml:7: stores[0].schedule: …`; the
+/// cause of ``StoreBackupError/invalidConfiguration(_:)``.
+public struct ConfigurationProblem: Sendable, Equatable, CustomStringConvertible {
     public var file: String
     /// 1-based line, when known.
     public var line: Int?
@@ -106,12 +107,12 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
         return text + ": " + message
     }
 
-    static func syntax(_ error: YamlError, file: String) -> ConfigurationError {
+    static func syntax(_ error: YamlError, file: String) -> ConfigurationProblem {
         switch error {
         case .scanner(_, let problem, let mark, _), .parser(_, let problem, let mark, _), .composer(_, let problem, let mark, _):
-            return ConfigurationError(file: file, line: mark.line, key: nil, message: "invalid YAML: \(problem) (column \(mark.column))")
+            return ConfigurationProblem(file: file, line: mark.line, key: nil, message: "invalid YAML: \(problem) (column \(mark.column))")
         default:
-            return ConfigurationError(file: file, line: nil, key: nil, message: "invalid YAML: \(error)")
+            return ConfigurationProblem(file: file, line: nil, key: nil, message: "invalid YAML: \(error)")
         }
     }
 }
@@ -126,8 +127,8 @@ private struct ConfigurationReader {
         ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics"])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
 
-    func fail(_ node: Node?, _ key: String, _ message: String) -> ConfigurationError {
-        ConfigurationError(file: file, line: node?.mark?.line, key: key, message: message)
+    func fail(_ node: Node?, _ key: String, _ message: String) -> StoreBackupError {
+        .invalidConfiguration(ConfigurationProblem(file: file, line: node?.mark?.line, key: key, message: message))
     }
 
     /// The pairs of a mapping, refusing unknown keys.
@@ -220,13 +221,13 @@ private struct ConfigurationReader {
             throw fail(node, key + ".schedule", "missing: e.g. \"daily 02:30\", \"0 3 * * *\" or \"every 6h\"")
         }
         let schedule: Schedule
-        do { schedule = try Schedule.parse(try string(scheduleNode, at: scheduleKey)) } catch let error as ScheduleError {
-            throw fail(scheduleNode, scheduleKey, error.description)
+        do { schedule = try Schedule.parse(try string(scheduleNode, at: scheduleKey)) } catch StoreBackupError.invalidSchedule(let reason) {
+            throw fail(scheduleNode, scheduleKey, reason)
         }
         var jitter: TimeInterval = 0
         if let (jitterNode, jitterKey) = setting("jitter") {
-            do { jitter = try DurationText.parseSeconds(try string(jitterNode, at: jitterKey)) } catch let error as ScheduleError {
-                throw fail(jitterNode, jitterKey, error.description)
+            do { jitter = try DurationText.parseSeconds(try string(jitterNode, at: jitterKey)) } catch StoreBackupError.invalidSchedule(let reason) {
+                throw fail(jitterNode, jitterKey, reason)
             }
         }
         var level = CompressionLevel.default
@@ -295,8 +296,8 @@ private struct ConfigurationReader {
             case "keep-monthly": policy.keepMonthly = try count(value, at: path)
             case "keep-yearly": policy.keepYearly = try count(value, at: path)
             default:
-                do { policy.keepWithin = try RetentionSpan.parse(try string(value, at: path)) } catch let error as ScheduleError {
-                    throw fail(value, path, error.description)
+                do { policy.keepWithin = try RetentionSpan.parse(try string(value, at: path)) } catch StoreBackupError.invalidSchedule(let reason) {
+                    throw fail(value, path, reason)
                 }
             }
         }
@@ -324,8 +325,8 @@ private struct ConfigurationReader {
         let values = try mapping(node, at: key, allowed: ["command", "url", "timeout"])
         var timeout: TimeInterval = 30
         if let timeoutNode = values["timeout"] {
-            do { timeout = try DurationText.parseSeconds(try string(timeoutNode, at: key + ".timeout")) } catch let error as ScheduleError {
-                throw fail(timeoutNode, key + ".timeout", error.description)
+            do { timeout = try DurationText.parseSeconds(try string(timeoutNode, at: key + ".timeout")) } catch StoreBackupError.invalidSchedule(let reason) {
+                throw fail(timeoutNode, key + ".timeout", reason)
             }
         }
         switch (values["command"], values["url"]) {

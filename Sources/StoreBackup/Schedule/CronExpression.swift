@@ -20,7 +20,7 @@ public struct CronExpression: Sendable, Equatable {
     public init(_ text: String) throws {
         let fields = text.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         guard fields.count == 5 else {
-            throw ScheduleError("a cron expression has 5 fields (minute hour day-of-month month day-of-week); \"\(text)\" has \(fields.count)")
+            throw StoreBackupError.invalidSchedule(reason: "a cron expression has 5 fields (minute hour day-of-month month day-of-week); \"\(text)\" has \(fields.count)")
         }
         self.text = fields.joined(separator: " ")
         minutes = try Self.field(fields[0], name: "minute", range: 0...59)
@@ -41,15 +41,15 @@ public struct CronExpression: Sendable, Equatable {
         func value(_ token: String) throws -> Int {
             if let number = Int(token), range.contains(number) { return number }
             if let named = names[token.lowercased()] { return named }
-            throw ScheduleError("cron \(name) field: \"\(token)\" is not in \(range.lowerBound)-\(range.upperBound)")
+            throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: \"\(token)\" is not in \(range.lowerBound)-\(range.upperBound)")
         }
         var result = Set<Int>()
         for part in text.split(separator: ",", omittingEmptySubsequences: false).map(String.init) {
             let pieces = part.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-            guard pieces.count <= 2, !pieces[0].isEmpty else { throw ScheduleError("cron \(name) field: \"\(part)\" is malformed") }
+            guard pieces.count <= 2, !pieces[0].isEmpty else { throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: \"\(part)\" is malformed") }
             var step = 1
             if pieces.count == 2 {
-                guard let parsed = Int(pieces[1]), parsed > 0 else { throw ScheduleError("cron \(name) field: step \"\(pieces[1])\" must be a positive number") }
+                guard let parsed = Int(pieces[1]), parsed > 0 else { throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: step \"\(pieces[1])\" must be a positive number") }
                 step = parsed
             }
             let bounds: ClosedRange<Int>
@@ -58,7 +58,7 @@ public struct CronExpression: Sendable, Equatable {
             } else if let dash = pieces[0].firstIndex(of: "-") {
                 let low = try value(String(pieces[0][..<dash]))
                 let high = try value(String(pieces[0][pieces[0].index(after: dash)...]))
-                guard low <= high else { throw ScheduleError("cron \(name) field: range \"\(pieces[0])\" runs backwards") }
+                guard low <= high else { throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: range \"\(pieces[0])\" runs backwards") }
                 bounds = low...high
             } else {
                 let single = try value(pieces[0])

@@ -137,8 +137,8 @@ public struct RetentionSpan: Sendable, Equatable, Codable, CustomStringConvertib
         return span
     }
 
-    private static func invalid(_ text: String) -> ScheduleError {
-        ScheduleError("\"\(text)\" is not a keep-within span; use years, months, days and hours like restic: 1y5m7d2h, 30d, 12h (m is months)")
+    private static func invalid(_ text: String) -> StoreBackupError {
+        .invalidSchedule(reason: "\"\(text)\" is not a keep-within span; use years, months, days and hours like restic: 1y5m7d2h, 30d, 12h (m is months)")
     }
 
     public var description: String {

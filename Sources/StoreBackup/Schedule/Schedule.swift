@@ -18,22 +18,22 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         let words = trimmed.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         if words.first?.lowercased() == "daily" {
-            guard words.count == 2 else { throw ScheduleError("\"daily\" needs a time, e.g. \"daily 02:30\"") }
+            guard words.count == 2 else { throw StoreBackupError.invalidSchedule(reason: "\"daily\" needs a time, e.g. \"daily 02:30\"") }
             let parts = words[1].split(separator: ":").map { Int($0) }
             guard parts.count == 2, let hour = parts[0], let minute = parts[1],
                   (0...23).contains(hour), (0...59).contains(minute) else {
-                throw ScheduleError("\"\(words[1])\" is not a time of day; use HH:MM, e.g. 02:30")
+                throw StoreBackupError.invalidSchedule(reason: "\"\(words[1])\" is not a time of day; use HH:MM, e.g. 02:30")
             }
             return .daily(hour: hour, minute: minute)
         }
         if words.first?.lowercased() == "every" {
-            guard words.count == 2 else { throw ScheduleError("\"every\" needs an interval, e.g. \"every 6h\"") }
+            guard words.count == 2 else { throw StoreBackupError.invalidSchedule(reason: "\"every\" needs an interval, e.g. \"every 6h\"") }
             let seconds = try DurationText.parseSeconds(words[1])
-            guard seconds >= 1 else { throw ScheduleError("the interval must be at least 1s") }
+            guard seconds >= 1 else { throw StoreBackupError.invalidSchedule(reason: "the interval must be at least 1s") }
             return .every(seconds: seconds)
         }
         if words.count == 5 { return .cron(try CronExpression(trimmed)) }
-        throw ScheduleError("\"\(text)\" is not a schedule; use \"daily HH:MM\", a 5-field cron expression, or \"every <interval>\" (e.g. every 6h)")
+        throw StoreBackupError.invalidSchedule(reason: "\"\(text)\" is not a schedule; use \"daily HH:MM\", a 5-field cron expression, or \"every <interval>\" (e.g. every 6h)")
     }
 
     public var description: String {
@@ -66,12 +66,6 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
     }
 }
 
-/// A schedule or duration that could not be read.
-public struct ScheduleError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var description: String
-    public init(_ description: String) { self.description = description }
-}
-
 /// Durations as the configuration writes them: `90s`, `10m`, `6h`, `1d`, `1h30m`, `2w`
 /// (a bare number is seconds).
 public enum DurationText {
@@ -91,11 +85,11 @@ public enum DurationText {
                 number = ""
                 sawUnit = true
             } else {
-                throw ScheduleError("\"\(text)\" is not a duration; use e.g. 90s, 10m, 6h, 1d, 1h30m")
+                throw StoreBackupError.invalidSchedule(reason: "\"\(text)\" is not a duration; use e.g. 90s, 10m, 6h, 1d, 1h30m")
             }
         }
         guard number.isEmpty, sawUnit else {
-            throw ScheduleError("\"\(text)\" is not a duration; use e.g. 90s, 10m, 6h, 1d, 1h30m")
+            throw StoreBackupError.invalidSchedule(reason: "\"\(text)\" is not a duration; use e.g. 90s, 10m, 6h, 1d, 1h30m")
         }
         return total
     }

@@ -47,7 +47,7 @@ final class DatabaseSnapshot: @unchecked Sendable {
         let mode = try connection.scalar("PRAGMA journal_mode", operation: "read journal mode").lowercased()
         journalMode = mode
 
-        let forced = ProcessInfo.processInfo.environment["STOREBACKUP_SNAPSHOT_METHOD"]
+        let forced = TestHooks.snapshotMethod
         var chosen: Method?
         if mode == "wal" && forced != Method.backupCopy.rawValue {
             // The write-lock holder; none for a read-only store (then only an empty WAL will do).

@@ -1,7 +1,10 @@
 import Foundation
 
-/// Every failure the library reports. Cases carry what a caller needs to act on;
-/// `description` is the one line the command line prints.
+/// Every failure the library reports. Cases carry what a caller needs to act on: a
+/// transfer failure its structured cause (``TransferFailure``: libcurl code, HTTP status,
+/// the service's error code), and ``remedy`` what would help. ``summary`` says what failed,
+/// ``description`` adds the remedy in the library's words; a front end such as the command
+/// line prints ``summary`` with the remedy in its own words (a flag, a command).
 ///
 /// ```swift
 /// do {
@@ -37,6 +40,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case corruptArchive(name: String, reason: String)
     /// The backup holds a path that would land outside the stores directory; it is refused.
     case unsafeArchiveEntry(name: String, entry: String)
+    /// The backup has no manifest, so its files cannot be checked against checksums (it was
+    /// not made by storebackup, or was altered); ``StoreHelper/allowUnverified`` lets it through.
+    case unverifiableBackup(name: String)
     /// A file in the backup does not match the SHA-256 its manifest records.
     case checksumMismatch(name: String, entry: String)
     /// A database failed `PRAGMA integrity_check` (or `quick_check`); `result` is SQLite's answer.
@@ -47,10 +53,15 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case archiveWrite(reason: String)
     /// A file-system call failed; `errno` is the C error number.
     case io(path: String, operation: String, errno: Int32)
-    /// The destination failed (network, authentication, server error) after retries.
+    /// The destination failed in a way its service describes in words only (a missing answer
+    /// field, a backup not listed after its upload…); `reason` says what.
     case destination(destination: String, reason: String)
-    /// A destination URL or path could not be used (unknown scheme, missing credentials…).
-    case invalidDestination(url: String, reason: String)
+    /// A transfer to or from a destination failed after retries (network, TLS, SSH host key,
+    /// credentials, an HTTP or service error); the ``TransferFailure`` says which, structured.
+    case transfer(TransferFailure)
+    /// A destination URL or path could not be used (unknown scheme, missing credentials…);
+    /// `remedy`, when set, names what would fix it.
+    case invalidDestination(url: String, reason: String, remedy: Remedy? = nil)
     /// The app's ``ReloadHooks/reload`` rejected the restored store. `rolledBack` is true when
     /// the previous store is live again (the rejected one is in `<store>_FailedRestore`).
     case reloadFailed(reason: String, rolledBack: Bool)
@@ -63,6 +74,14 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case passwordRequired(name: String)
     /// The password does not open the backup.
     case wrongPassword(name: String)
+    /// The configuration file could not be used; the problem says where and why.
+    case invalidConfiguration(ConfigurationProblem)
+    /// A schedule, duration or retention span could not be read; `reason` says how to write it.
+    case invalidSchedule(reason: String)
+    /// ``BackupService/backUpNow(_:)`` was asked for a store the service does not have.
+    case unknownStore(name: String)
+    /// A backup of this store is already running in the ``BackupService``; try again when it has finished.
+    case backupAlreadyRunning(store: String)
     /// The task was cancelled; nothing was published and no store was changed.
     case cancelled
     /// The backup holds nothing at these paths (``StoreHelper/extract(_:paths:into:progress:)``,
@@ -72,8 +91,28 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// target folder exists and is not empty).
     case extractRefused(reason: String)
 
-    /// One line for a person: what failed and, where possible, what to do.
+    /// What would help, when something specific would; ``description`` says it in the
+    /// library's words, a front end in its own.
+    public var remedy: Remedy? {
+        switch self {
+        case .backupNotFound: return .listBackups
+        case .passwordRequired: return .givePassword
+        case .unverifiableBackup: return .allowUnverified
+        case .reloadFailed(_, let rolledBack): return rolledBack ? nil : .recoverStore
+        case .transfer(let failure): return failure.remedy
+        case .invalidDestination(_, _, let remedy): return remedy
+        default: return nil
+        }
+    }
+
+    /// One line for a person: what failed, then the ``remedy`` in the library's words.
     public var description: String {
+        guard let remedy else { return summary }
+        return "\(summary); \(remedy)"
+    }
+
+    /// One line for a person: what failed (and what to do where that needs no ``remedy``).
+    public var summary: String {
         switch self {
         case .storesDirectoryMissing(let path):
             return "stores directory \(path) does not exist"
@@ -82,9 +121,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .noDatabases(let path):
             return "no SQLite database found in \(path) (looked for files starting with the SQLite header)"
         case .storeLocked(let path, let holder):
-            return "\(path) is in use by another storebackup command (\(holder)); try again when it has finished"
+            return "\(path) is in use by another backup, restore or recovery (\(holder)); try again when it has finished"
         case .backupNotFound(let name, let destination):
-            return "no backup named \"\(name)\" in \(destination) (see: storebackup list)"
+            return "no backup named \"\(name)\" in \(destination)"
         case .backupExists(let name, let destination):
             return "a backup named \"\(name)\" already exists in \(destination); refusing to overwrite it"
         case .noBackups(let destination):
@@ -95,6 +134,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return "backup \"\(name)\" is damaged: \(reason)"
         case .unsafeArchiveEntry(let name, let entry):
             return "backup \"\(name)\" contains an unsafe path \"\(entry)\" that would land outside the stores directory; refusing to restore it"
+        case .unverifiableBackup(let name):
+            return "backup \"\(name)\" has no manifest, so its files cannot be checked against checksums (it was not made by storebackup, or was altered); it is not verifiable"
         case .checksumMismatch(let name, let entry):
             return "backup \"\(name)\" is damaged: \(entry) does not match the checksum in its manifest"
         case .databaseCheckFailed(let path, let result):
@@ -107,7 +148,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return "\(operation) \(path): \(String(cString: strerror(code)))"
         case .destination(let destination, let reason):
             return "\(destination): \(reason)"
-        case .invalidDestination(let url, let reason):
+        case .transfer(let failure):
+            return failure.message
+        case .invalidDestination(let url, let reason, _):
             return "invalid destination \"\(url)\": \(reason)"
         case .reloadFailed(let reason, let rolledBack):
             return rolledBack
@@ -118,9 +161,17 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .passwordUnavailable(let reason):
             return "no usable password: \(reason)"
         case .passwordRequired(let name):
-            return "backup \"\(name)\" is encrypted; give its password with --password-file FILE, STOREBACKUP_PASSWORD, or at the prompt on a terminal"
+            return "backup \"\(name)\" is encrypted"
         case .wrongPassword(let name):
             return "wrong password for backup \"\(name)\""
+        case .invalidConfiguration(let problem):
+            return problem.description
+        case .invalidSchedule(let reason):
+            return reason
+        case .unknownStore(let name):
+            return "no store named \"\(name)\" in the configuration"
+        case .backupAlreadyRunning(let store):
+            return "a backup of \"\(store)\" is already running"
         case .cancelled:
             return "cancelled; nothing was changed"
         case .notInBackup(let name, let paths):

@@ -17,7 +17,7 @@ struct CurlTransfer {
                  progress: (@Sendable (_ sent: Int64, _ received: Int64) -> Void)? = nil) throws -> TransferResponse {
         _ = Self.globalInit
         guard let handle = curl_easy_init() else {
-            throw TransferError(kind: .other, message: "\(request.label): cannot create a libcurl handle")
+            throw StoreBackupError.transferFailed(.other, label: request.label, "cannot create a libcurl handle")
         }
         defer { curl_easy_cleanup(handle) }
         let context = try TransferContext(request: request, cancel: cancel, progress: progress)
@@ -151,10 +151,10 @@ struct CurlTransfer {
         let text = String(cString: curl_easy_strerror(code))
         let kind = TransferClassifier.kind(of: code, url: url)
         if kind == .hostKey {
-            return TransferError(kind: .hostKey, message: "\(label): the server's host key is not in known_hosts or does not match it",
-                                 curlCode: Int(code.rawValue))
+            return StoreBackupError.transferFailed(.hostKey, label: label, "the server's host key is not in known_hosts or does not match it",
+                                                   curlCode: Int(code.rawValue))
         }
-        return TransferError(kind: kind, message: "\(label): \(text)", curlCode: Int(code.rawValue))
+        return StoreBackupError.transferFailed(kind, label: label, text, curlCode: Int(code.rawValue))
     }
 }
 
@@ -286,7 +286,7 @@ final class TransferContext: @unchecked Sendable {
         }
         let limit = sinkFile >= 0 ? 1 << 20 : memoryLimit
         if memory.count + bytes.count > limit {
-            failure = TransferError(kind: .other, message: "\(request.label): the answer is larger than expected")
+            failure = StoreBackupError.transferFailed(.other, label: request.label, "the answer is larger than expected")
             return 0
         }
         memory.append(contentsOf: bytes)
@@ -327,7 +327,7 @@ final class TransferContext: @unchecked Sendable {
             return
         }
         sinkOffset = 0
-        failure = TransferError(kind: .connection, message: "\(request.label): the server answered the resumed download with "
+        failure = StoreBackupError.transferFailed(.connection, label: request.label, "the server answered the resumed download with "
                                     + "another range (\(headers["content-range"] ?? "none")); starting over")
     }
 
@@ -347,8 +347,8 @@ final class TransferContext: @unchecked Sendable {
         var info = stat()
         guard let expected, fstat(sinkFile, &info) == 0, Int64(info.st_size) != expected else { return }
         if Int64(info.st_size) > expected { ftruncate(sinkFile, 0) }
-        throw TransferError(kind: .connection,
-                            message: "\(request.label): the download ended at \(info.st_size) of \(expected) bytes; trying again")
+        throw StoreBackupError.transferFailed(.connection, label: request.label,
+                                              "the download ended at \(info.st_size) of \(expected) bytes; trying again")
     }
 
     func reportProgress(sent: Int64, received: Int64) -> Int32 {

@@ -65,56 +65,6 @@ struct TransferResponse: Sendable {
     var bodyText: String { String(decoding: body.prefix(4096), as: UTF8.self) }
 }
 
-/// A failed transfer, classified so the retry wrapper and the user know what to do.
-public struct TransferError: Error, Sendable, CustomStringConvertible {
-    /// What kind of failure it was; decides whether a retry may help.
-    public enum Kind: Sendable, Equatable {
-        /// Connection refused, reset, DNS: worth retrying.
-        case connection
-        /// The connection or the transfer timed out (including a stalled transfer).
-        case timeout
-        /// TLS handshake or certificate verification failed.
-        case tls
-        /// The SSH host key is unknown or does not match known_hosts.
-        case hostKey
-        /// Wrong credentials (401/403, SSH auth refused).
-        case authentication
-        /// The server answered with an HTTP status that is not a success.
-        case http(status: Int)
-        /// The task was cancelled.
-        case cancelled
-        /// The remote file or folder does not exist (sftp).
-        case notFound
-        /// The server reported a condition that heals by itself (Dropbox
-        /// `too_many_write_operations`), or the bytes that arrived differ from those sent:
-        /// worth trying the whole operation again.
-        case transient
-        /// Anything else libcurl reported.
-        case other
-    }
-
-    /// What kind of failure it was.
-    public var kind: Kind
-    /// A one-line explanation without secrets.
-    public var message: String
-    /// Seconds the server asked us to wait (Retry-After), when it said.
-    public var retryAfter: Double?
-    /// The libcurl result code behind a transport failure, when there was one.
-    public var curlCode: Int?
-
-    /// The same as ``message``.
-    public var description: String { message }
-
-    /// Whether trying again may succeed: network trouble, timeouts, 429, 5xx.
-    public var isRetryable: Bool {
-        switch kind {
-        case .connection, .timeout, .transient: return true
-        case .http(let status): return status == 429 || status == 408 || status >= 500
-        default: return false
-        }
-    }
-}
-
 /// TLS and timeout settings shared by every remote destination.
 public struct TransportOptions: Sendable {
     /// A PEM file of extra trusted CAs (--ca-file / STOREBACKUP_CA_FILE).

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// How often and how patiently to retry. Defaults follow rclone: 10 low-level retries
 /// per request, 3 retries of a whole operation.
@@ -56,10 +57,13 @@ public struct RetryPolicy: Sendable {
 struct RetryingTransport: Sendable {
     let transfer: CurlTransfer
     let policy: RetryPolicy
+    /// Where each retry is noted (debug level).
+    let logger: Logger
 
-    init(options: TransportOptions, policy: RetryPolicy = RetryPolicy()) {
+    init(options: TransportOptions, policy: RetryPolicy = RetryPolicy(), logger: Logger = .disabled) {
         transfer = CurlTransfer(options: options)
         self.policy = policy
+        self.logger = logger
     }
 
     func perform(_ request: TransferRequest, cancel: CancellationFlag?,
@@ -73,9 +77,12 @@ struct RetryingTransport: Sendable {
                 let retryable = response.status == 429 || response.status == 408 || response.status >= 500
                 guard retryable && attempt < policy.requestAttempts else { return response }
                 try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: Self.retryAfter(response)), cancel: cancel)
-            } catch let error as TransferError where error.isRetryable && attempt < policy.requestAttempts {
-                try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: error.retryAfter), cancel: cancel)
-            } catch let error as TransferError where Self.needsConfirmation(error, request) && !confirmedRefusal && attempt < policy.requestAttempts {
+            } catch StoreBackupError.transfer(let failure) where failure.isRetryable && attempt < policy.requestAttempts {
+                let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
+                logger.debug("retrying a request", metadata: ["request": "\(request.label)", "attempt": "\(attempt + 1)",
+                                                              "delay": "\(delay)", "error": "\(failure.message)"])
+                try RetryPolicy.wait(seconds: delay, cancel: cancel)
+            } catch StoreBackupError.transfer(let failure) where Self.needsConfirmation(failure, request) && !confirmedRefusal && attempt < policy.requestAttempts {
                 // libssh2 reports a connection cut during authentication as a refused key;
                 // only a refusal on a second, fresh connection is believed.
                 confirmedRefusal = true
@@ -87,7 +94,7 @@ struct RetryingTransport: Sendable {
     }
 
     /// An SSH key refusal, which is believed only when it happens twice.
-    static func needsConfirmation(_ error: TransferError, _ request: TransferRequest) -> Bool {
+    static func needsConfirmation(_ error: TransferFailure, _ request: TransferRequest) -> Bool {
         error.kind == .authentication && request.url.hasPrefix("sftp://")
     }
 

@@ -10,7 +10,7 @@ import CCurl
 /// not verify, a host key not in known_hosts, a key the server refuses) is permanent.
 enum TransferClassifier {
     /// The kind of failure for libcurl result `code` on a request to `url`.
-    static func kind(of code: CURLcode, url: String) -> TransferError.Kind {
+    static func kind(of code: CURLcode, url: String) -> TransferFailure.Kind {
         let sftp = url.hasPrefix("sftp://")
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT,

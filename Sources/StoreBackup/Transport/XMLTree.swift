@@ -28,7 +28,7 @@ final class XMLElement: @unchecked Sendable {
         parser.delegate = builder
         parser.shouldProcessNamespaces = true
         guard parser.parse(), let root = builder.root else {
-            throw TransferError(kind: .other, message: "the server's XML answer could not be parsed")
+            throw StoreBackupError.transferFailed(.other, label: "", "the server's XML answer could not be parsed")
         }
         return root
     }

@@ -106,9 +106,6 @@ struct AdminRoutes {
             return try await work()
         } catch let error as StoreBackupError {
             throw HTTPError(Self.status(for: error), message: error.description + "\n")
-        } catch let error as BackupServiceError {
-            if case .alreadyRunning = error { throw HTTPError(.conflict, message: error.description + "\n") }
-            throw HTTPError(.internalServerError, message: error.description + "\n")
         }
     }
 
@@ -116,10 +113,10 @@ struct AdminRoutes {
         switch error {
         case .backupNotFound, .noBackups: return .notFound
         case .invalidBackupName: return .badRequest
-        case .storeLocked, .backupExists, .restoreRefused: return .conflict
+        case .storeLocked, .backupExists, .restoreRefused, .backupAlreadyRunning: return .conflict
         case .reloadFailed, .corruptArchive, .checksumMismatch, .unsafeArchiveEntry, .databaseCheckFailed:
             return .unprocessableContent
-        case .destination: return .badGateway
+        case .destination, .transfer: return .badGateway
         case .cancelled: return .serviceUnavailable
         default: return .internalServerError
         }

@@ -1,0 +1,40 @@
+/// What would fix a failure, as a value: ``StoreBackupError/remedy`` names it and
+/// ``StoreBackupError/description`` says it in the library's words; a front end (the
+/// command line) says it in its own (a flag, a command to run).
+public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConvertible {
+    /// Look the exact name up in the destination's backups (``StoreHelper/listBackups()``).
+    case listBackups
+    /// Give the backup's password (``StoreHelper/passwords``).
+    case givePassword
+    /// Allow a backup without a manifest, checked only by CRC and database checks
+    /// (``StoreHelper/allowUnverified``).
+    case allowUnverified
+    /// Run recovery on the store (``StoreHelper/recover()``).
+    case recoverStore
+    /// The server's certificate is signed by a certificate authority of one's own: trust that
+    /// CA's PEM file (``TransportOptions/caFile``).
+    case trustCertificateAuthority
+    /// Authorize the Dropbox app again (``DropboxAuthorization``), storing a new refresh token.
+    case authorizeDropbox
+    /// Check the Dropbox app key (the one given to ``DropboxAuthorization``).
+    case checkDropboxAppKey
+    /// Name the S3-compatible server as the endpoint (``DestinationOptions/s3Endpoint``).
+    case giveS3Endpoint
+    /// Name the SSH private key to use (``DestinationOptions/sshKey``).
+    case giveSSHKey
+
+    /// The advice in the library's words.
+    public var description: String {
+        switch self {
+        case .listBackups: return "list the destination's backups for the exact name"
+        case .givePassword: return "give its password"
+        case .allowUnverified: return "allow unverified backups to restore it with only CRC and database checks"
+        case .recoverStore: return "run recovery on it"
+        case .trustCertificateAuthority: return "if it is signed by your own certificate authority, trust that CA's PEM file"
+        case .authorizeDropbox: return "authorize the Dropbox app again"
+        case .checkDropboxAppKey: return "check the Dropbox app key"
+        case .giveS3Endpoint: return "give the server as the S3 endpoint"
+        case .giveSSHKey: return "give the SSH private key to use"
+        }
+    }
+}

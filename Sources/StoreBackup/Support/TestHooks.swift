@@ -1,0 +1,53 @@
+import Foundation
+
+/// Switches that only tests turn on; off (nil) in normal use, and never read from the
+/// environment here. Why an `@_spi(Testing)` door rather than `internal`: in-process tests
+/// set them through `@testable import`, but the crash tests drive the `storebackup`
+/// executable, which cannot use `@testable` in a release build; so the command line reads
+/// its `STOREBACKUP_TEST_*` variables and sets these through a narrowly named SPI that
+/// stays out of the public API (`import StoreBackup` alone does not see it).
+@_spi(Testing) public enum TestHooks {
+    /// Called at each named step of create and restore ("create-locked", "extracting",
+    /// "between-renames", …) with the step's name, so a test can stop the process there
+    /// (and kill it). nil in normal use: reaching a step then costs one check.
+    public static var pausePoint: (@Sendable (String) -> Void)? {
+        get { state.withLock { $0.pausePoint } }
+        set { state.withLock { $0.pausePoint = newValue } }
+    }
+
+    /// A snapshot method every database must use (`backup-api-copy` forces SQLite's
+    /// backup API, the fallback); nil lets create choose.
+    public static var snapshotMethod: String? {
+        get { state.withLock { $0.snapshotMethod } }
+        set { state.withLock { $0.snapshotMethod = newValue } }
+    }
+
+    private struct State {
+        var pausePoint: (@Sendable (String) -> Void)?
+        var snapshotMethod: String?
+    }
+
+    private static let state = LockedState(State())
+}
+
+/// A value behind a lock, for the few process-wide settings.
+/// @unchecked Sendable: `value` is only touched inside `lock`.
+final class LockedState<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+
+    init(_ value: Value) { self.value = value }
+
+    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body(&value)
+    }
+}
+
+/// The named steps of create and restore where a test may stop the process.
+enum TestPausePoint {
+    static func reach(_ step: String) {
+        TestHooks.pausePoint?(step)
+    }
+}
