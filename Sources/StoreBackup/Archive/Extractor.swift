@@ -141,25 +141,48 @@ struct Extractor {
         return byPath
     }
 
+    /// The databases first, one at a time on all cores (each inflated in parallel), so that
+    /// the first can be checked as soon as possible: each database's `integrity_check` runs
+    /// on a thread of its own while the next database and then the other files are unpacked.
+    /// The check is the longest single-threaded step of a restore; this way the other files
+    /// cost no time beside it.
     private func extractInParallel(
         _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
-        let threadCount = min(workers, ArchiveLimits.maxExtractionHandles)
-        try WorkerPool.forEach(files, name: "storebackup-extract", width: threadCount, cancel: cancel) {
-            // Each thread reads through its own libzip handle and buffer.
-            let archive = try ArchiveHandle(reader.openHandle())
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
-            return { entry in
-                try extractFile(entry, archive: archive.pointer, buffer: &buffer, into: root,
-                                expected: manifestByPath[entry.path], onBytes: onBytes)
-                // Check a database as soon as it is whole, while other threads keep
-                // extracting (databases are usually the largest entries, so come first).
-                if reader.manifest?.databases.contains(where: { $0.path == entry.path }) == true {
-                    try Self.checkDatabase(root.root + "/" + entry.path)
+        let databases = files.filter(isDatabase)
+        let others = files.filter { !isDatabase($0) }
+        let otherWidth = min(max(1, workers - (databases.isEmpty ? 0 : 1)), ArchiveLimits.maxExtractionHandles)
+        let checks = WorkerPool.Feed<String>(name: "storebackup-check", width: max(1, min(databases.count, workers))) { path in
+            try Self.checkDatabase(path)
+        }
+        let extracted = Result {
+            if !databases.isEmpty {
+                let archive = try ArchiveHandle(reader.openHandle())
+                var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                for database in databases {
+                    try cancel.throwIfCancelled()
+                    if let failure = checks.firstFailure { throw failure }
+                    try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root,
+                                    expected: manifestByPath[database.path], onBytes: onBytes)
+                    checks.submit(root.root + "/" + database.path)
+                }
+            }
+            try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
+                // Each thread reads through its own libzip handle and buffer.
+                let archive = try ArchiveHandle(reader.openHandle())
+                var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                return { entry in
+                    if let failure = checks.firstFailure { throw failure }
+                    try extractFile(entry, archive: archive.pointer, buffer: &buffer, into: root,
+                                    expected: manifestByPath[entry.path], onBytes: onBytes)
                 }
             }
         }
+        let checked = Result { try checks.finish() }
+        try extracted.get()
+        try checked.get()
+        try cancel.throwIfCancelled()
     }
 
     private func extractFile(
@@ -282,6 +305,9 @@ struct Extractor {
         let connection = try SQLiteConnection(path: path, mode: .immutable)
         defer { connection.close() }
         try connection.check(quick: false)
+        // Closed and passed: reload need not read the same bytes again (CheckedDatabases).
+        connection.close()
+        CheckedDatabases.record(path)
     }
 
     private func checkDatabases(_ paths: [String]) throws {

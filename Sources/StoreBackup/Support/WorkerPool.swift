@@ -104,6 +104,48 @@ enum WorkerPool {
         return results.current.map { $0! }
     }
 
+    /// Work handed in one item at a time while the caller goes on with other work: `width`
+    /// threads take the items in order as they come. ``finish()`` waits for every item and
+    /// rethrows the first error; after an error, later items are skipped.
+    final class Feed<Item: Sendable>: Sendable {
+        private let items = Locked<[Item?]>([])
+        private let available = DispatchSemaphore(value: 0)
+        private let failure = FirstFailure()
+        private let width: Int
+        private let group: Group
+
+        init(name: String, width: Int, _ body: @escaping @Sendable (Item) throws -> Void) {
+            let width = max(1, min(width, maximumWidth))
+            let items = self.items, available = self.available, failure = self.failure
+            self.width = width
+            group = WorkerPool.start(name: name, width: width) { _ in
+                while true {
+                    available.wait()
+                    // nil: the end, one per thread (see finish).
+                    guard let item = items.withLock({ $0.removeFirst() }) else { return }
+                    guard !failure.hasFailed else { continue }
+                    do { try body(item) } catch { failure.record(error) }
+                }
+            }
+        }
+
+        /// The first error an item threw so far, if any.
+        var firstFailure: Error? { failure.first }
+
+        func submit(_ item: Item) {
+            items.withLock { $0.append(item) }
+            available.signal()
+        }
+
+        /// Waits until every item submitted is done; rethrows the first error.
+        func finish() throws {
+            items.withLock { $0.append(contentsOf: [Item?](repeating: nil, count: width)) }
+            for _ in 0..<width { available.signal() }
+            group.join()
+            if let error = failure.first { throw error }
+        }
+    }
+
     private static func yieldToInteractiveThreads() {
         #if os(Linux)
         var parameters = sched_param()
