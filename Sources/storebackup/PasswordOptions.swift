@@ -32,6 +32,7 @@ struct PasswordOption: ParsableArguments {
 }
 
 /// Asks on the terminal once and remembers the answer for the rest of the command.
+// Unchecked: `password` is used only while `lock` is held.
 private final class PromptedPassword: @unchecked Sendable {
     private let lock = NSLock()
     private var password: BackupPassword?

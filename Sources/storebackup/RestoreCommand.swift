@@ -103,6 +103,7 @@ struct RestoreCommand: AsyncParsableCommand {
 }
 
 /// Counts reload calls so only the first (on the restored store) fails.
+// Unchecked: `count` is used only while `lock` is held.
 final class ReloadAttempts: @unchecked Sendable {
     private let lock = NSLock()
     private var count = 0

@@ -84,6 +84,7 @@ enum Terminal {
 }
 
 /// Progress on stderr: one rewritten line on a terminal, plain log lines otherwise.
+// Unchecked: the line state is used only while `lock` is held.
 final class ProgressPrinter: @unchecked Sendable {
     static let shared = ProgressPrinter()
     private let lock = NSLock()

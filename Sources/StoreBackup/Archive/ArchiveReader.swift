@@ -36,6 +36,7 @@ struct ArchiveEntry: Sendable {
 
 /// Opens a backup archive read-only and describes its entries. Every path is checked
 /// here, once: nothing may land outside the target (`..`, absolute paths, empty parts).
+// Unchecked: its properties are set in init only; `archive` is used only by the thread that opened it (workers use openHandle).
 final class ArchiveReader: @unchecked Sendable {
     let path: String
     let backupName: String

@@ -211,13 +211,6 @@ struct ArchiveWriter {
     }
 }
 
-/// A thread-safe running total.
-final class ByteCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var total: Int64 = 0
-    func add(_ bytes: Int64) -> Int64 { lock.withLock { total += bytes; return total } }
-}
-
 /// Decides from a small sample whether a file is already compressed (JPEG, video, zip...).
 /// Deflating such files costs CPU and saves nothing, so they are stored.
 enum IncompressibleSample {

@@ -1,6 +1,7 @@
 import Foundation
 
 /// A fixed-size byte buffer that is allocated once and reused.
+// Unchecked: one owner at a time; a buffer changes threads only through its pool or a queue under a lock.
 final class PooledBuffer: @unchecked Sendable {
     let bytes: UnsafeMutableRawPointer
     let capacity: Int
@@ -23,6 +24,7 @@ final class PooledBuffer: @unchecked Sendable {
 
 /// A fixed set of buffers: taking one blocks while all are in use. This is what bounds
 /// the memory of the archive pipeline, whatever the size of the store.
+// Unchecked: `free` and `closed` are used only with `condition` locked.
 final class BufferPool: @unchecked Sendable {
     private let condition = NSCondition()
     private var free: [PooledBuffer] = []

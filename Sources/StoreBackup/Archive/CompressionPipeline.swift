@@ -24,6 +24,7 @@ import Glibc
 /// of the entry is compressed: so a compressed block gets its offset as soon as its
 /// predecessors have theirs, and then any worker encrypts it. Workers also derive each
 /// entry's keys (PBKDF2, about a millisecond). Only the HMAC runs in order, in the writer.
+// Unchecked: the mutable state is used only with `condition` locked; `writeback` and `groups` are set before the threads start.
 final class CompressionPipeline: @unchecked Sendable {
     enum Method {
         case deflate, store
@@ -96,7 +97,7 @@ final class CompressionPipeline: @unchecked Sendable {
     private var stopped = false
     private var results: [Int: FileResult] = [:]
     private var compressedBlockSizes: [Int: [Int]] = [:]
-    private var threads: [Thread] = []
+    private var groups: [WorkerPool.Group] = []
 
     init(jobs: [Job], level: Int, workers: Int, cancel: CancellationFlag, password: BackupPassword? = nil,
          onBytesRead: @escaping @Sendable (Int64, String) -> Void) {
@@ -121,35 +122,13 @@ final class CompressionPipeline: @unchecked Sendable {
         block.output = nil
     }
 
+    /// Starts the reader and the workers (all as batch work, see ``WorkerPool/start``).
     func start() {
-        let reader = Thread { [self] in
-            Self.yieldToInteractiveThreads()
-            runReader()
-        }
-        reader.name = "storebackup-reader"
-        threads.append(reader)
-        for number in 0..<workerCount {
-            let worker = Thread { [self] in
-                Self.yieldToInteractiveThreads()
-                runWorker()
-            }
-            worker.name = "storebackup-deflate-\(number)"
-            threads.append(worker)
-        }
-        threads.forEach { $0.start() }
+        groups.append(WorkerPool.start(name: "storebackup-reader", width: 1, batch: true) { [self] _ in runReader() })
+        groups.append(WorkerPool.start(name: "storebackup-deflate", width: workerCount, batch: true) { [self] _ in runWorker() })
     }
 
-    /// Marks the calling thread as batch work (Linux `SCHED_BATCH`): it keeps its full share
-    /// of the CPU, but a thread of the app that wakes up (say, after its commit's fsync)
-    /// runs at once instead of waiting for our time slice to end.
-    private static func yieldToInteractiveThreads() {
-        #if os(Linux)
-        var parameters = sched_param()
-        _ = sched_setscheduler(0, 3 /* SCHED_BATCH; the Glibc module does not export the name */, &parameters)
-        #endif
-    }
-
-    /// Stops every thread; blocks already queued are dropped.
+    /// Stops every thread and waits for them to end; blocks already queued are dropped.
     func stop() {
         condition.lock()
         stopped = true
@@ -157,6 +136,7 @@ final class CompressionPipeline: @unchecked Sendable {
         condition.unlock()
         inputPool.close()
         outputPool.close()
+        groups.forEach { $0.join() }
     }
 
     /// The next finished block of job `jobIndex`, in order. Throws the first failure.
@@ -414,12 +394,11 @@ final class CompressionPipeline: @unchecked Sendable {
 }
 
 /// One entry's salt and keys, made on first use; several threads may ask at once.
-final class LazyEntrySecrets: @unchecked Sendable {
-    private let lock = NSLock()
-    private var secrets: WinZipAES.EntrySecrets?
+final class LazyEntrySecrets: Sendable {
+    private let secrets = Locked<WinZipAES.EntrySecrets?>(nil)
 
     func get(password: BackupPassword) throws -> WinZipAES.EntrySecrets {
-        try lock.withLock {
+        try secrets.withLock { secrets in
             if let secrets { return secrets }
             let made = try WinZipAES.EntrySecrets(password: password)
             secrets = made

@@ -10,7 +10,7 @@ import Glibc
 /// someone else while restore runs) can take a write outside the folder. Files are
 /// created with `O_EXCL`: nothing that exists is ever opened for writing. Links are made
 /// only by ``createLink(_:target:modificationTime:)``, which the extractor calls last.
-final class ConfinedTree: @unchecked Sendable {
+final class ConfinedTree: Sendable {
     /// The folder's path, for messages.
     let root: String
     private let rootDescriptor: Int32

@@ -144,41 +144,47 @@ struct Extractor {
         return byPath
     }
 
+    /// The databases first, one at a time on all cores (each inflated in parallel), so that
+    /// the first can be checked as soon as possible: each database's `integrity_check` runs
+    /// on a thread of its own while the next database and then the other files are unpacked.
+    /// The check is the longest single-threaded step of a restore; this way the other files
+    /// cost no time beside it.
     private func extractInParallel(
         _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
-        let queue = WorkQueue(items: files)
-        let failures = FirstFailure()
-        let group = DispatchGroup()
-        let threadCount = max(1, min(workers, files.count, ArchiveLimits.maxExtractionHandles))
-        for number in 0..<threadCount {
-            group.enter()
-            let thread = Thread {
-                defer { group.leave() }
-                do {
-                    let archive = try reader.openHandle()
-                    defer { zip_discard(archive) }
-                    var buffer = [UInt8](repeating: 0, count: 1 << 20)
-                    while let entry = queue.next(), !failures.hasFailed {
-                        try cancel.throwIfCancelled()
-                        try extractFile(entry, archive: archive, buffer: &buffer, into: root,
-                                        expected: manifestByPath[entry.path], onBytes: onBytes)
-                        // Check a database as soon as it is whole, while other threads keep
-                        // extracting (databases are usually the largest entries, so come first).
-                        if reader.manifest?.databases.contains(where: { $0.path == entry.path }) == true {
-                            try Self.checkDatabase(root.root + "/" + entry.path)
-                        }
-                    }
-                } catch {
-                    failures.record(error)
+        let databases = files.filter(isDatabase)
+        let others = files.filter { !isDatabase($0) }
+        let otherWidth = min(max(1, workers - (databases.isEmpty ? 0 : 1)), ArchiveLimits.maxExtractionHandles)
+        let checks = WorkerPool.Feed<String>(name: "storebackup-check", width: max(1, min(databases.count, workers))) { path in
+            try Self.checkDatabase(path)
+        }
+        let extracted = Result {
+            if !databases.isEmpty {
+                let archive = try ArchiveHandle(reader.openHandle())
+                var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                for database in databases {
+                    try cancel.throwIfCancelled()
+                    if let failure = checks.firstFailure { throw failure }
+                    try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root,
+                                    expected: manifestByPath[database.path], onBytes: onBytes)
+                    checks.submit(root.root + "/" + database.path)
                 }
             }
-            thread.name = "storebackup-extract-\(number)"
-            thread.start()
+            try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
+                // Each thread reads through its own libzip handle and buffer.
+                let archive = try ArchiveHandle(reader.openHandle())
+                var buffer = [UInt8](repeating: 0, count: 1 << 20)
+                return { entry in
+                    if let failure = checks.firstFailure { throw failure }
+                    try extractFile(entry, archive: archive.pointer, buffer: &buffer, into: root,
+                                    expected: manifestByPath[entry.path], onBytes: onBytes)
+                }
+            }
         }
-        group.wait()
-        if let error = failures.first { throw error }
+        let checked = Result { try checks.finish() }
+        try extracted.get()
+        try checked.get()
         try cancel.throwIfCancelled()
     }
 
@@ -304,45 +310,21 @@ struct Extractor {
         let connection = try SQLiteConnection(path: path, mode: .immutable)
         defer { connection.close() }
         try connection.check(quick: false)
+        // Closed and passed: reload need not read the same bytes again (CheckedDatabases).
+        connection.close()
+        CheckedDatabases.record(path)
     }
 
     private func checkDatabases(_ paths: [String]) throws {
-        let queue = WorkQueue(items: paths)
-        let failures = FirstFailure()
-        DispatchQueue.concurrentPerform(iterations: max(1, min(workers, paths.count))) { _ in
-            while let path = queue.next(), !failures.hasFailed {
-                do {
-                    try cancel.throwIfCancelled()
-                    try Self.checkDatabase(path)
-                } catch {
-                    failures.record(error)
-                }
-            }
-        }
-        if let error = failures.first { throw error }
-    }
-}
-
-/// Hands out items to several threads, each once.
-final class WorkQueue<Item>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var items: [Item]
-    private var position = 0
-    init(items: [Item]) { self.items = items }
-    func next() -> Item? {
-        lock.withLock {
-            guard position < items.count else { return nil }
-            defer { position += 1 }
-            return items[position]
+        try WorkerPool.forEach(paths, name: "storebackup-check", width: workers, cancel: cancel) { path in
+            try Self.checkDatabase(path)
         }
     }
 }
 
-/// Keeps the first error any thread hit.
-final class FirstFailure: @unchecked Sendable {
-    private let lock = NSLock()
-    private var error: Error?
-    var hasFailed: Bool { lock.withLock { error != nil } }
-    var first: Error? { lock.withLock { error } }
-    func record(_ error: Error) { lock.withLock { if self.error == nil { self.error = error } } }
+/// A libzip handle of one thread, discarded (read-only: nothing to write) when it goes.
+private final class ArchiveHandle {
+    let pointer: OpaquePointer
+    init(_ pointer: OpaquePointer) { self.pointer = pointer }
+    deinit { zip_discard(pointer) }
 }

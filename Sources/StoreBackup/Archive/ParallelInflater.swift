@@ -70,63 +70,53 @@ struct ParallelInflater {
         let compressedPool = BufferPool(count: inFlightLimit, capacity: maximumCompressed)
         let plainPool = BufferPool(count: inFlightLimit, capacity: blockSize)
         let state = InflateState()
-        let running = DispatchGroup()
+        // Extracted data goes to disk while we inflate, so the fsync before the swap is short.
+        let writeback = descriptor >= 0 ? WritebackPacer(descriptor: descriptor) : nil
+        let lastIndex = compressedBlocks.count - 1
+        let shared = (entry: entry, blockSize: blockSize, backupName: backupName, key: encryptionKey)
+        let inflating = WorkerPool.start(name: "storebackup-inflate", width: workers) { [shared] _ in
+            let (entry, blockSize, backupName, encryptionKey) = shared
+            let inflater: BlockInflater
+            do { inflater = try BlockInflater() } catch { return state.fail(error) }
+            let ctr: WinZipCTR?
+            do { ctr = try encryptionKey.map { try WinZipCTR(key: $0) } } catch { return state.fail(error) }
+            while let job = state.nextJob() {
+                guard let plain = plainPool.take() else { return }
+                ctr?.apply(to: job.compressed.bytes, count: job.compressed.count, at: job.offset)
+                let expected = Int(min(Int64(blockSize), entry.size - Int64(job.index) * Int64(blockSize)))
+                let inflated = inflater.inflate(job.compressed.bytes, count: job.compressed.count, into: plain.bytes,
+                                                capacity: plain.capacity, isLast: job.index == lastIndex)
+                plain.count = inflated ?? 0
+                job.compressed.recycle()
+                guard inflated == expected else {
+                    plain.recycle()
+                    return state.fail(StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
+                }
+                if descriptor >= 0 {
+                    var written = 0
+                    while written < plain.count {
+                        let result = pwrite(descriptor, plain.bytes + written, plain.count - written,
+                                            off_t(Int64(job.index) * Int64(blockSize) + Int64(written)))
+                        if result < 0 {
+                            if errno == EINTR { continue }
+                            plain.recycle()
+                            return state.fail(StoreBackupError.io(path: path, operation: "write", errno: errno))
+                        }
+                        written += result
+                    }
+                    writeback?.wrote(plain.count)
+                }
+                let crc = CRC32.update(0, plain.bytes, count: plain.count)
+                state.complete(index: job.index, plain: plain, crc: crc)
+            }
+        }
         defer {
             // Stop the workers and wait for them: none may touch the descriptor after we return.
             state.finish()
             compressedPool.close()
             plainPool.close()
-            running.wait()
+            inflating.join()
         }
-
-        // Extracted data goes to disk while we inflate, so the fsync before the swap is short.
-        let writeback = descriptor >= 0 ? WritebackPacer(descriptor: descriptor) : nil
-        var threads: [Thread] = []
-        let lastIndex = compressedBlocks.count - 1
-        let shared = (entry: entry, blockSize: blockSize, backupName: backupName, key: encryptionKey)
-        for number in 0..<workers {
-            running.enter()
-            let thread = Thread { [shared] in
-                defer { running.leave() }
-                let (entry, blockSize, backupName, encryptionKey) = shared
-                let inflater: BlockInflater
-                do { inflater = try BlockInflater() } catch { return state.fail(error) }
-                let ctr: WinZipCTR?
-                do { ctr = try encryptionKey.map { try WinZipCTR(key: $0) } } catch { return state.fail(error) }
-                while let job = state.nextJob() {
-                    guard let plain = plainPool.take() else { return }
-                    ctr?.apply(to: job.compressed.bytes, count: job.compressed.count, at: job.offset)
-                    let expected = Int(min(Int64(blockSize), entry.size - Int64(job.index) * Int64(blockSize)))
-                    let inflated = inflater.inflate(job.compressed.bytes, count: job.compressed.count, into: plain.bytes,
-                                                    capacity: plain.capacity, isLast: job.index == lastIndex)
-                    plain.count = inflated ?? 0
-                    job.compressed.recycle()
-                    guard inflated == expected else {
-                        plain.recycle()
-                        return state.fail(StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
-                    }
-                    if descriptor >= 0 {
-                        var written = 0
-                        while written < plain.count {
-                            let result = pwrite(descriptor, plain.bytes + written, plain.count - written,
-                                                off_t(Int64(job.index) * Int64(blockSize) + Int64(written)))
-                            if result < 0 {
-                                if errno == EINTR { continue }
-                                plain.recycle()
-                                return state.fail(StoreBackupError.io(path: path, operation: "write", errno: errno))
-                            }
-                            written += result
-                        }
-                        writeback?.wrote(plain.count)
-                    }
-                    let crc = CRC32.update(0, plain.bytes, count: plain.count)
-                    state.complete(index: job.index, plain: plain, crc: crc)
-                }
-            }
-            thread.name = "storebackup-inflate-\(number)"
-            threads.append(thread)
-        }
-        threads.forEach { $0.start() }
 
         var hasher = SHA256()
         var crc: UInt32 = 0
@@ -193,6 +183,7 @@ struct ParallelInflater {
 }
 
 /// The queue of blocks to inflate and the blocks inflated, shared by the threads.
+// Unchecked: every property is used only with `condition` locked.
 private final class InflateState: @unchecked Sendable {
     private let condition = NSCondition()
     private var jobs: [ParallelInflater.Job] = []

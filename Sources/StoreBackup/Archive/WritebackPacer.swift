@@ -16,6 +16,7 @@ import Glibc
 /// until the chunk before the one just started is on disk, so at most two chunks (2 MiB,
 /// a few milliseconds of disk time) are ever queued ahead of the app's own fsyncs.
 /// The archive is produced at a fraction of the disk's speed, so the wait costs little.
+// Unchecked: `descriptor`, `pending` and the started range are used only while `lock` is held.
 final class WritebackPacer: @unchecked Sendable {
     /// How many bytes may be written between two writeback starts.
     static let interval = 1 << 20

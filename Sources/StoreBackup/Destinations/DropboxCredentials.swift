@@ -56,6 +56,7 @@ struct DropboxCredentials: Sendable {
 /// Hands out the current access token and renews it from the refresh token when Dropbox
 /// says it expired. One renewal at a time: a caller holding a token that was already
 /// replaced gets the new one without another round trip.
+// Unchecked: `current` is read and renewed only while `lock` is held.
 final class DropboxTokenSource: @unchecked Sendable {
     let credentials: DropboxCredentials
     /// `{API}/oauth2/token`.

@@ -186,7 +186,7 @@ public struct S3Destination: BackupDestination {
         return multipartETag(partDigests: digests)
     }
 
-    static func multipartETag(partDigests: [Insecure.MD5.Digest]) -> String {
+    static func multipartETag<Digest: Sequence<UInt8>>(partDigests: [Digest]) -> String {
         var hasher = Insecure.MD5()
         for digest in partDigests { hasher.update(data: Data(digest)) }
         return FileDigest.hex(hasher.finalize()) + "-\(partDigests.count)"
@@ -241,35 +241,18 @@ public struct S3Destination: BackupDestination {
             }
         }
 
-        private func uploadParts(uploadID: String, label: String) throws -> [(etag: String, digest: Insecure.MD5.Digest)] {
+        private func uploadParts(uploadID: String, label: String) throws -> [(etag: String, digest: Data)] {
             let count = Int((size + partSize - 1) / partSize)
-            let queue = WorkQueue(items: Array(1...count))
-            let failures = FirstFailure()
-            let results = PartResults(count: count)
             let sent = ByteCounter()
-            let group = DispatchGroup()
-            for _ in 0..<min(S3Destination.partConcurrency, count) {
-                group.enter()
-                Thread {
-                    defer { group.leave() }
-                    while let number = queue.next(), !failures.hasFailed {
-                        do {
-                            let offset = Int64(number - 1) * partSize
-                            let length = min(partSize, size - offset)
-                            let (etag, digest) = try uploadPart(number, offset: offset, length: length, uploadID: uploadID, label: label)
-                            results.set(number, etag, digest)
-                            let done = sent.add(length)
-                            progress?(BackupProgress(phase: .uploading, bytesDone: done, bytesTotal: size))
-                        } catch {
-                            failures.record(error)
-                        }
-                    }
-                }.start()
+            return try WorkerPool.map(Array(1...count), name: "storebackup-s3-part", width: S3Destination.partConcurrency,
+                                      cancel: cancel) { number in
+                let offset = Int64(number - 1) * partSize
+                let length = min(partSize, size - offset)
+                let part = try uploadPart(number, offset: offset, length: length, uploadID: uploadID, label: label)
+                let done = sent.add(length)
+                progress?(BackupProgress(phase: .uploading, bytesDone: done, bytesTotal: size))
+                return (etag: part.0, digest: Data(part.1))
             }
-            group.wait()
-            if let error = failures.first { throw error }
-            try cancel.throwIfCancelled()
-            return results.all
         }
 
         /// One part with its `Content-MD5`; sent again when the server saw other bytes.
@@ -301,7 +284,7 @@ public struct S3Destination: BackupDestination {
             }
         }
 
-        private func complete(uploadID: String, parts: [(etag: String, digest: Insecure.MD5.Digest)], label: String) throws {
+        private func complete(uploadID: String, parts: [(etag: String, digest: Data)], label: String) throws {
             var xml = "<CompleteMultipartUpload>"
             for (index, part) in parts.enumerated() {
                 xml += "<Part><PartNumber>\(index + 1)</PartNumber><ETag>\(part.etag)</ETag></Part>"
@@ -476,13 +459,4 @@ public struct S3Destination: BackupDestination {
         throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName, reason,
                                               serviceCode: code.isEmpty ? nil : code, retryAfter: RetryingTransport.retryAfter(response))
     }
-}
-
-/// ETags and MD5s of uploaded parts, filled in by several threads.
-final class PartResults: @unchecked Sendable {
-    private let lock = NSLock()
-    private var parts: [(etag: String, digest: Insecure.MD5.Digest)?]
-    init(count: Int) { parts = Array(repeating: nil, count: count) }
-    func set(_ number: Int, _ etag: String, _ digest: Insecure.MD5.Digest) { lock.withLock { parts[number - 1] = (etag, digest) } }
-    var all: [(etag: String, digest: Insecure.MD5.Digest)] { lock.withLock { parts.compactMap { $0 } } }
 }

@@ -201,15 +201,15 @@ public struct WebDAVDestination: BackupDestination {
     }
 
     /// The local file's SHA-256, computed once and only when needed.
-    final class Hash: @unchecked Sendable {
+    final class Hash: Sendable {
         let file: String
         let size: Int64
-        private var value: String?
+        private let value = Locked<String?>(nil)
         init(file: String, size: Int64) { self.file = file; self.size = size }
         func get() throws -> String {
-            if let value { return value }
+            if let value = value.current { return value }
             let computed = try FileDigest.sha256(file: file, length: size)
-            value = computed
+            value.withLock { $0 = computed }
             return computed
         }
     }

@@ -19,6 +19,7 @@ import Glibc
 ///   a few times and then fall back to the backup API.
 /// - Rollback-journal databases: a read transaction holds a SHARED lock, which keeps
 ///   writers out until the copy is done.
+// Unchecked: the connection, the file handle and the copy are used only while `lock` is held.
 final class DatabaseSnapshot: @unchecked Sendable {
     enum Method: String, Codable, Sendable {
         case walReadLock = "wal-read-lock"
@@ -34,6 +35,9 @@ final class DatabaseSnapshot: @unchecked Sendable {
     let method: Method
     var size: Int64 { Int64(pageSize) * Int64(pageCount) }
 
+    /// Taken by ``read(into:count:offset:)`` and ``finish()``: the pipeline's reader thread
+    /// reads the snapshot, while the thread that made it may finish it.
+    private let lock = NSLock()
     private var connection: SQLiteConnection?
     private var mainFile: UnsafeMutablePointer<sqlite3_file>?
     private var copyDescriptor: Int32 = -1
@@ -98,6 +102,8 @@ final class DatabaseSnapshot: @unchecked Sendable {
 
     /// Reads snapshot bytes; returns the count read (0 at the end).
     func read(into buffer: UnsafeMutableRawPointer, count: Int, offset: Int64) throws -> Int {
+        lock.lock()
+        defer { lock.unlock() }
         let available = size - offset
         guard available > 0 else { return 0 }
         let amount = Int(min(Int64(count), available))
@@ -115,6 +121,8 @@ final class DatabaseSnapshot: @unchecked Sendable {
 
     /// Ends the read transaction (writers and checkpoints proceed) and removes any copy.
     func finish() {
+        lock.lock()
+        defer { lock.unlock() }
         if let connection {
             try? connection.execute("COMMIT", operation: "end read transaction")
             connection.close()

@@ -2,8 +2,9 @@ import CSQLite
 import Foundation
 
 /// A minimal SQLite connection: enough to checkpoint, hold a read transaction,
-/// read pragmas and run integrity checks. Not shared between threads at the same time.
-final class SQLiteConnection: @unchecked Sendable {
+/// read pragmas and run integrity checks. Not `Sendable`: opened with SQLITE_OPEN_NOMUTEX,
+/// so a connection stays with the code that opened it (``DatabaseSnapshot`` guards its own).
+final class SQLiteConnection {
     let path: String
     private(set) var handle: OpaquePointer?
 

@@ -91,20 +91,18 @@ enum ProgressPlan {
 
 /// Drops progress updates that come faster than a person can read, but never the first
 /// or last of a phase.
-final class ProgressThrottle: @unchecked Sendable {
+final class ProgressThrottle: Sendable {
     private let handler: ProgressHandler?
-    private let lock = NSLock()
-    private var lastReport = Date.distantPast
-    private var lastPhase: BackupProgress.Phase?
+    private let last = Locked<(report: Date, phase: BackupProgress.Phase?)>((Date.distantPast, nil))
 
     init(_ handler: ProgressHandler?) { self.handler = handler }
 
     func report(_ progress: BackupProgress, force: Bool = false) {
         guard let handler else { return }
         let now = Date()
-        let shouldReport: Bool = lock.withLock {
-            let due = force || lastPhase != progress.phase || now.timeIntervalSince(lastReport) >= 0.1
-            if due { lastReport = now; lastPhase = progress.phase }
+        let shouldReport: Bool = last.withLock { last in
+            let due = force || last.phase != progress.phase || now.timeIntervalSince(last.report) >= 0.1
+            if due { last = (now, progress.phase) }
             return due
         }
         if shouldReport { handler(progress) }

@@ -8,7 +8,7 @@ import Glibc
 /// The lock file sits beside the stores directory (not inside it) because restore
 /// swaps the directory itself. `flock` locks die with the process, so a crashed
 /// command never leaves the store locked; the file's text only says who holds it.
-public final class StoreLock: @unchecked Sendable {
+public final class StoreLock: Sendable {
     private let fd: Int32
     /// The lock file, beside the stores directory: `.<name>.storebackup-lock`.
     public let path: String

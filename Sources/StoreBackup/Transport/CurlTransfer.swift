@@ -177,6 +177,7 @@ private struct CStringKeeper {
 }
 
 /// State shared with libcurl's callbacks during one transfer.
+// Unchecked: used by one thread at a time, the one running the transfer (libcurl calls back on it).
 final class TransferContext: @unchecked Sendable {
     let request: TransferRequest
     let cancel: CancellationFlag?

@@ -4,8 +4,9 @@ import FoundationXML
 #endif
 
 /// A parsed XML document as a small tree, for the listings S3 and WebDAV answer with.
-/// Element names are kept without namespace prefixes ("D:href" → "href").
-final class XMLElement: @unchecked Sendable {
+/// Element names are kept without namespace prefixes ("D:href" → "href"). A value: once
+/// parsed, a tree is never changed, and can be handed between threads.
+struct XMLElement: Sendable {
     let name: String
     var text = ""
     var children: [XMLElement] = []
@@ -34,24 +35,29 @@ final class XMLElement: @unchecked Sendable {
     }
 }
 
+/// Builds the tree bottom-up: an element joins its parent's children once it ends.
 private final class XMLTreeBuilder: NSObject, XMLParserDelegate {
     var root: XMLElement?
+    /// The elements open at this point of the document, outermost first.
     private var stack: [XMLElement] = []
 
     func parser(_ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
                 qualifiedName: String?, attributes: [String: String] = [:]) {
         let name = elementName.split(separator: ":").last.map(String.init) ?? elementName
-        let element = XMLElement(name: name)
-        stack.last?.children.append(element)
-        if root == nil { root = element }
-        stack.append(element)
+        stack.append(XMLElement(name: name))
     }
 
     func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName: String?) {
-        stack.removeLast()
+        guard let element = stack.popLast() else { return }
+        if stack.isEmpty {
+            if root == nil { root = element }
+        } else {
+            stack[stack.count - 1].children.append(element)
+        }
     }
 
     func parser(_ parser: XMLParser, foundCharacters string: String) {
-        stack.last?.text += string
+        guard !stack.isEmpty else { return }
+        stack[stack.count - 1].text += string
     }
 }
