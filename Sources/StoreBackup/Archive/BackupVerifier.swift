@@ -61,7 +61,8 @@ public struct BackupVerifier: Sendable {
         }
         var results: [VerificationResult] = []
         for backup in backups {
-            try Task.checkCancellation()
+            // The library's one error type, also for cancellation.
+            if Task.isCancelled { throw StoreBackupError.cancelled }
             results.append(await verifyOne(backup.name, progress: progress))
         }
         return results

@@ -71,7 +71,8 @@ public struct BackupCopier: Sendable {
         let existing = try await target.listBackups()
         var outcomes: [BackupCopyOutcome] = []
         for backup in backups {
-            try Task.checkCancellation()
+            // The library's one error type, also for cancellation.
+            if Task.isCancelled { throw StoreBackupError.cancelled }
             outcomes.append(await copy(backup, existing: existing, progress: progress))
         }
         return outcomes
