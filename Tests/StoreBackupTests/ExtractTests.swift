@@ -190,7 +190,7 @@ final class ExtractTests: XCTestCase {
         let lock = try StoreLock(storesDirectory: store, purpose: "restore")
         let blocked = try runStoreBackup(["restore", "latest", store, "--yes", "--from", backups], environment: baseEnvironment)
         XCTAssertEqual(blocked.status, 1)
-        XCTAssertTrue(blocked.stderr.contains("in use by another storebackup command"), blocked.stderr)
+        XCTAssertTrue(blocked.stderr.contains("is in use by another backup, restore or recovery"), blocked.stderr)
 
         try extract(["latest", "--into", work + "/while-locked", "--from", backups])
         let listed = try runStoreBackup(["ls", "latest", "--from", backups], environment: baseEnvironment)
