@@ -64,7 +64,9 @@ let package = Package(
             ]),
         .testTarget(
             name: "StoreBackupTests",
-            dependencies: ["StoreBackup", .product(name: "Crypto", package: "swift-crypto")],
+            // storebackup (the command line) for its argument parser: example command lines are parsed by it.
+            dependencies: ["StoreBackup", "storebackup", .product(name: "Crypto", package: "swift-crypto"),
+                           .product(name: "ArgumentParser", package: "swift-argument-parser")],
             resources: [.copy("Fixtures")]),
     ],
     swiftLanguageModes: [.v6]
