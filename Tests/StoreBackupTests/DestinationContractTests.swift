@@ -126,7 +126,7 @@ final class DestinationContractTests: XCTestCase {
             let back = try context.work + "/back-\(UUID().uuidString.prefix(8))"
             try await destination.download(name, to: back, progress: nil)
             XCTAssertEqual(FileManager.default.contents(atPath: back), first, "[\(backend.label)] the first backup is kept")
-            XCTAssertEqual(backend.temporaries?(folder) ?? [], [], "[\(backend.label)] the refused upload's temporary is removed")
+            XCTAssertEqual(backend.temporaries(folder), [], "[\(backend.label)] the refused upload's temporary is removed")
         }
     }
 
@@ -237,18 +237,18 @@ final class DestinationContractTests: XCTestCase {
                 outputs.append(result)
                 return result
             }
-            let created = try run(["create", store] + backend.arguments(folder, "--to"))
+            let created = try run(["create", store] + (try backend.arguments(folder, "--to", nil)))
             XCTAssertEqual(created.status, 0, "[\(label)] \(created.stderr)")
             let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            let listed = try run(["list", "--json"] + backend.arguments(folder, "--to"))
+            let listed = try run(["list", "--json"] + (try backend.arguments(folder, "--to", nil)))
             let rows = (try? JSONSerialization.jsonObject(with: Data(listed.stdout.utf8))) as? [[String: Any]]
             XCTAssertEqual(rows?.compactMap { $0["name"] as? String }, [name], "[\(label)] \(listed.stderr)")
             let restored = work + "/Restored-\(folder)/Stores"
-            let restore = try run(["restore", "latest", restored, "--yes"] + backend.arguments(folder, "--from"))
+            let restore = try run(["restore", "latest", restored, "--yes"] + (try backend.arguments(folder, "--from", nil)))
             XCTAssertEqual(restore.status, 0, "[\(label)] \(restore.stderr)")
             XCTAssertEqual(try StoreFixture.describe(restored, includeJournals: false), try StoreFixture.describe(store, includeJournals: false),
                            "[\(label)] the restored store is the original")
-            let deleted = try run(["delete", name, "--yes"] + backend.arguments(folder, "--to"))
+            let deleted = try run(["delete", name, "--yes"] + (try backend.arguments(folder, "--to", nil)))
             XCTAssertEqual(deleted.status, 0, "[\(label)] \(deleted.stderr)")
             let remaining = try await backend.make(folder, nil, Self.once).listBackups()
             XCTAssertEqual(remaining.map(\.name), [], "[\(label)] deleted")
@@ -287,7 +287,7 @@ final class DestinationContractTests: XCTestCase {
             }
             let listed = try await backend.make(folder, nil, Self.once).listBackups()
             XCTAssertEqual(listed.map(\.name), [], "[\(backend.label)] a failed upload is not listed")
-            XCTAssertEqual(backend.temporaries?(folder) ?? [], [], "[\(backend.label)] no temporary left")
+            XCTAssertEqual(backend.temporaries(folder), [], "[\(backend.label)] no temporary left")
         }
     }
 
@@ -333,7 +333,7 @@ final class DestinationContractTests: XCTestCase {
             XCTAssertEqual(FileManager.default.contents(atPath: target), content, "[\(backend.label)] the backup arrived whole")
             let faults = ContractProxy.faults(proxy.entries { ContractProxy.faults($0).count >= rules.count })
             XCTAssertEqual(faults.count, rules.count, "[\(backend.label)] each planned fault struck once: \(faults)")
-            XCTAssertEqual(backend.temporaries?(folder) ?? [], [], "[\(backend.label)] no temporary left")
+            XCTAssertEqual(backend.temporaries(folder), [], "[\(backend.label)] no temporary left")
         }
     }
 }

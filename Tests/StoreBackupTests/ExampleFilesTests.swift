@@ -1,8 +1,6 @@
-import ArgumentParser
 import Foundation
 import XCTest
 @testable import StoreBackup
-@testable import storebackup
 
 /// Examples/nightly: every file is parsed by what would read it.
 final class ExampleFilesTests: XCTestCase {
@@ -35,26 +33,24 @@ final class ExampleFilesTests: XCTestCase {
         try assertParses(Array(command.dropFirst()), "crontab")
     }
 
-    /// The command line's own parser takes `arguments` (validation included), and a store
-    /// named by `--store` is one of the sample configuration's.
+    /// The real command line takes `arguments`: with the configuration swapped for a file
+    /// that does not exist, it parses and validates them (a refusal exits 64, EX_USAGE),
+    /// then stops at the missing file, before doing anything.
     func assertParses(_ arguments: [String], _ source: String, file: StaticString = #filePath, line: UInt = #line) throws {
-        let arguments = arguments.map { $0 == "/etc/storebackup.yml" ? folder + "/storebackup.yml" : $0 }
-        let command: any ParsableCommand
-        do {
-            command = try StoreBackupCommand.parseAsRoot(arguments)
-        } catch {
-            return XCTFail("\(source): \(arguments) is refused: \(StoreBackupCommand.message(for: error))", file: file, line: line)
-        }
-        if let create = command as? CreateCommand, let store = create.store {
-            let names = try BackupConfiguration.load(path: folder + "/storebackup.yml").stores.map(\.name)
-            XCTAssertTrue(names.contains(store), "\(source): no store \(store) in the configuration", file: file, line: line)
-        }
+        let missing = NSTemporaryDirectory() + "storebackup-no-such-config-\(UUID().uuidString).yml"
+        XCTAssertTrue(arguments.contains("/etc/storebackup.yml"), "\(source): \(arguments)", file: file, line: line)
+        let result = try runStoreBackup(arguments.map { $0 == "/etc/storebackup.yml" ? missing : $0 })
+        XCTAssertEqual(result.status, 1, "\(source): \(arguments): \(result.stderr)", file: file, line: line)
+        XCTAssertTrue(result.stderr.contains(missing), "\(source): stopped at the missing configuration: \(result.stderr)", file: file, line: line)
     }
 
-    /// The parser refuses what it should, so a pass above means something.
-    func testTheParserCheckRefusesWrongArguments() {
-        for wrong in [["create", "--config", "x.yml", "--stor", "app"], ["run", "--config"], ["create", "--level", "11", "/tmp/x"], ["backup", "now"]] {
-            XCTAssertThrowsError(try StoreBackupCommand.parseAsRoot(wrong), "\(wrong)")
+    /// Wrong arguments exit 64 before any configuration is read, so a pass above means something.
+    func testWrongArgumentsAreRefusedBeforeTheConfiguration() throws {
+        let missing = NSTemporaryDirectory() + "storebackup-no-such-config-\(UUID().uuidString).yml"
+        for wrong in [["create", "--config", missing, "--stor", "app"], ["run", "--config", missing, "--prune"],
+                      ["create", "--config", missing, "--store", "app", "--level", "11"], ["backup", "--config", missing]] {
+            let result = try runStoreBackup(wrong)
+            XCTAssertEqual(result.status, 64, "\(wrong): \(result.stderr)")
         }
     }
 

@@ -44,44 +44,15 @@ final class LossyNetworkTests: XCTestCase {
     /// Quick retries, enough to heal the faults injected here.
     static let retryEnvironment = ["STOREBACKUP_RETRY_ATTEMPTS": "6", "STOREBACKUP_RETRY_OPERATIONS": "3"]
 
-    func s3Target(_ kind: String) throws -> Target {
-        let info = try servers.start(kind)
-        let port = info["port"] as! Int
-        let environment = ["AWS_ACCESS_KEY_ID": info["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": info["secret_key"] as! String,
-                           "AWS_REGION": "us-east-1", "HOME": work].merging(Self.retryEnvironment) { a, _ in a }
-        return Target(label: kind, port: port, environment: environment, arguments: { folder, proxy in
-            ["--to", "s3://backups/\(folder)", "--s3-endpoint", "http://127.0.0.1:\(proxy ?? port)"]
-        }, localFolder: nil)   // S3 has no temporaries: an object exists once complete
+    /// A backend of the destination contract, for the command line with quick retries.
+    func target(_ backend: ContractBackend) -> Target {
+        Target(label: backend.label, port: backend.port!, environment: backend.environment.merging(Self.retryEnvironment) { a, _ in a },
+               arguments: { folder, proxy in try backend.arguments(folder, "--to", proxy) }, localFolder: backend.localFolder)
     }
 
-    func webDAVTarget() throws -> Target {
-        let info = try servers.start("webdav")
-        let port = info["port"] as! Int
-        let environment = ["STOREBACKUP_WEBDAV_USER": info["user"] as! String, "STOREBACKUP_WEBDAV_PASSWORD": info["password"] as! String,
-                           "HOME": work].merging(Self.retryEnvironment) { a, _ in a }
-        let data = info["data_dir"] as! String
-        return Target(label: "webdav", port: port, environment: environment, arguments: { folder, proxy in
-            ["--to", "webdav://127.0.0.1:\(proxy ?? port)/dav/\(folder)"]
-        }, localFolder: { data + "/" + $0 })
-    }
-
-    func sftpTarget() throws -> Target {
-        let info = try servers.start("sftp")
-        let port = info["port"] as! Int
-        let data = info["path"] as! String
-        let user = info["user"] as! String
-        let key = info["key"] as! String
-        let hostKey = try String(contentsOfFile: info["known_hosts"] as! String, encoding: .utf8)
-            .split(separator: " ").dropFirst().joined(separator: " ")
-        let work = self.work
-        return Target(label: "sftp", port: port, environment: ["HOME": work].merging(Self.retryEnvironment) { a, _ in a },
-                      arguments: { folder, proxy in
-            // The host key is the server's, whatever port it is reached on.
-            let knownHosts = work + "/known_hosts-\(proxy ?? port)"
-            try "[127.0.0.1]:\(proxy ?? port) \(hostKey)".write(toFile: knownHosts, atomically: true, encoding: .utf8)
-            return ["--to", "sftp://\(user)@127.0.0.1:\(proxy ?? port)\(data)/\(folder)", "--ssh-key", key, "--known-hosts", knownHosts]
-        }, localFolder: { data + "/" + $0 })
-    }
+    func s3Target(_ kind: String) throws -> Target { target(ContractBackend.s3(try servers.start(kind), work: work)) }
+    func webDAVTarget() throws -> Target { target(ContractBackend.webDAV(try servers.start("webdav"), work: work)) }
+    func sftpTarget() throws -> Target { target(try ContractBackend.sftp(try servers.start("sftp"), work: work)) }
 
     // MARK: the scenarios, per destination
 

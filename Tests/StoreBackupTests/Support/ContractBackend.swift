@@ -16,10 +16,12 @@ struct ContractBackend {
     /// Puts an object storebackup would never upload (its name is not a backup's) at
     /// `path` (relative to `folder`; may name a subfolder).
     let putForeign: (_ folder: String, _ path: String) throws -> Void
-    /// Temporaries (`.storebackup-…`) in `folder`, where the storage is visible from here.
-    let temporaries: ((_ folder: String) -> [String])?
-    /// The command line's destination arguments for `folder` after `flag` (`--to`, `--from`).
-    let arguments: (_ folder: String, _ flag: String) -> [String]
+    /// Where the server keeps `folder`'s files, when they are visible from here and a failed
+    /// upload can leave a temporary there (not S3, not Dropbox).
+    let localFolder: ((_ folder: String) -> String)?
+    /// The command line's destination arguments for `folder` after `flag` (`--to`, `--from`),
+    /// through the proxy on `proxyPort` when given.
+    let arguments: (_ folder: String, _ flag: String, _ proxyPort: Int?) throws -> [String]
     /// The environment the command line needs (credentials, HOME).
     var environment: [String: String] = [:]
     /// Secret values of this backend, which must never appear in an argv, output or log.
@@ -37,8 +39,8 @@ struct ContractBackend {
         return ContractBackend(label: "local", port: nil, tcpProxy: false,
                                make: { folder, _, _ in try DestinationResolver.resolve(root + "/" + folder) },
                                putForeign: { folder, path in try writeFile(root + "/" + folder + "/" + path) },
-                               temporaries: { temporaries(in: root + "/" + $0) },
-                               arguments: { folder, flag in [flag, root + "/" + folder] })
+                               localFolder: { root + "/" + $0 },
+                               arguments: { folder, flag, _ in [flag, root + "/" + folder] })
     }
 
     static func s3(_ server: [String: Any], work: String) -> ContractBackend {
@@ -53,8 +55,8 @@ struct ContractBackend {
                     retry: retry, s3Endpoint: "http://127.0.0.1:\(proxy ?? port)", environment: environment))
             },
             putForeign: { folder, path in try raw.put(folder + "/" + path, Data("not a backup".utf8)) },
-            temporaries: nil,   // S3 has no temporaries; unfinished multipart uploads are checked apart
-            arguments: { folder, flag in [flag, "s3://\(raw.bucket)/\(folder)", "--s3-endpoint", "http://127.0.0.1:\(port)"] },
+            localFolder: nil,   // S3 has no temporaries; unfinished multipart uploads are checked apart
+            arguments: { folder, flag, proxy in [flag, "s3://\(raw.bucket)/\(folder)", "--s3-endpoint", "http://127.0.0.1:\(proxy ?? port)"] },
             environment: environment, secrets: [raw.secretKey])
     }
 
@@ -70,8 +72,8 @@ struct ContractBackend {
                                                 options: DestinationOptions(retry: retry, environment: environment))
             },
             putForeign: { folder, path in try writeFile(data + "/" + folder + "/" + path) },
-            temporaries: { temporaries(in: data + "/" + $0) },
-            arguments: { folder, flag in [flag, "webdav://127.0.0.1:\(port)/dav/\(folder)"] },
+            localFolder: { data + "/" + $0 },
+            arguments: { folder, flag, proxy in [flag, "webdav://127.0.0.1:\(proxy ?? port)/dav/\(folder)"] },
             environment: environment, secrets: [server["password"] as! String])
     }
 
@@ -83,19 +85,23 @@ struct ContractBackend {
         // The host key is the server's, whatever port (the proxy's) it is reached on.
         let hostKey = try String(contentsOfFile: server["known_hosts"] as! String, encoding: .utf8)
             .split(separator: " ").dropFirst().joined(separator: " ")
+        func knownHostsFile(_ port: Int) throws -> String {
+            let path = work + "/known_hosts-\(port)"
+            try "[127.0.0.1]:\(port) \(hostKey)".write(toFile: path, atomically: true, encoding: .utf8)
+            return path
+        }
         return ContractBackend(
             label: "sftp", port: port, tcpProxy: true,
             make: { folder, proxy, retry in
-                let knownHosts = work + "/known_hosts-\(proxy ?? port)"
-                try "[127.0.0.1]:\(proxy ?? port) \(hostKey)".write(toFile: knownHosts, atomically: true, encoding: .utf8)
+                let knownHosts = try knownHostsFile(proxy ?? port)
                 return try DestinationResolver.resolve(
                     "sftp://\(user)@127.0.0.1:\(proxy ?? port)\(data)/\(folder)",
                     options: DestinationOptions(retry: retry, sshKey: key, knownHosts: knownHosts, environment: ["HOME": work]))
             },
             putForeign: { folder, path in try writeFile(data + "/" + folder + "/" + path) },
-            temporaries: { temporaries(in: data + "/" + $0) },
-            arguments: { folder, flag in
-                [flag, "sftp://\(user)@127.0.0.1:\(port)\(data)/\(folder)", "--ssh-key", key, "--known-hosts", server["known_hosts"] as! String]
+            localFolder: { data + "/" + $0 },
+            arguments: { folder, flag, proxy in
+                [flag, "sftp://\(user)@127.0.0.1:\(proxy ?? port)\(data)/\(folder)", "--ssh-key", key, "--known-hosts", try knownHostsFile(proxy ?? port)]
             },
             environment: ["HOME": work],
             // The private key's base64 body: a line of it in an argv would be a leak.
@@ -116,8 +122,8 @@ struct ContractBackend {
                 return try DestinationResolver.resolve("dropbox:///\(folder)", options: DestinationOptions(retry: retry, environment: environment))
             },
             putForeign: { folder, path in try emulator.put("/\(folder)/\(path)", Data("not a backup".utf8), token: emulator.accessToken) },
-            temporaries: nil,   // an upload session is no file
-            arguments: { folder, flag in [flag, "dropbox:///\(folder)"] },
+            localFolder: nil,   // an upload session is no file
+            arguments: { folder, flag, _ in [flag, "dropbox:///\(folder)"] },
             environment: emulator.environment(home: work, token: emulator.accessToken), secrets: [emulator.accessToken])
     }
 
@@ -128,8 +134,10 @@ struct ContractBackend {
         chmod(path, 0o666)
     }
 
-    private static func temporaries(in folder: String) -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.hasPrefix(".storebackup-") }
+    /// Temporaries (`.storebackup-…`) in `folder`, where the storage is visible from here.
+    func temporaries(_ folder: String) -> [String] {
+        guard let local = localFolder?(folder) else { return [] }
+        return ((try? FileManager.default.contentsOfDirectory(atPath: local)) ?? []).filter { $0.hasPrefix(".storebackup-") }
     }
 }
 
