@@ -301,7 +301,7 @@ final class DestinationContractTests: XCTestCase {
                 try await backend.make(folder, closed, Self.healing).upload(file: try file(randomData(1_000)), as: "2026-09-01 000000 Stores.zip", progress: nil)
                 XCTFail("[\(backend.label)] the upload must fail")
             } catch {
-                XCTAssertTrue("\(error)".contains("cannot reach 127.0.0.1:\(closed)"), "[\(backend.label)] \(error)")
+                XCTAssertTrue("\(error)".contains("cannot reach") && "\(error)".contains("127.0.0.1:\(closed)"), "[\(backend.label)] \(error)")
             }
             let listed = try await backend.make(folder, nil, Self.once).listBackups()
             XCTAssertEqual(listed.map(\.name), [], "[\(backend.label)]")
