@@ -43,7 +43,7 @@ struct S3RawRequest {
     /// Keys of the multipart uploads in progress under `prefix` (ListMultipartUploads).
     /// rclone answers 404 NoSuchUpload when there are none.
     func multipartUploads(prefix: String) throws -> [String] {
-        let answer = try send("GET", "?prefix=\(Self.encode(prefix))&uploads=")
+        let answer = try send("GET", "?prefix=\(Self.encode(prefix, keepingSlashes: false))&uploads=")
         if answer.status == 404 && answer.body.contains("NoSuchUpload") { return [] }
         XCTAssertEqual(answer.status, 200, answer.body)
         return answer.body.components(separatedBy: "<Key>").dropFirst().compactMap { $0.components(separatedBy: "</Key>").first }
@@ -55,9 +55,10 @@ struct S3RawRequest {
         XCTAssertEqual(answer.status, 200, answer.body)
     }
 
-    static func encode(_ text: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~/")
+    /// Percent-encoding as SigV4 canonicalizes it; a query value encodes its slashes too.
+    static func encode(_ text: String, keepingSlashes: Bool = true) -> String {
+        var allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
+        if keepingSlashes { allowed.insert("/") }
         return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
     }
 }
