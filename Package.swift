@@ -64,9 +64,7 @@ let package = Package(
             ]),
         .testTarget(
             name: "StoreBackupTests",
-            // storebackup (the command line) for its argument parser: example command lines are parsed by it.
-            dependencies: ["StoreBackup", "storebackup", .product(name: "Crypto", package: "swift-crypto"),
-                           .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["StoreBackup", .product(name: "Crypto", package: "swift-crypto")],
             resources: [.copy("Fixtures")]),
     ],
     swiftLanguageModes: [.v6]

@@ -283,7 +283,7 @@ final class DestinationContractTests: XCTestCase {
                 }
                 XCTFail("[\(backend.label)] the upload should fail")
             } catch {
-                XCTAssertFalse("\(error)".isEmpty, "[\(backend.label)]")
+                XCTAssertTrue("\(error)".contains(folder), "[\(backend.label)] the error says where: \(error)")
             }
             let listed = try await backend.make(folder, nil, Self.once).listBackups()
             XCTAssertEqual(listed.map(\.name), [], "[\(backend.label)] a failed upload is not listed")
