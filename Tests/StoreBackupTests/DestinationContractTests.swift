@@ -340,6 +340,7 @@ final class DestinationContractTests: XCTestCase {
 
 /// Holds an upload at its first progress report part-way (more than nothing, less than
 /// all), until the test has looked at the destination.
+// Sendable by hand: its flags are only touched under `lock`, and semaphores are thread-safe.
 final class UploadGate: @unchecked Sendable {
     private let lock = NSLock()
     private var held = false

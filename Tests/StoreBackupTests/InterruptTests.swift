@@ -82,7 +82,7 @@ extension CrashSafetyTests {
         let random = FileHandle(forReadingAtPath: "/dev/urandom")!
         defer { try? random.close() }
         let path = store + "/.App_SUPPORT/video.bin"
-        FileManager.default.createFile(atPath: path, contents: nil)
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: nil))
         let video = FileHandle(forWritingAtPath: path)!
         defer { try? video.close() }
         for _ in 0..<48 { video.write(random.readData(ofLength: 1 << 20)) }
