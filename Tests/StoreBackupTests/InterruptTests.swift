@@ -18,7 +18,9 @@ extension CrashSafetyTests {
         let temporary = waitForTemporaryArchive(of: create)
         XCTAssertNotNil(temporary, "create ended before its temporary archive appeared: \(create.stderrSoFar)")
         create.kill9()
-        if let temporary { XCTAssertTrue(FileSystem.fileExists(backups + "/" + temporary), "the kill left the temporary") }
+        let mine = ScratchFiles.prefix + "\(create.process.processIdentifier)-"
+        XCTAssertTrue(try FileManager.default.contentsOfDirectory(atPath: backups).contains { $0.hasPrefix(mine) },
+                      "the kill left its temporary (\(temporary ?? "none seen")) behind")
         let list = try runStoreBackup(["list", "--json", "--from", backups], environment: environment)
         let rows = (try? JSONSerialization.jsonObject(with: Data(list.stdout.utf8))) as? [[String: Any]]
         XCTAssertEqual(Set(rows?.compactMap { $0["name"] as? String } ?? []), before, "nothing new listed after the kill: \(list.stderr)")
@@ -88,13 +90,14 @@ extension CrashSafetyTests {
         for _ in 0..<48 { video.write(random.readData(ofLength: 1 << 20)) }
     }
 
-    /// Polls the destination folder until `command`'s temporary archive exists; its name,
-    /// or nil when the command ended first.
+    /// Polls the destination folder until `command`'s temporary archive exists (libzip's
+    /// `….zip.XXXXXX` while it writes, then `….zip` until published); its name, or nil when
+    /// the command ended first. The first one appears as archiving starts, well before the end.
     private func waitForTemporaryArchive(of command: BackgroundCommand) -> String? {
         let prefix = ScratchFiles.prefix + "\(command.process.processIdentifier)-"
         while command.process.isRunning {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: backups)) ?? []
-            if let name = names.first(where: { $0.hasPrefix(prefix) && $0.hasSuffix(".zip") }) { return name }
+            if let name = names.first(where: { $0.hasPrefix(prefix) && $0.contains("-archive-") }) { return name }
             usleep(200)
         }
         return nil
