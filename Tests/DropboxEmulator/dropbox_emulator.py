@@ -1426,6 +1426,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         """Check the offset, then stream the body to the session at offset.
         Caller holds s['lock']."""
         if s["offset"] != offset:
+            self.log_entry["correct_offset"] = s["offset"]  # in the request log, for tests
             raise RouteError(wrap(tag("incorrect_offset", correct_offset=s["offset"])))
         try:
             got = self.receive(s["file"], "r+b", offset)

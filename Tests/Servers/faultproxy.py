@@ -1047,6 +1047,9 @@ def main(argv=None):
         except (OSError, ValueError) as e:
             sys.stderr.write("faultproxy: plan not reloaded: %s\n" % e)
 
+    # A parent may have started us with these signals blocked (the mask survives exec):
+    # unblock them, or `stop` waits for its SIGKILL.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     signal.signal(signal.SIGHUP, on_hup)

@@ -258,14 +258,14 @@ final class CrashSafetyTests: XCTestCase {
         return manifest.databases.first { $0.path == "App.sqlite" }?.snapshotMethod
     }
 
-    private func listedBackups() throws -> Set<String> {
+    func listedBackups() throws -> Set<String> {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: backups)) ?? []
         return Set(names.filter(BackupName.isBackup))
     }
 
     /// No scratch file beside the store, in the destination or in TMPDIR, and no unfinished
     /// restore folder or journal.
-    private func assertNoTemporaries(allowFailedRestore: Bool, _ context: String, file: StaticString = #filePath, line: UInt = #line) {
+    func assertNoTemporaries(allowFailedRestore: Bool, _ context: String, file: StaticString = #filePath, line: UInt = #line) {
         let layout = StoreLayout(storesDirectory: store)
         for folder in [work, backups, scratch] {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []

@@ -27,10 +27,31 @@ final class ExampleFilesTests: XCTestCase {
         utc.timeZone = TimeZone(identifier: "UTC")!
         let next = cron.nextFire(after: Date(timeIntervalSince1970: 0), calendar: utc)
         XCTAssertEqual(utc.dateComponents([.hour, .minute], from: next), DateComponents(hour: 2, minute: 30))
-        // The command is one our CLI accepts: check its arguments parse (--help exits 0 on a valid prefix).
-        XCTAssertTrue(fields[5].contains("storebackup create --config /etc/storebackup.yml --store app --prune"))
-        let check = try runStoreBackup(["create", "--config", folder + "/storebackup.yml", "--store", "app", "--prune", "--help"])
-        XCTAssertEqual(check.status, 0, check.stderr)
+        // The command is one our CLI accepts: its argv, parsed and validated by the real parser.
+        let command = fields[5].split(separator: " ").prefix { !$0.hasPrefix(">") }.map(String.init)
+        XCTAssertEqual(command.first, "/usr/local/bin/storebackup")
+        try assertParses(Array(command.dropFirst()), "crontab")
+    }
+
+    /// The real command line takes `arguments`: with the configuration swapped for a file
+    /// that does not exist, it parses and validates them (a refusal exits 64, EX_USAGE),
+    /// then stops at the missing file, before doing anything.
+    func assertParses(_ arguments: [String], _ source: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let missing = NSTemporaryDirectory() + "storebackup-no-such-config-\(UUID().uuidString).yml"
+        XCTAssertTrue(arguments.contains("/etc/storebackup.yml"), "\(source): \(arguments)", file: file, line: line)
+        let result = try runStoreBackup(arguments.map { $0 == "/etc/storebackup.yml" ? missing : $0 })
+        XCTAssertEqual(result.status, 1, "\(source): \(arguments): \(result.stderr)", file: file, line: line)
+        XCTAssertTrue(result.stderr.contains(missing), "\(source): stopped at the missing configuration: \(result.stderr)", file: file, line: line)
+    }
+
+    /// Wrong arguments exit 64 before any configuration is read, so a pass above means something.
+    func testWrongArgumentsAreRefusedBeforeTheConfiguration() throws {
+        let missing = NSTemporaryDirectory() + "storebackup-no-such-config-\(UUID().uuidString).yml"
+        for wrong in [["create", "--config", missing, "--stor", "app"], ["run", "--config", missing, "--prune"],
+                      ["create", "--config", missing, "--store", "app", "--level", "11"], ["backup", "--config", missing]] {
+            let result = try runStoreBackup(wrong)
+            XCTAssertEqual(result.status, 64, "\(wrong): \(result.stderr)")
+        }
     }
 
     func testSystemdUnitsAreWellFormed() throws {
@@ -65,11 +86,7 @@ final class ExampleFilesTests: XCTestCase {
                 let exec = try XCTUnwrap(keys["Service"]?["ExecStart"], unit)
                 XCTAssertTrue(exec.hasPrefix("/"), "ExecStart needs an absolute path")
                 // The arguments after the binary are accepted by our CLI.
-                let arguments = exec.split(separator: " ").dropFirst().map(String.init).map {
-                    $0 == "/etc/storebackup.yml" ? self.folder + "/storebackup.yml" : $0
-                }
-                let check = try runStoreBackup(arguments + ["--help"])
-                XCTAssertEqual(check.status, 0, "\(unit): \(check.stderr)")
+                try assertParses(exec.split(separator: " ").dropFirst().map(String.init), unit)
             } else {
                 XCTAssertEqual(keys["Timer"]?["OnCalendar"], "*-*-* 02:30:00")
             }

@@ -44,44 +44,15 @@ final class LossyNetworkTests: XCTestCase {
     /// Quick retries, enough to heal the faults injected here.
     static let retryEnvironment = ["STOREBACKUP_RETRY_ATTEMPTS": "6", "STOREBACKUP_RETRY_OPERATIONS": "3"]
 
-    func s3Target(_ kind: String) throws -> Target {
-        let info = try servers.start(kind)
-        let port = info["port"] as! Int
-        let environment = ["AWS_ACCESS_KEY_ID": info["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": info["secret_key"] as! String,
-                           "AWS_REGION": "us-east-1", "HOME": work].merging(Self.retryEnvironment) { a, _ in a }
-        return Target(label: kind, port: port, environment: environment, arguments: { folder, proxy in
-            ["--to", "s3://backups/\(folder)", "--s3-endpoint", "http://127.0.0.1:\(proxy ?? port)"]
-        }, localFolder: nil)   // S3 has no temporaries: an object exists once complete
+    /// A backend of the destination contract, for the command line with quick retries.
+    func target(_ backend: ContractBackend) -> Target {
+        Target(label: backend.label, port: backend.port!, environment: backend.environment.merging(Self.retryEnvironment) { a, _ in a },
+               arguments: { folder, proxy in try backend.arguments(folder, "--to", proxy) }, localFolder: backend.localFolder)
     }
 
-    func webDAVTarget() throws -> Target {
-        let info = try servers.start("webdav")
-        let port = info["port"] as! Int
-        let environment = ["STOREBACKUP_WEBDAV_USER": info["user"] as! String, "STOREBACKUP_WEBDAV_PASSWORD": info["password"] as! String,
-                           "HOME": work].merging(Self.retryEnvironment) { a, _ in a }
-        let data = info["data_dir"] as! String
-        return Target(label: "webdav", port: port, environment: environment, arguments: { folder, proxy in
-            ["--to", "webdav://127.0.0.1:\(proxy ?? port)/dav/\(folder)"]
-        }, localFolder: { data + "/" + $0 })
-    }
-
-    func sftpTarget() throws -> Target {
-        let info = try servers.start("sftp")
-        let port = info["port"] as! Int
-        let data = info["path"] as! String
-        let user = info["user"] as! String
-        let key = info["key"] as! String
-        let hostKey = try String(contentsOfFile: info["known_hosts"] as! String, encoding: .utf8)
-            .split(separator: " ").dropFirst().joined(separator: " ")
-        let work = self.work
-        return Target(label: "sftp", port: port, environment: ["HOME": work].merging(Self.retryEnvironment) { a, _ in a },
-                      arguments: { folder, proxy in
-            // The host key is the server's, whatever port it is reached on.
-            let knownHosts = work + "/known_hosts-\(proxy ?? port)"
-            try "[127.0.0.1]:\(proxy ?? port) \(hostKey)".write(toFile: knownHosts, atomically: true, encoding: .utf8)
-            return ["--to", "sftp://\(user)@127.0.0.1:\(proxy ?? port)\(data)/\(folder)", "--ssh-key", key, "--known-hosts", knownHosts]
-        }, localFolder: { data + "/" + $0 })
-    }
+    func s3Target(_ kind: String) throws -> Target { target(ContractBackend.s3(try servers.start(kind), work: work)) }
+    func webDAVTarget() throws -> Target { target(ContractBackend.webDAV(try servers.start("webdav"), work: work)) }
+    func sftpTarget() throws -> Target { target(try ContractBackend.sftp(try servers.start("sftp"), work: work)) }
 
     // MARK: the scenarios, per destination
 
@@ -153,13 +124,7 @@ final class LossyNetworkTests: XCTestCase {
         // 2. A flipped byte in the upload's stream (SSH's MAC refuses it: the connection dies).
         try expectHealed(target, "flipped byte", rules: [["requests": [4], "fault": "flip", "after_bytes": 60000, "times": 1]],
                          tcp: true, expectFault: "flip")
-        // 3. A cut download resumes.
-        let downloadFolder = nextFolder()
-        let created = try runStoreBackup(["create", store] + (try target.arguments(downloadFolder, nil)), environment: target.environment)
-        XCTAssertEqual(created.status, 0, created.stderr)
-        let proxy = try startProxy(target, rules: [["requests": [2], "fault": "reset", "phase": "response", "after_bytes": 40000]], tcp: true)
-        let verified = try runStoreBackup(["verify", "latest"] + (try target.arguments(downloadFolder, proxy.port)), environment: target.environment)
-        XCTAssertEqual(verified.status, 0, "sftp resumed download: \(verified.stderr)")
+        // 3. A cut download resuming is in DestinationContractTests.
         // 4. A reset in each phase of SSH set-up: at connect, inside the banner, during key
         //    exchange (server and client side), during authentication.
         for (phase, bytes) in [("response", 0), ("response", 8), ("response", 600), ("request", 200), ("request", 2000)] {
@@ -268,22 +233,18 @@ final class LossyNetworkTests: XCTestCase {
     /// An S3 multipart upload nobody completed or aborted is found and aborted.
     func testIncompleteS3UploadsAreFoundAndAborted() async throws {
         for kind in ["s3", "moto"] {
-            let target = try s3Target(kind)
+            let raw = S3RawRequest(server: try servers.start(kind))
             let destination = try S3Destination.make(url: "s3://backups/left", options: DestinationOptions(
-                s3Endpoint: "http://127.0.0.1:\(target.port)", environment: target.environment))
-            var start = TransferRequest(method: "POST", url: "http://127.0.0.1:\(target.port)/backups/left/x.zip?uploads=", label: "test")
-            start.credentials = .awsSigV4(accessKey: target.environment["AWS_ACCESS_KEY_ID"]!,
-                                          secretKey: target.environment["AWS_SECRET_ACCESS_KEY"]!, region: "us-east-1", service: "s3")
-            start.headers.append(("x-amz-content-sha256", "UNSIGNED-PAYLOAD"))
-            let started = try CurlTransfer(options: TransportOptions()).perform(start, cancel: nil)
-            XCTAssertEqual(started.status, 200, started.bodyText)
+                s3Endpoint: raw.endpoint, environment: ["AWS_ACCESS_KEY_ID": raw.accessKey, "AWS_SECRET_ACCESS_KEY": raw.secretKey,
+                                                        "AWS_REGION": "us-east-1", "HOME": work]))
+            try raw.startMultipartUpload("left/x.zip")
             let stale = try await destination.staleUploads(olderThan: 0)
             XCTAssertEqual(stale.map(\.name), ["x.zip"], kind)
             XCTAssertEqual(stale.first?.started == nil, false, "\(kind) reports when it started")
             let removed = try await destination.removeStaleUploads(olderThan: 0)
             XCTAssertEqual(removed.count, 1, kind)
-            let after = try await destination.pendingUploads()
-            XCTAssertEqual(after, [], kind)
+            // The server's own listing, asked by curl: nothing left.
+            XCTAssertEqual(try raw.multipartUploads(prefix: "left/"), [], kind)
             // Younger than a day: left alone.
             let young = try await destination.staleUploads(olderThan: 86_400)
             XCTAssertEqual(young, [], kind)

@@ -33,32 +33,6 @@ final class S3DestinationTests: XCTestCase {
             retry: retry, s3Endpoint: endpoint ?? self.endpoint, environment: credentials))
     }
 
-    func testCreateListRestoreDeleteRoundTripThroughTheCommandLine() throws {
-        let store = work + "/Stores"
-        try StoreFixture.make(at: store)
-        let to = ["--to", "s3://backups/app", "--s3-endpoint", endpoint]
-        let created = try runStoreBackup(["create", store] + to, environment: credentials)
-        XCTAssertEqual(created.status, 0, created.stderr)
-        let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-
-        let listed = try runStoreBackup(["list", "--json"] + to, environment: credentials)
-        XCTAssertEqual(listed.status, 0, listed.stderr)
-        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [[String: Any]]
-        XCTAssertEqual(rows.map { $0["name"] as! String }, [name])
-
-        let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--from", "s3://backups/app", "--s3-endpoint", endpoint],
-                                          environment: credentials)
-        XCTAssertEqual(restored.status, 0, restored.stderr)
-        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false, includeDatabaseContent: false),
-                       try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false))
-        XCTAssertEqual(try StoreFixture.query(work + "/Restored/App.sqlite", "PRAGMA integrity_check"), "ok")
-
-        let deleted = try runStoreBackup(["delete", name, "--yes"] + to, environment: credentials)
-        XCTAssertEqual(deleted.status, 0, deleted.stderr)
-        let after = try runStoreBackup(["list", "--json"] + to, environment: credentials)
-        XCTAssertEqual((try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as! [Any]).count, 0)
-    }
-
     /// rclone's server answers the listing of unfinished uploads (which prune asks for, to
     /// clean them) with 404 NoSuchUpload when there are none: that is nothing to clean, not
     /// a failure of the whole prune.
@@ -106,7 +80,7 @@ final class S3DestinationTests: XCTestCase {
 
     func testMultipartUploadRoundTripsAndAFailedOneLeavesNothing() async throws {
         let file = work + "/archive.bin"
-        try shell("head -c 41943040 /dev/urandom > '\(file)'")   // 40 MiB: three 16 MiB parts
+        try shell("head -c 41943040 /dev/urandom > '\(file)'")   // 40 MiB: above the multipart threshold
         let direct = try destination()
         try await direct.upload(file: file, as: "2026-01-01 000000 Stores.zip", progress: nil)
         let listed = try await direct.listBackups()
@@ -115,9 +89,11 @@ final class S3DestinationTests: XCTestCase {
         try await direct.download("2026-01-01 000000 Stores.zip", to: work + "/back.bin", progress: nil)
         XCTAssertEqual(try sha256(of: work + "/back.bin"), try sha256(of: file))
 
-        // Part 2 always fails: the upload gives up, aborts, and leaves no object and no parts.
+        // Every part fails: the upload gives up, and the multipart upload it started is gone,
+        // as the server's own listing of uploads in progress (asked by curl, not by the code
+        // under test) shows.
         let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(s3["port"]!)",
-                                                           "--plan", try plan([["path_contains": "partNumber=2", "fault": "500"]])])
+                                                           "--plan", try plan([["path_contains": "partNumber=", "fault": "500"]])])
         let failing = try destination(endpoint: proxy["url"] as? String)
         do {
             try await failing.upload(file: file, as: "2026-01-02 000000 Stores.zip", progress: nil)
@@ -126,10 +102,11 @@ final class S3DestinationTests: XCTestCase {
             XCTAssertEqual(failure.kind, .http(status: 500))
             XCTAssertEqual(failure.httpStatus, 500)
         }
+        let proxyLog = try String(contentsOfFile: proxy["log"] as! String, encoding: .utf8)
+        XCTAssertTrue(proxyLog.contains("?uploads"), "a multipart upload was started: \(proxyLog)")
         let remaining = try await direct.listBackups().map(\.name)
         XCTAssertEqual(remaining, ["2026-01-01 000000 Stores.zip"])
-        let pending = try await direct.pendingUploads()
-        XCTAssertEqual(pending, [], "the failed multipart upload was aborted")
+        XCTAssertEqual(try S3RawRequest(server: s3).multipartUploads(prefix: "lib/"), [], "the failed multipart upload was aborted")
     }
 
     func testFaultsDuringUploadAndDownloadStillGiveAnIdenticalStore() throws {
@@ -147,26 +124,16 @@ final class S3DestinationTests: XCTestCase {
         XCTAssertEqual(created.status, 0, created.stderr)
         let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--from"] + via, environment: credentials)
         XCTAssertEqual(restored.status, 0, restored.stderr)
-        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false, includeDatabaseContent: false),
-                       try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false))
+        // Every file, and every database's rows, as they were.
+        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false),
+                       try StoreFixture.describe(store, includeJournals: false))
+        XCTAssertEqual(try StoreFixture.query(work + "/Restored/App.sqlite", "PRAGMA integrity_check"), "ok")
+        for (database, sql) in [("App.sqlite", "SELECT (SELECT count(*) || ':' || sum(balance) FROM accounts) || '/' || (SELECT count(*) || ':' || sum(length(note)) FROM log)"),
+                                ("Settings.sqlite", "SELECT group_concat(k || '=' || v) FROM kv")] {
+            XCTAssertEqual(try StoreFixture.query(work + "/Restored/" + database, sql), try StoreFixture.query(store + "/" + database, sql), database)
+        }
         let log = try String(contentsOfFile: proxy["log"] as! String, encoding: .utf8)
         XCTAssertTrue(log.contains("\"fault\": \"") || log.contains("\"fault\":\""), "faults were injected")
-    }
-
-    func testAServerThatStaysDownIsAClearErrorAndNothingIsListed() async throws {
-        let down = try destination(endpoint: "http://127.0.0.1:9")   // the discard port: nothing listens
-        let file = work + "/archive.bin"
-        try shell("head -c 1024 /dev/urandom > '\(file)'")
-        do {
-            try await RetryingDestination(down, policy: .fastForTests).upload(file: file, as: "2026-01-01 000000 Stores.zip", progress: nil)
-            XCTFail("the upload should fail")
-        } catch StoreBackupError.transfer(let failure) {
-            XCTAssertEqual(failure.kind, .connection)
-            XCTAssertEqual(failure.curlCode, 7, "CURLE_COULDNT_CONNECT, recognised by its code")
-            XCTAssertTrue(failure.message.contains("s3://backups/lib"), failure.message)
-        }
-        let listed = try await destination().listBackups()
-        XCTAssertEqual(listed, [])
     }
 
     /// Issue 4, acceptance 3: a 1 GiB archive goes up as a multipart upload with a small peak RSS.

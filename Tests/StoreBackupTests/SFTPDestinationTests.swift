@@ -53,67 +53,7 @@ final class SFTPDestinationTests: XCTestCase {
             .filter { $0.hasPrefix(".storebackup-tmp-") }
     }
 
-    // MARK: round trip
-
-    func testCreateListRestoreDeleteRoundTrip() async throws {
-        let store = work + "/Stores"
-        try StoreFixture.make(at: store)
-        // Two levels that do not exist yet, one with a space.
-        let destination = try destination("nested dir/backups")
-        XCTAssertEqual(destination.displayName, "sftp://\(user)@127.0.0.1:\(port)\(dataDirectory)/nested dir/backups")
-        let helper = StoreHelper(storesDirectory: store, destination: destination)
-
-        let phases = PhaseRecorder()
-        let created = try await helper.createBackup { phases.record($0) }
-        XCTAssertTrue(phases.uploadedBytes(total: created.size), "upload progress reaches the archive size")
-        XCTAssertTrue(FileManager.default.fileExists(atPath: dataDirectory + "/nested dir/backups/" + created.name))
-        XCTAssertEqual(leftovers(in: "nested dir/backups"), [])
-
-        let listed = try await helper.listBackups()
-        XCTAssertEqual(listed.map(\.name), [created.name])
-        XCTAssertEqual(listed.first?.size, created.size)
-
-        let restoredStore = work + "/Restored/Stores"
-        let restored = try await StoreHelper(storesDirectory: restoredStore, destination: destination)
-            .restore("latest") { phases.record($0) }
-        XCTAssertEqual(restored.backupName, created.name)
-        XCTAssertTrue(phases.sawDownload)
-        let original = try StoreFixture.describe(store, includeJournals: false)
-        XCTAssertTrue(original.keys.contains(".secret-config") && original.keys.contains(".App_SUPPORT/_EXTERNAL_DATA"))
-        XCTAssertEqual(try StoreFixture.describe(restoredStore, includeJournals: false), original)
-        XCTAssertEqual(try StoreFixture.query(restoredStore + "/App.sqlite", "PRAGMA integrity_check"), "ok")
-
-        try await helper.deleteBackup(created.name)
-        let afterDelete = try await helper.listBackups()
-        XCTAssertEqual(afterDelete.count, 0)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: dataDirectory + "/nested dir/backups/" + created.name))
-    }
-
-    /// The same round trip through the command line and the URL resolver.
-    func testRoundTripThroughTheCommandLine() throws {
-        let store = work + "/Stores"
-        try StoreFixture.make(at: store)
-        let environment = ["HOME": work]
-        let keys = ["--ssh-key", key, "--known-hosts", knownHosts]
-        let created = try runStoreBackup(["create", store, "--to", url("cli")] + keys, environment: environment)
-        XCTAssertEqual(created.status, 0, created.stderr)
-        let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-
-        let listed = try runStoreBackup(["list", "--json", "--to", url("cli")] + keys, environment: environment)
-        XCTAssertEqual(listed.status, 0, listed.stderr)
-        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [[String: Any]]
-        XCTAssertEqual(rows.map { $0["name"] as! String }, [name])
-
-        let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--from", url("cli")] + keys,
-                                          environment: environment)
-        XCTAssertEqual(restored.status, 0, restored.stderr)
-        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false),
-                       try StoreFixture.describe(store, includeJournals: false))
-
-        let deleted = try runStoreBackup(["delete", name, "--yes", "--to", url("cli")] + keys, environment: environment)
-        XCTAssertEqual(deleted.status, 0, deleted.stderr)
-        XCTAssertFalse(FileManager.default.fileExists(atPath: dataDirectory + "/cli/" + name))
-    }
+    // MARK: keys and listing
 
     func testDefaultKeyAndKnownHostsComeFromHome() async throws {
         try FileManager.default.createDirectory(atPath: work + "/.ssh", withIntermediateDirectories: true)
@@ -127,30 +67,14 @@ final class SFTPDestinationTests: XCTestCase {
         XCTAssertEqual(listed.count, 0)
     }
 
-    func testNamesWithBracketsAndSpacesAndOnlyBackupsAreListed() async throws {
+    /// A link named like a backup is not one (the listing comes from `ls -l` on the server).
+    func testALinkNamedLikeABackupIsNotListed() async throws {
         let destination = try destination()
-        let file = try makeFile("a.zip", bytes: 10_000)
-        let seedName = "[2026-Nov-21] 10.15 PM Stores.zip"
-        try await destination.upload(file: file, as: seedName, progress: nil)
-        let folder = dataDirectory + "/backups"
-        // Not backups: another file, a folder and a link with backup names, a temporary.
-        try "x".write(toFile: folder + "/notes.txt", atomically: false, encoding: .utf8)
-        try FileManager.default.createDirectory(atPath: folder + "/2026-01-01 000000 Stores.zip", withIntermediateDirectories: true)
-        try FileManager.default.createSymbolicLink(atPath: folder + "/2026-01-02 000000 Stores.zip", withDestinationPath: "notes.txt")
-        try "x".write(toFile: folder + "/.storebackup-tmp-1-x.zip", atomically: false, encoding: .utf8)
-
+        let name = "2026-01-01 000000 Stores.zip"
+        try await destination.upload(file: try makeFile("a.zip", bytes: 10_000), as: name, progress: nil)
+        try FileManager.default.createSymbolicLink(atPath: dataDirectory + "/backups/2026-01-02 000000 Stores.zip", withDestinationPath: name)
         let listed = try await destination.listBackups()
-        XCTAssertEqual(listed.map(\.name), [seedName])
-        XCTAssertEqual(listed.first?.size, 10_000)
-
-        let target = work + "/down.zip"
-        try await destination.download(seedName, to: target, progress: nil)
-        XCTAssertEqual(FileManager.default.contents(atPath: target), FileManager.default.contents(atPath: file))
-    }
-
-    func testMissingFolderListsEmpty() async throws {
-        let listed = try await destination("no/such/folder").listBackups()
-        XCTAssertEqual(listed.count, 0)
+        XCTAssertEqual(listed.map(\.name), [name])
     }
 
     func testLongListingParsing() {
@@ -175,23 +99,6 @@ final class SFTPDestinationTests: XCTestCase {
 
     // MARK: refusals
 
-    func testUploadingTheSameNameTwiceIsRefusedAndKeepsTheFirst() async throws {
-        let destination = try destination()
-        let name = "2026-05-01 120000 Stores.zip"
-        let first = try makeFile("first.zip", bytes: 5_000)
-        let second = try makeFile("second.zip", bytes: 7_000)
-        try await destination.upload(file: first, as: name, progress: nil)
-        do {
-            try await destination.upload(file: second, as: name, progress: nil)
-            XCTFail("a second upload under the same name must be refused")
-        } catch let error as StoreBackupError {
-            XCTAssertEqual(error, .backupExists(name: name, destination: destination.displayName))
-        }
-        XCTAssertEqual(FileManager.default.contents(atPath: dataDirectory + "/backups/" + name),
-                       FileManager.default.contents(atPath: first))
-        XCTAssertEqual(leftovers(in: "backups"), [])
-    }
-
     /// The listing does not show a folder of that name, so the upload goes ahead and the
     /// server's rename is what refuses: the temporary must still be removed.
     func testARefusedRenameLeavesNoTemporary() async throws {
@@ -206,23 +113,6 @@ final class SFTPDestinationTests: XCTestCase {
         }
         XCTAssertEqual(leftovers(in: "backups"), [])
         XCTAssertTrue(FileSystem.isDirectory(dataDirectory + "/backups/" + name))
-    }
-
-    func testDeletingAnUnknownNameIsBackupNotFound() async throws {
-        let destination = try destination()
-        let name = "2020-01-01 000000 Stores.zip"
-        do {
-            try await destination.delete(name)
-            XCTFail("deleting an unknown backup must fail")
-        } catch let error as StoreBackupError {
-            XCTAssertEqual(error, .backupNotFound(name: name, destination: destination.displayName))
-        }
-        do {
-            try await destination.download(name, to: work + "/nothing.zip", progress: nil)
-            XCTFail("downloading an unknown backup must fail")
-        } catch let error as StoreBackupError {
-            XCTAssertEqual(error, .backupNotFound(name: name, destination: destination.displayName))
-        }
     }
 
     func testAKeyTheServerDoesNotKnowIsAClearError() async throws {
@@ -300,35 +190,7 @@ final class SFTPDestinationTests: XCTestCase {
         XCTAssertEqual(root.displayName, "sftp://alice@example.org/")
     }
 
-    func testConnectionRefusedIsAClearError() async throws {
-        let closedPort = try WebDAVDestinationTests.unusedPort()
-        let destination = try SFTPDestination.make(
-            url: "sftp://\(user)@127.0.0.1:\(closedPort)/tmp",
-            options: options(retry: RetryPolicy(requestAttempts: 1, operationAttempts: 1)))
-        do {
-            _ = try await destination.listBackups()
-            XCTFail("must fail")
-        } catch {
-            XCTAssertTrue("\(error)".contains("cannot reach 127.0.0.1:\(closedPort)"), "\(error)")
-        }
-    }
-
-    // MARK: resume
-
-    func testDownloadContinuesAPartialFile() async throws {
-        let destination = try destination()
-        let name = "2026-02-02 020202 Stores.zip"
-        let file = try makeFile("big.zip", bytes: 3 << 20)
-        try await destination.upload(file: file, as: name, progress: nil)
-        let content = FileManager.default.contents(atPath: file)!
-
-        let target = work + "/partial.zip"
-        try content.prefix(1 << 20).write(to: URL(fileURLWithPath: target))
-        let phases = PhaseRecorder()
-        try await destination.download(name, to: target, progress: { phases.record($0) })
-        XCTAssertEqual(FileManager.default.contents(atPath: target), content)
-        XCTAssertTrue(phases.sawDownload)
-    }
+    // MARK: helpers
 
     func run(_ executable: String, _ arguments: [String]) throws {
         let process = Process()

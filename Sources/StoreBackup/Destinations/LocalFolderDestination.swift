@@ -52,7 +52,10 @@ public struct LocalFolderDestination: BackupDestination {
         if FileSystem.parentDirectory(of: file) != folder {
             // Built elsewhere: copy next to the target first so the final step is a rename.
             source = temporaryArchivePath()
-            try copy(from: file, to: source, progress: progress)
+            do { try copy(from: file, to: source, progress: progress) } catch {
+                unlink(source)   // a copy cut short (disk full) is no use to anyone
+                throw error
+            }
         }
         do {
             try FileSystem.fsync(path: source)

@@ -42,9 +42,9 @@ func runStoreBackup(_ arguments: [String], environment: [String: String] = [:]) 
 }
 
 /// Runs a program to completion, reading both pipes to the end before waiting so a full
-/// pipe cannot stall the child.
+/// pipe cannot stall the child. `stdin` (small: a secret, a config) is its whole input.
 @discardableResult
-func runTool(_ path: String, _ arguments: [String], environment: [String: String] = [:]) throws -> CommandResult {
+func runTool(_ path: String, _ arguments: [String], environment: [String: String] = [:], stdin: String? = nil) throws -> CommandResult {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
@@ -52,8 +52,13 @@ func runTool(_ path: String, _ arguments: [String], environment: [String: String
     let out = Pipe(), err = Pipe()
     process.standardOutput = out
     process.standardError = err
-    process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+    let input = Pipe()
+    if stdin == nil { process.standardInput = FileHandle(forReadingAtPath: "/dev/null") } else { process.standardInput = input }
     try process.run()
+    if let stdin {
+        input.fileHandleForWriting.write(Data(stdin.utf8))
+        try input.fileHandleForWriting.close()
+    }
     let group = DispatchGroup()
     nonisolated(unsafe) var outData = Data(), errData = Data()
     group.enter(); DispatchQueue.global().async { outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
@@ -125,6 +130,13 @@ final class BackgroundCommand {
             buffered += String(decoding: data, as: UTF8.self)
         }
         return true
+    }
+
+    /// Reads stderr to its end, waits for the process and returns its exit status.
+    func waitForExit() -> Int32 {
+        buffered += String(decoding: errorPipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return process.terminationStatus
     }
 
     func kill9() {

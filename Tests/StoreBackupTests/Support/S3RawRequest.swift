@@ -1,0 +1,64 @@
+import Foundation
+import XCTest
+
+/// Signed S3 requests made by curl (`--aws-sigv4`), independent of the code under test:
+/// what a test sees through these is the server's own view. The keys reach curl on its
+/// stdin (`-K -`), never on its command line.
+struct S3RawRequest {
+    let endpoint: String
+    let bucket: String
+    let accessKey: String
+    let secretKey: String
+
+    init(server: [String: Any]) {
+        endpoint = server["endpoint"] as! String
+        bucket = server["bucket"] as! String
+        accessKey = server["access_key"] as! String
+        secretKey = server["secret_key"] as! String
+    }
+
+    /// Runs curl against `path` (after the bucket; with its query, parameters sorted and
+    /// valueless ones written `name=` as SigV4 wants); returns the status and the body.
+    func send(_ method: String, _ path: String, bodyFile: String? = nil) throws -> (status: Int, body: String) {
+        var arguments = ["-sS", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                         "-X", method, "-w", "\n%{http_code}"]
+        if let bodyFile { arguments += ["--data-binary", "@" + bodyFile] }
+        arguments.append(endpoint + "/" + bucket + path)
+        let result = try runTool("/usr/bin/curl", arguments, stdin: "user = \"\(accessKey):\(secretKey)\"\n")
+        guard result.status == 0, let newline = result.stdout.lastIndex(of: "\n") else {
+            throw NSError(domain: "S3RawRequest", code: Int(result.status), userInfo: [NSLocalizedDescriptionKey: "curl failed: \(result.stderr)"])
+        }
+        return (Int(result.stdout[result.stdout.index(after: newline)...]) ?? 0, String(result.stdout[..<newline]))
+    }
+
+    /// Puts `data` under `key`, whatever the key is (names storebackup would never upload).
+    func put(_ key: String, _ data: Data) throws {
+        let file = NSTemporaryDirectory() + "s3raw-\(UUID().uuidString)"
+        try data.write(to: URL(fileURLWithPath: file))
+        defer { unlink(file) }
+        let answer = try send("PUT", "/" + Self.encode(key), bodyFile: file)
+        XCTAssertEqual(answer.status, 200, answer.body)
+    }
+
+    /// Keys of the multipart uploads in progress under `prefix` (ListMultipartUploads).
+    /// rclone answers 404 NoSuchUpload when there are none.
+    func multipartUploads(prefix: String) throws -> [String] {
+        let answer = try send("GET", "?prefix=\(Self.encode(prefix, keepingSlashes: false))&uploads=")
+        if answer.status == 404 && answer.body.contains("NoSuchUpload") { return [] }
+        XCTAssertEqual(answer.status, 200, answer.body)
+        return answer.body.components(separatedBy: "<Key>").dropFirst().compactMap { $0.components(separatedBy: "</Key>").first }
+    }
+
+    /// Starts a multipart upload of `key` and leaves it unfinished.
+    func startMultipartUpload(_ key: String) throws {
+        let answer = try send("POST", "/" + Self.encode(key) + "?uploads=")
+        XCTAssertEqual(answer.status, 200, answer.body)
+    }
+
+    /// Percent-encoding as SigV4 canonicalizes it; a query value encodes its slashes too.
+    static func encode(_ text: String, keepingSlashes: Bool = true) -> String {
+        var allowed = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~")
+        if keepingSlashes { allowed.insert("/") }
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+}
