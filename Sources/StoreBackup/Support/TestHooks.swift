@@ -27,22 +27,7 @@ import Foundation
         var snapshotMethod: String?
     }
 
-    private static let state = LockedState(State())
-}
-
-/// A value behind a lock, for the few process-wide settings.
-/// @unchecked Sendable: `value` is only touched inside `lock`.
-final class LockedState<Value>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
-
-    init(_ value: Value) { self.value = value }
-
-    func withLock<T>(_ body: (inout Value) throws -> T) rethrows -> T {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
-    }
+    private static let state = Locked(State())
 }
 
 /// The named steps of create and restore where a test may stop the process.
