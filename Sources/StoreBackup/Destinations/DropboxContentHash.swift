@@ -40,33 +40,10 @@ struct DropboxContentHasher {
         bytesInBlock = 0
     }
 
-    /// Reads `length` bytes of `file` from `offset` in 1 MiB pieces and hands each
-    /// piece, with its absolute offset, to `consume`.
-    static func read(file: String, offset: Int64, length: Int64,
-                     _ consume: (_ at: Int64, _ bytes: UnsafeRawBufferPointer) -> Void) throws {
-        let descriptor = open(file, O_RDONLY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw StoreBackupError.io(path: file, operation: "open for hashing", errno: errno) }
-        defer { close(descriptor) }
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
-        defer { buffer.deallocate() }
-        var position = offset
-        let end = offset + length
-        while position < end {
-            let want = Int(min(Int64(buffer.count), end - position))
-            let got = pread(descriptor, buffer.baseAddress, want, off_t(position))
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else {
-                throw StoreBackupError.io(path: file, operation: "read for hashing", errno: got < 0 ? errno : EIO)
-            }
-            consume(position, UnsafeRawBufferPointer(rebasing: buffer[0..<got]))
-            position += Int64(got)
-        }
-    }
-
     /// The content hash of a slice of a file.
     static func hash(file: String, offset: Int64 = 0, length: Int64) throws -> String {
         var hasher = DropboxContentHasher()
-        try read(file: file, offset: offset, length: length) { _, bytes in hasher.update(bytes) }
+        try FileDigest.read(file: file, offset: offset, length: length) { _, bytes in hasher.update(bytes) }
         return hasher.finalize()
     }
 }
@@ -86,7 +63,7 @@ struct DropboxFileHashTracker {
     /// one request) and, from the same read, extends the whole-file hash.
     mutating func hashSlice(offset: Int64, length: Int64) throws -> String {
         if hashedUpTo < offset {
-            try DropboxContentHasher.read(file: file, offset: hashedUpTo, length: offset - hashedUpTo) { _, bytes in
+            try FileDigest.read(file: file, offset: hashedUpTo, length: offset - hashedUpTo) { _, bytes in
                 hasher.update(bytes)
             }
             hashedUpTo = offset
@@ -94,7 +71,7 @@ struct DropboxFileHashTracker {
         var slice = DropboxContentHasher()
         var whole = hasher
         var wholeUpTo = hashedUpTo
-        try DropboxContentHasher.read(file: file, offset: offset, length: length) { at, bytes in
+        try FileDigest.read(file: file, offset: offset, length: length) { at, bytes in
             slice.update(bytes)
             let end = at + Int64(bytes.count)
             if end > wholeUpTo {
@@ -111,7 +88,7 @@ struct DropboxFileHashTracker {
     /// The whole file's content hash, once every byte up to `size` went through.
     mutating func finish(size: Int64) throws -> String {
         if hashedUpTo < size {
-            try DropboxContentHasher.read(file: file, offset: hashedUpTo, length: size - hashedUpTo) { _, bytes in
+            try FileDigest.read(file: file, offset: hashedUpTo, length: size - hashedUpTo) { _, bytes in
                 hasher.update(bytes)
             }
             hashedUpTo = size

@@ -1,5 +1,8 @@
 import Crypto
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Digests of a local file (or a slice of it), read in bounded chunks: the checksums an
 /// upload sends (S3 `Content-MD5`) or compares with what the server stored.
@@ -7,15 +10,38 @@ enum FileDigest {
     /// MD5 of `[offset, offset + length)`.
     static func md5(file: String, offset: Int64 = 0, length: Int64) throws -> Insecure.MD5.Digest {
         var hasher = Insecure.MD5()
-        try DropboxContentHasher.read(file: file, offset: offset, length: length) { _, bytes in hasher.update(bufferPointer: bytes) }
+        try read(file: file, offset: offset, length: length) { _, bytes in hasher.update(bufferPointer: bytes) }
         return hasher.finalize()
     }
 
     /// SHA-256 of `[offset, offset + length)`, as lower-case hex.
     static func sha256(file: String, offset: Int64 = 0, length: Int64) throws -> String {
         var hasher = SHA256()
-        try DropboxContentHasher.read(file: file, offset: offset, length: length) { _, bytes in hasher.update(bufferPointer: bytes) }
+        try read(file: file, offset: offset, length: length) { _, bytes in hasher.update(bufferPointer: bytes) }
         return hex(hasher.finalize())
+    }
+
+    /// Reads `length` bytes of `file` from `offset` in 1 MiB pieces and hands each
+    /// piece, with its absolute offset, to `consume`.
+    static func read(file: String, offset: Int64, length: Int64,
+                     _ consume: (_ at: Int64, _ bytes: UnsafeRawBufferPointer) -> Void) throws {
+        let descriptor = open(file, O_RDONLY | O_CLOEXEC)
+        guard descriptor >= 0 else { throw StoreBackupError.io(path: file, operation: "open for hashing", errno: errno) }
+        defer { close(descriptor) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+        defer { buffer.deallocate() }
+        var position = offset
+        let end = offset + length
+        while position < end {
+            let want = Int(min(Int64(buffer.count), end - position))
+            let got = pread(descriptor, buffer.baseAddress, want, off_t(position))
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else {
+                throw StoreBackupError.io(path: file, operation: "read for hashing", errno: got < 0 ? errno : EIO)
+            }
+            consume(position, UnsafeRawBufferPointer(rebasing: buffer[0..<got]))
+            position += Int64(got)
+        }
     }
 
     /// Lower-case hex of a digest.
