@@ -88,6 +88,14 @@ final class DestinationCapabilityTests: XCTestCase {
         XCTAssertEqual(ContentRange.completeLength(of: response("bytes 0-9/1000")), 1000)
         XCTAssertNil(ContentRange.completeLength(of: response("bytes 0-9/*")))
         XCTAssertNil(ContentRange.completeLength(of: response(nil)))
+        // A server's header is untrusted: negative or inconsistent values are not a range.
+        XCTAssertNil(ContentRange.completeLength(of: response("bytes */-1")))
+        XCTAssertNil(ContentRange("bytes 5--3/10"))
+        XCTAssertNil(ContentRange("bytes 9-5/10"))
+        XCTAssertNil(ContentRange("bytes 0-9/5"))
+        XCTAssertEqual(ContentRange("bytes 0-9/10")?.total, 10)
+        XCTAssertEqual(ContentRange("bytes 5-9/*")?.total, nil)
+        XCTAssertEqual(ContentRange("bytes 5-9/10")?.first, 5)
     }
 }
 
