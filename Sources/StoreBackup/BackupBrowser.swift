@@ -69,11 +69,11 @@ public struct BackupBrowser: Sendable {
                     extractor.allowUnverified = allowUnverified
                     extractor.selection = { selection.needs($0) }
                     let scratch = ScratchFiles.path(in: parent, purpose: "extract")
+                    extractor.syncTree = { try TreeSync.sync($0) }
                     let databases: [String]
                     do {
                         databases = try extractor.extract(into: scratch)
                         try cancel.throwIfCancelled()
-                        try TreeSync.sync(scratch)
                         // Onto nothing, or onto the empty folder checked above (rename replaces
                         // only an empty one, so anything put there meanwhile makes it fail).
                         try FileSystem.rename(from: scratch, to: target)

@@ -1,3 +1,4 @@
+import CPosix
 import CZip
 import Crypto
 import Foundation
@@ -28,6 +29,13 @@ struct Extractor {
     /// Write only the entries whose archive-relative path this accepts (`extract` of a few
     /// files); nil writes every entry. The checks before writing still cover the whole archive.
     var selection: (@Sendable (String) -> Bool)? = nil
+    /// How the caller makes the unpacked tree durable (restore and extract: one `syncfs`),
+    /// given the tree's root. It runs once every file, link and folder is written, while the
+    /// databases' checks may still be running, so the disk's work and the longest check
+    /// overlap instead of following each other. When it is set, each database (most of a
+    /// store's bytes) is also fsynced on a thread of its own as soon as it is written, so
+    /// the final sync has only the other files left.
+    var syncTree: (@Sendable (String) throws -> Void)? = nil
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
     static let unverifiedWarning = "the backup has no manifest: only CRCs and PRAGMA integrity_check were checked (no SHA-256 of any file, no list of what should be there)"
@@ -56,11 +64,58 @@ struct Extractor {
 
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
-        try extractInParallel(files.sorted { $0.size > $1.size }, into: root, manifestByPath: manifestByPath) { bytes, name in
-            let done = counter.add(bytes)
-            progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
+        let checks = WorkerPool.Feed<String>(name: "storebackup-check", width: max(1, min(files.filter(isDatabase).count, workers))) { path in
+            try Self.checkDatabase(path)
         }
+        let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
+        // Every thread started here is joined on every path out, before any error is rethrown.
+        let unpacked = Result {
+            try extractInParallel(files.sorted { $0.size > $1.size }, into: root, manifestByPath: manifestByPath,
+                                  checks: checks, flushes: flushes) { bytes, name in
+                let done = counter.add(bytes)
+                progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
+            }
+            try finishTree(root, links: links, directories: directories)
+        }
+        let flushed = Result { try flushes?.finish() }
+        let synced = Result {
+            try unpacked.get()
+            try flushed.get()
+            if let failure = checks.firstFailure { throw failure }
+            try syncTree?(target)
+        }
+        let checkedPaths = files.filter(isDatabase).map(\.path)
+        if case .success = synced, !checkedPaths.isEmpty {
+            progress.report(BackupProgress(phase: .checking, currentFile: checkedPaths.joined(separator: ", ")), force: true)
+        }
+        let checked = Result { try checks.finish() }
+        try synced.get()
+        try checked.get()
+        try cancel.throwIfCancelled()
 
+        let databases = try databasePaths(in: target, files: files)
+        if reader.manifest == nil {
+            // Found only now, by header: check them here.
+            progress.report(BackupProgress(phase: .checking, currentFile: databases.joined(separator: ", ")), force: true)
+            try checkDatabases(databases.map { target + "/" + $0 })
+        }
+        return databases
+    }
+
+    /// fsyncs each database handed in, one at a time, beside the unpacking. An error is kept
+    /// and rethrown (a failed fsync must not go unreported: the final sync would not see it).
+    private static func databaseFlushes(in root: ConfinedTree) -> WorkerPool.Feed<String> {
+        WorkerPool.Feed<String>(name: "storebackup-flush", width: 1) { relative in
+            // A database restored without read permission is left to the final sync.
+            guard let fd = try? root.openFileForReading(relative) else { return }
+            defer { close(fd) }
+            guard fsync(fd) == 0 else { throw StoreBackupError.io(path: root.root + "/" + relative, operation: "fsync", errno: errno) }
+        }
+    }
+
+    /// Links last (their targets exist by now), then every folder's mode and time, deepest
+    /// first, so that writing into a folder does not change its time again.
+    private func finishTree(_ root: ConfinedTree, links: [(entry: ArchiveEntry, target: String)], directories: [ArchiveEntry]) throws {
         if !verifyOnly {
             for (link, destination) in links where isSelected(link.path) {
                 try root.createLink(link.path, target: destination, modificationTime: link.modificationTime)
@@ -73,14 +128,6 @@ struct Extractor {
         let rootMode: UInt32 = reader.manifest?.rootMode ?? 0o755
         let rootTime: Int64 = reader.manifest?.rootMtime ?? Int64(Date().timeIntervalSince1970)
         try root.setDirectoryAttributes(nil, permissions: rootMode & 0o777, modificationTime: rootTime)
-
-        let databases = try databasePaths(in: target, files: files)
-        if reader.manifest == nil {
-            // Found only now, by header: check them here.
-            progress.report(BackupProgress(phase: .checking, currentFile: databases.joined(separator: ", ")), force: true)
-            try checkDatabases(databases.map { target + "/" + $0 })
-        }
-        return databases
     }
 
     /// Bytes the files take on disk: their declared sizes plus a block per entry,
@@ -148,44 +195,37 @@ struct Extractor {
     /// the first can be checked as soon as possible: each database's `integrity_check` runs
     /// on a thread of its own while the next database and then the other files are unpacked.
     /// The check is the longest single-threaded step of a restore; this way the other files
-    /// cost no time beside it.
+    /// cost no time beside it. The checks are left running; the caller waits for them.
     private func extractInParallel(
         _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
+        checks: WorkerPool.Feed<String>, flushes: WorkerPool.Feed<String>?,
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let databases = files.filter(isDatabase)
         let others = files.filter { !isDatabase($0) }
         let otherWidth = min(max(1, workers - (databases.isEmpty ? 0 : 1)), ArchiveLimits.maxExtractionHandles)
-        let checks = WorkerPool.Feed<String>(name: "storebackup-check", width: max(1, min(databases.count, workers))) { path in
-            try Self.checkDatabase(path)
-        }
-        let extracted = Result {
-            if !databases.isEmpty {
-                let archive = try ArchiveHandle(reader.openHandle())
-                var buffer = [UInt8](repeating: 0, count: 1 << 20)
-                for database in databases {
-                    try cancel.throwIfCancelled()
-                    if let failure = checks.firstFailure { throw failure }
-                    try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root,
-                                    expected: manifestByPath[database.path], onBytes: onBytes)
-                    checks.submit(root.root + "/" + database.path)
-                }
-            }
-            try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
-                // Each thread reads through its own libzip handle and buffer.
-                let archive = try ArchiveHandle(reader.openHandle())
-                var buffer = [UInt8](repeating: 0, count: 1 << 20)
-                return { entry in
-                    if let failure = checks.firstFailure { throw failure }
-                    try extractFile(entry, archive: archive.pointer, buffer: &buffer, into: root,
-                                    expected: manifestByPath[entry.path], onBytes: onBytes)
-                }
+        if !databases.isEmpty {
+            let archive = try ArchiveHandle(reader.openHandle())
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            for database in databases {
+                try cancel.throwIfCancelled()
+                if let failure = checks.firstFailure { throw failure }
+                try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root,
+                                expected: manifestByPath[database.path], onBytes: onBytes)
+                checks.submit(root.root + "/" + database.path)
+                flushes?.submit(database.path)
             }
         }
-        let checked = Result { try checks.finish() }
-        try extracted.get()
-        try checked.get()
-        try cancel.throwIfCancelled()
+        try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
+            // Each thread reads through its own libzip handle and buffer.
+            let archive = try ArchiveHandle(reader.openHandle())
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            return { entry in
+                if let failure = checks.firstFailure { throw failure }
+                try extractFile(entry, archive: archive.pointer, buffer: &buffer, into: root,
+                                expected: manifestByPath[entry.path], onBytes: onBytes)
+            }
+        }
     }
 
     private func extractFile(
@@ -267,9 +307,12 @@ struct Extractor {
         return nil
     }
 
-    /// Mode and time, set through the open descriptor.
+    /// Mode and time, set through the open descriptor; the file's last dirty pages start
+    /// for the disk now (small files never reach a writeback step), so the sync that
+    /// follows the unpacking has only the last few files left to wait for.
     private func finishFile(fd: Int32, entry: ArchiveEntry, path: String) throws {
         guard fd >= 0 else { return }
+        _ = sb_start_writeback(fd, 0, 0)
         guard fchmod(fd, mode_t(entry.permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
         var times = [timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
                      timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0)]

@@ -83,10 +83,11 @@ struct RestoreTransaction {
                 TestPausePoint.reach("extracting")
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.allowUnverified = allowUnverified
+                // Every unpacked file and folder reaches the disk before the journal says
+                // "swapping"; the sync runs while the databases are still being checked.
+                extractor.syncTree = { try TreeSync.sync($0) }
                 let databases = try extractor.extract(into: layout.new)
                 try cancel.throwIfCancelled()
-                // Every unpacked file and folder reaches the disk before the journal says "swapping".
-                try TreeSync.sync(layout.new)
                 TestPausePoint.reach("synced")
                 return (databases, reader.entries.count, reader.manifest == nil)
             }
