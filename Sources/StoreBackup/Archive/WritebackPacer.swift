@@ -12,14 +12,16 @@ import Glibc
 /// goes, the final fsync has little left to do and the disk queue stays short.
 /// (`sync_file_range(SYNC_FILE_RANGE_WRITE)` on Linux; elsewhere nothing happens.)
 ///
-/// With `boundInFlight` (the archive, written while the app runs), each step also waits
-/// until the chunk before the one just started is on disk, so at most two chunks (2 MiB,
-/// a few milliseconds of disk time) are ever queued ahead of the app's own fsyncs.
-/// The archive is produced at a fraction of the disk's speed, so the wait costs little.
+/// With `boundInFlight` (the archive, written while the app runs), the steps are 256 KiB
+/// and each also waits until the chunk before the one just started is on disk, so at most
+/// two chunks (512 KiB, about a millisecond of disk time) are ever queued ahead of the
+/// app's own fsyncs. The archive is produced at a fraction of the disk's speed, so the
+/// wait costs little. (Measured with a `synchronous=FULL` writer beside 100 MiB written
+/// at create's pace: 1 MiB steps put its p99 commit at 3.8 × idle, 256 KiB steps at 2.6 ×.)
 // Unchecked: `descriptor`, `pending` and the started range are used only while `lock` is held.
 final class WritebackPacer: @unchecked Sendable {
     /// How many bytes may be written between two writeback starts.
-    static let interval = 1 << 20
+    private var interval: Int { boundInFlight ? 256 << 10 : 1 << 20 }
 
     private let lock = NSLock()
     private var descriptor: Int32
@@ -60,12 +62,12 @@ final class WritebackPacer: @unchecked Sendable {
         if ownsDescriptor && descriptor >= 0 { close(descriptor) }
     }
 
-    /// Records `count` bytes written; every `interval` bytes, starts writeback of what is dirty.
+    /// Records `count` bytes written; every step, starts writeback of what is dirty.
     func wrote(_ count: Int) {
         lock.lock()
         defer { lock.unlock() }
         pending += count
-        guard pending >= Self.interval else { return }
+        guard pending >= interval else { return }
         pending = 0
         if descriptor < 0, let find = findDescriptor, let found = find() { descriptor = found }
         guard descriptor >= 0 else { return }
