@@ -98,6 +98,14 @@ public struct StoreHelper: Sendable {
     /// only CRCs and `PRAGMA integrity_check`. Off by default: such a backup is refused.
     public var allowUnverified = false
 
+    /// How many threads deflate on create; nil: one per core (the fastest backup).
+    ///
+    /// Fewer leave CPU to the app while the backup runs. On a 2-core virtual machine a backup
+    /// on every core made a `synchronous=FULL` writer's slowest commits several times slower
+    /// than idle, even at the lowest CPU priority, because the machine's disk I/O itself
+    /// needs CPU time; see the README's speed section for the measured figures.
+    public var threads: Int? = nil
+
     /// The `store` dimension of the metrics this helper reports (see ``BackupMetrics``), e.g.
     /// the store's name in a configuration; nil reports the stores directory's path.
     public var metricsName: String? = nil
@@ -245,9 +253,10 @@ public struct StoreHelper: Sendable {
                     snapshots[item.relativePath] = try DatabaseSnapshot(
                         path: item.absolutePath, relativePath: item.relativePath, scratchDirectory: scratch)
                 }
-                let writer = ArchiveWriter(
-                    settings: .init(compressionLevel: level, sourcePath: storesDirectory, createdAt: createdAt, password: password),
-                    cancel: cancel, progress: throttle)
+                var settings = ArchiveWriter.Settings(compressionLevel: level, sourcePath: storesDirectory,
+                                                      createdAt: createdAt, password: password)
+                if let threads { settings.workers = min(max(1, threads), WorkerPool.maximumWidth) }
+                let writer = ArchiveWriter(settings: settings, cancel: cancel, progress: throttle)
                 return try writer.write(items: scan.items, snapshots: snapshots, to: archivePath)
             }
         } catch {

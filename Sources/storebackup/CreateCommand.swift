@@ -21,6 +21,9 @@ struct CreateCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Compression: fast, default, best, or 0-9 (0 stores without compressing).", valueName: "level"))
     var level: String = "default"
 
+    @Option(help: ArgumentHelp("Threads that compress (default: one per core). Fewer leave CPU to the app while the backup runs, at the cost of a slower backup.", valueName: "n"))
+    var threads: Int?
+
     @Flag(help: "Encrypt every entry (WinZip AES-256; 7-Zip and WinZip open it with the password).")
     var encrypt = false
 
@@ -44,6 +47,9 @@ struct CreateCommand: AsyncParsableCommand {
         guard CompressionLevel.parse(level) != nil else {
             throw ValidationError("--level must be fast, default, best or a number from 0 to 9")
         }
+        if let threads, !(1...StoreJob.maximumThreads).contains(threads) {
+            throw ValidationError("--threads must be a number from 1 to \(StoreJob.maximumThreads)")
+        }
         if password.passwordFile != nil && !encrypt {
             throw ValidationError("--password-file is only used with --encrypt")
         }
@@ -63,9 +69,11 @@ struct CreateCommand: AsyncParsableCommand {
             // Asked before any work starts, so the prompt is not mixed with progress.
             do { passwords = .fixed(try provider.password()) } catch { Terminal.fail(error) }
         }
-        let helper = StoreHelper(
+        var configured = StoreHelper(
             storesDirectory: storesDirectory, destination: try destination.resolve(),
             compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords, logger: Terminal.logger)
+        configured.threads = threads
+        let helper = configured
         let printer = ProgressPrinter.shared
         let result = await Terminal.runCancellable { try await helper.createBackup(progress: printer.handler()) }
         printer.finishLine()

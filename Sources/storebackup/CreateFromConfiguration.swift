@@ -31,6 +31,7 @@ extension CreateCommand {
         if !prune { adjusted.retention = nil }
         if let explicit = destination.destination { adjusted.destination = explicit; adjusted.mirrors = [] }
         if level != "default", let parsed = CompressionLevel.parse(level) { adjusted.compressionLevel = parsed }
+        if let threads { adjusted.threads = threads }
         if encrypt {
             // The configured path reads the password from a file (no prompt: it is for cron and timers).
             guard let file = password.passwordFile ?? job.passwordFile else {

@@ -88,6 +88,7 @@ final class CommandLineTests: XCTestCase {
             (["restore", "not-a-backup.zip", work + "/R", "--from", work + "/b", "--yes"], "is not a backup name"),
             (["list", "--to", "gopher://example/x"], "not supported"),
             (["create", empty, "--level", "11"], "--level"),
+            (["create", empty, "--threads", "0"], "--threads must be a number from 1 to 16"),
         ]
         for (arguments, message) in cases {
             let result = try runStoreBackup(arguments)

@@ -138,6 +138,23 @@ final class ConfigurationTests: XCTestCase {
                        "stores[0].hooks.on-success.url")
     }
 
+    func testThreadsPerStoreOrAsDefault() throws {
+        let configuration = try parse("""
+            schedule: every 6h
+            threads: 2
+            stores:
+              - {name: app, path: /srv/app/Stores, threads: 1}
+              - {name: wiki, path: /srv/wiki/Stores}
+            """)
+        XCTAssertEqual(configuration.stores.map(\.threads), [1, 2])
+        XCTAssertNil(try parse("schedule: every 1h\nstores:\n  - {name: a, path: /a}").stores[0].threads)
+        for bad in ["0", "17", "all", "-1"] {
+            let problem = error("schedule: every 1h\nstores:\n  - {name: a, path: /a, threads: \(bad)}")
+            XCTAssertEqual(problem?.key, "stores[0].threads", bad)
+            XCTAssertTrue(problem?.message.contains("from 1 to 16") ?? false, problem?.message ?? "")
+        }
+    }
+
     func testMissingFileIsAClearError() {
         XCTAssertThrowsError(try BackupConfiguration.load(path: "/nonexistent/storebackup.yml")) { error in
             XCTAssertEqual((error as? StoreBackupError)?.description, "/nonexistent/storebackup.yml: configuration file does not exist")

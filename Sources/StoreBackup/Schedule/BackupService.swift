@@ -208,6 +208,7 @@ public final class BackupService: Service, Sendable {
         var helper = StoreHelper(storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
                                  encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
         helper.metricsName = job.name
+        helper.threads = job.threads
         helper.logger = logger.with(store: job.name)
         return helper
     }

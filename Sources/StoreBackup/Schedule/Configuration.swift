@@ -122,7 +122,7 @@ private struct ConfigurationReader {
     let file: String
     let environment: [String: String]
 
-    static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "encrypt", "hooks"]
+    static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks"]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path"]).union(
         ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics"])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
@@ -237,6 +237,13 @@ private struct ConfigurationReader {
             }
             level = parsed
         }
+        var threads: Int?
+        if let (threadsNode, threadsKey) = setting("threads") {
+            guard let parsed = Int(try string(threadsNode, at: threadsKey)), (1...StoreJob.maximumThreads).contains(parsed) else {
+                throw fail(threadsNode, threadsKey, "must be a number from 1 to \(StoreJob.maximumThreads)")
+            }
+            threads = parsed
+        }
         let (destination, mirrors) = try readDestinations(store, defaults: defaults, node: node, at: key)
         let retention = try setting("retention").map { try readRetention($0.0, at: $0.1) }
         var passwordFile: String?
@@ -251,6 +258,7 @@ private struct ConfigurationReader {
         var job = StoreJob(name: name, storesDirectory: path, destination: destination, schedule: schedule, jitter: jitter,
                            retention: retention, compressionLevel: level, passwordFile: passwordFile, hooks: hooks)
         job.mirrors = mirrors
+        job.threads = threads
         return job
     }
 

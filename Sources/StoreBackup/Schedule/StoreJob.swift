@@ -17,6 +17,8 @@ public struct StoreJob: Sendable, Equatable {
     /// Applied after each successful backup; nil keeps everything.
     public var retention: RetentionPolicy?
     public var compressionLevel: Int
+    /// Threads that deflate (``StoreHelper/threads``); nil: one per core.
+    public var threads: Int? = nil
     /// A file holding the archive password (`encrypt: {password-file: …}`); nil: not encrypted.
     public var passwordFile: String?
     public var hooks: BackupHooks
@@ -35,6 +37,9 @@ public struct StoreJob: Sendable, Equatable {
         self.passwordFile = passwordFile
         self.hooks = hooks
     }
+
+    /// The most deflate threads a store may ask for (``WorkerPool``'s bound on a group).
+    public static let maximumThreads = 16
 
     /// Every destination of this store, ``destination`` first (nil: the default folder).
     public var allDestinations: [String?] { [destination] + mirrors.map { $0 } }
