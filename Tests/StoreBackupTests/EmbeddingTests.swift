@@ -75,8 +75,9 @@ final class EmbeddingTests: XCTestCase {
         let phases = CallLog()
         _ = try await helper.restore(created.name, progress: { phases.append($0.phase.rawValue) })
         let seen = phases.entries.reduce(into: [String]()) { if $0.last != $1 { $0.append($1) } }
-        // A local folder needs no download; databases are checked as they are extracted.
-        XCTAssertEqual(seen, ["extracting", "swapping", "reloading", "done"])
+        // A local folder needs no download; databases are checked as they are extracted, and
+        // "checking" says restore is waiting for the last check once everything is written.
+        XCTAssertEqual(seen, ["extracting", "checking", "swapping", "reloading", "done"])
     }
 
     // MARK: cancellation
