@@ -38,7 +38,7 @@ public struct StoreJob: Sendable, Equatable {
         self.hooks = hooks
     }
 
-    /// The most deflate threads a store may ask for (``WorkerPool``'s bound on a group).
+    /// The most deflate threads a store may ask for (the library's bound on one group of threads).
     public static let maximumThreads = 16
 
     /// Every destination of this store, ``destination`` first (nil: the default folder).
