@@ -255,7 +255,7 @@ public struct StoreHelper: Sendable {
                 }
                 var settings = ArchiveWriter.Settings(compressionLevel: level, sourcePath: storesDirectory,
                                                       createdAt: createdAt, password: password)
-                if let threads { settings.workers = min(max(1, threads), WorkerPool.maximumWidth) }
+                if let threads { settings.workers = min(max(1, threads), StoreJob.maximumThreads) }
                 let writer = ArchiveWriter(settings: settings, cancel: cancel, progress: throttle)
                 return try writer.write(items: scan.items, snapshots: snapshots, to: archivePath)
             }

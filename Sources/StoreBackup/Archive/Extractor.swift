@@ -64,7 +64,8 @@ struct Extractor {
 
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
-        let checks = WorkerPool.Feed<String>(name: "storebackup-check", width: max(1, min(files.filter(isDatabase).count, workers))) { path in
+        let databaseFiles = files.filter(isDatabase)
+        let checks = WorkerPool.Feed<String>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) { path in
             try Self.checkDatabase(path)
         }
         let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
@@ -84,9 +85,8 @@ struct Extractor {
             if let failure = checks.firstFailure { throw failure }
             try syncTree?(target)
         }
-        let checkedPaths = files.filter(isDatabase).map(\.path)
-        if case .success = synced, !checkedPaths.isEmpty {
-            progress.report(BackupProgress(phase: .checking, currentFile: checkedPaths.joined(separator: ", ")), force: true)
+        if case .success = synced, !databaseFiles.isEmpty {
+            progress.report(BackupProgress(phase: .checking, currentFile: databaseFiles.map(\.path).joined(separator: ", ")), force: true)
         }
         let checked = Result { try checks.finish() }
         try synced.get()

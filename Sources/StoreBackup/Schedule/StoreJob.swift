@@ -39,7 +39,7 @@ public struct StoreJob: Sendable, Equatable {
     }
 
     /// The most deflate threads a store may ask for (the library's bound on one group of threads).
-    public static let maximumThreads = 16
+    public static let maximumThreads = WorkerPool.maximumWidth
 
     /// Every destination of this store, ``destination`` first (nil: the default folder).
     public var allDestinations: [String?] { [destination] + mirrors.map { $0 } }
