@@ -278,7 +278,7 @@ public struct StoreHelper: Sendable {
                  start: Date? = nil) async throws -> BackupResult {
         let clock = ContinuousClock()
         let uploadStarted = clock.now
-        let first = start ?? archive.createdAt
+        let first = await Self.firstFreeSecond(from: start ?? archive.createdAt, at: destination)
         var name = BackupName.make(for: first)
         for attempt in 1...10 {
             do {
@@ -293,6 +293,20 @@ public struct StoreHelper: Sendable {
         }
         return BackupResult(name: name, size: archive.size, destination: destination.displayName, manifest: archive.manifest,
                             archiveSeconds: archive.archiveSeconds, uploadSeconds: Self.seconds(clock.now - uploadStarted))
+    }
+
+    /// `date`, or the second after the destination's newest backup when that one is named
+    /// for the same second or a little later. Backups made within one second take the next
+    /// free seconds; once retention has deleted the first of them, its name is free again,
+    /// and a backup named for it would sort before the others and not be `latest`.
+    /// Best effort: a destination that cannot list (write-only credentials) gets `date`,
+    /// and a newest backup far ahead (another host's clock) is not followed.
+    static func firstFreeSecond(from date: Date, at destination: any BackupDestination) async -> Date {
+        let second = date.timeIntervalSince1970.rounded(.down)
+        guard let newest = try? await destination.sortedBackups().first(where: \.hasDateInName),
+              let newestSecond = BackupName.date(of: newest.name)?.timeIntervalSince1970,
+              newestSecond >= second, newestSecond < second + 60 else { return date }
+        return Date(timeIntervalSince1970: newestSecond + 1)
     }
 
     // MARK: list and delete

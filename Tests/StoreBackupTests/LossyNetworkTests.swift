@@ -112,17 +112,18 @@ final class LossyNetworkTests: XCTestCase {
 
     func testSFTP() throws {
         let target = try sftpTarget()
-        // Connections of one create: preflight list and probe, the upload's list, PUT, rename, list.
+        // Connections of one create: preflight list and probe, the list that picks the name
+        // (after the newest backup), the upload's list, PUT, rename, list.
         // 1. The rename went through, its answer was lost (reset the moment the name exists).
         let folder = nextFolder()
         try expectHealed(target, "lost answer to rename", folder: folder,
                          rules: [["fault": "reset", "until_exists": target.localFolder!(folder) + "/*Stores.zip", "times": 1]],
                          tcp: true, expectFault: "exists")
         // ... and the connection dies before the rename (the rename's own connection).
-        try expectHealed(target, "reset before rename", rules: [["requests": [5], "fault": "reset", "phase": "response", "after_bytes": 0]],
+        try expectHealed(target, "reset before rename", rules: [["requests": [6], "fault": "reset", "phase": "response", "after_bytes": 0]],
                          tcp: true, expectFault: "reset after 0")
         // 2. A flipped byte in the upload's stream (SSH's MAC refuses it: the connection dies).
-        try expectHealed(target, "flipped byte", rules: [["requests": [4], "fault": "flip", "after_bytes": 60000, "times": 1]],
+        try expectHealed(target, "flipped byte", rules: [["requests": [5], "fault": "flip", "after_bytes": 60000, "times": 1]],
                          tcp: true, expectFault: "flip")
         // 3. A cut download resuming is in DestinationContractTests.
         // 4. A reset in each phase of SSH set-up: at connect, inside the banner, during key

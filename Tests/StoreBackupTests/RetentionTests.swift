@@ -168,4 +168,32 @@ final class RetentionTests: XCTestCase {
         let origins = await pruner.origins.origins(of: remaining, download: false)
         XCTAssertEqual(origins.values.compactMap { $0 }.filter { $0.host == "other-host" }.count, 4, "the other host's four are untouched")
     }
+
+    /// Backups made within one second take the next free seconds. Once retention has deleted
+    /// the first, its name is free again; a newer backup must still be named after the newest,
+    /// or `latest` would not be the one made last. (CI met this with three creates in ~2 s.)
+    func testANameRetentionFreedIsNotGivenToANewerBackup() async throws {
+        let folder = try TestEnvironment.temporaryDirectory("freed-name")
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let destination = LocalFolderDestination(folder: folder)
+        let madeAt = utc.date(from: DateComponents(year: 2026, month: 11, day: 24, hour: 1, minute: 34, second: 17))!
+            .addingTimeInterval(0.4)
+        func free(_ date: Date) async -> String { BackupName.make(for: await StoreHelper.firstFreeSecond(from: date, at: destination)) }
+
+        var name = await free(madeAt)
+        XCTAssertEqual(name, BackupName.make(for: madeAt), "an empty destination: the date's own name")
+        // The first of two same-second backups was pruned; the second holds the next second.
+        try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/" + BackupName.make(for: madeAt.addingTimeInterval(1))))
+        name = await free(madeAt)
+        XCTAssertEqual(name, BackupName.make(for: madeAt.addingTimeInterval(2)))
+        let latest = try await destination.resolve("latest").name
+        XCTAssertEqual(latest, BackupName.make(for: madeAt.addingTimeInterval(1)))
+        // Backups from earlier seconds leave the name alone; one far ahead (a host whose clock
+        // runs fast) is not followed.
+        name = await free(madeAt.addingTimeInterval(5))
+        XCTAssertEqual(name, BackupName.make(for: madeAt.addingTimeInterval(5)))
+        try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/" + BackupName.make(for: madeAt.addingTimeInterval(3600))))
+        name = await free(madeAt)
+        XCTAssertEqual(name, BackupName.make(for: madeAt))
+    }
 }
