@@ -43,10 +43,13 @@ let package = Package(
             providers: [.apt(["libisal-dev"]), .brew(["isa-l"])]),
         // Header-only shim for Linux calls Swift cannot reach (variadic syscall()).
         .systemLibrary(name: "CPosix"),
+        // A SQLite VFS whose reads wait for a file restore is still writing, so a database's
+        // integrity check runs beside its unpacking (C: a VFS is a table of C function pointers).
+        .target(name: "CUnpackingFile", dependencies: ["CSQLite"]),
         .target(
             name: "StoreBackup",
             dependencies: [
-                "CSQLite", "CZip", "CCurl", "CPosix", "COpenSSL", "CISAL",
+                "CSQLite", "CZip", "CCurl", "CPosix", "COpenSSL", "CISAL", "CUnpackingFile",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -65,8 +65,8 @@ struct Extractor {
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
         let databaseFiles = files.filter(isDatabase)
-        let checks = WorkerPool.Feed<String>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) { path in
-            try Self.checkDatabase(path)
+        let checks = WorkerPool.Feed<DatabaseCheck>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) { check in
+            try Self.checkDatabase(check.path, unpacking: check.unpacking)
         }
         let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
         // Every thread started here is joined on every path out, before any error is rethrown.
@@ -191,14 +191,22 @@ struct Extractor {
         return byPath
     }
 
+    /// A database to pass through `PRAGMA integrity_check`; with `unpacking`, while it is written.
+    struct DatabaseCheck: Sendable {
+        let path: String
+        let unpacking: UnpackingDatabase?
+    }
+
     /// The databases first, one at a time on all cores (each inflated in parallel), so that
     /// the first can be checked as soon as possible: each database's `integrity_check` runs
     /// on a thread of its own while the next database and then the other files are unpacked.
-    /// The check is the longest single-threaded step of a restore; this way the other files
-    /// cost no time beside it. The checks are left running; the caller waits for them.
+    /// One unpacked in blocks is checked while it is written (``UnpackingDatabase``), the
+    /// others once written. The check is the longest single-threaded step of a restore; this
+    /// way the other files cost no time beside it. The checks are left running; the caller
+    /// waits for them.
     private func extractInParallel(
         _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
-        checks: WorkerPool.Feed<String>, flushes: WorkerPool.Feed<String>?,
+        checks: WorkerPool.Feed<DatabaseCheck>, flushes: WorkerPool.Feed<String>?,
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let databases = files.filter(isDatabase)
@@ -210,9 +218,14 @@ struct Extractor {
             for database in databases {
                 try cancel.throwIfCancelled()
                 if let failure = checks.firstFailure { throw failure }
-                try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root,
-                                expected: manifestByPath[database.path], onBytes: onBytes)
-                checks.submit(root.root + "/" + database.path)
+                let path = root.root + "/" + database.path
+                let expected = manifestByPath[database.path]
+                let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
+                let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
+                try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
+                                unpacking: unpacking.map { unpacking in (unpacking, { checks.submit(DatabaseCheck(path: path, unpacking: unpacking)) }) },
+                                onBytes: onBytes)
+                if unpacking == nil { checks.submit(DatabaseCheck(path: path, unpacking: nil)) }
                 flushes?.submit(database.path)
             }
         }
@@ -228,9 +241,13 @@ struct Extractor {
         }
     }
 
+    /// Writes one entry, checking it against its CRC and the manifest. With `unpacking` (only
+    /// for an entry read in blocks), `start` runs once the file exists, and the readers of
+    /// `unpacking` follow the blocks as they are written.
     private func extractFile(
         _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], into root: ConfinedTree,
-        expected: Manifest.File?, onBytes: @Sendable (Int64, String) -> Void
+        expected: Manifest.File?, unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
+        onBytes: @Sendable (Int64, String) -> Void
     ) throws {
         let path = root.root + "/" + entry.path
         // Verify without a manifest finds databases by their first bytes, so it decides
@@ -239,18 +256,31 @@ struct Extractor {
         var fd: Int32 = try (!verifyOnly || isDatabase(entry) ? root.createFile(entry.path) : -1)
         defer { if fd >= 0 { close(fd) } }
         if let expected, let plan = Self.blockPlan(entry: entry, expected: expected) {
+            var finished = false
+            // Whatever goes wrong, a reader waiting for more bytes is let go.
+            defer { if !finished { unpacking?.file.fail() } }
+            unpacking?.start()
             let inflater = ParallelInflater(archive: archive, entry: entry, blockSize: plan.blockSize,
                                             compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
                                             password: reader.password, backupName: reader.backupName)
-            let result = try inflater.run(descriptor: fd, path: path) { onBytes($0, entry.path) }
+            var written: Int64 = 0
+            // The blocks come back in order, each already written at its offset.
+            let result = try inflater.run(descriptor: fd, path: path) { bytes in
+                written += bytes
+                unpacking?.file.advance(to: written)
+                onBytes(bytes, entry.path)
+            }
             // WinZip AE-2 entries under 20 bytes carry no CRC (libzip writes 0); the HMAC and SHA-256 still hold.
             let crcMatches = result.crc == entry.crc || (entry.isEncrypted && entry.size < 20)
             guard crcMatches, result.size == expected.size, result.sha256 == expected.sha256 else {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }
             try finishFile(fd: fd, entry: entry, path: path)
+            unpacking?.file.finish()
+            finished = true
             return
         }
+        precondition(unpacking == nil, "only an entry read in blocks is checked while it is written")
         guard let file = zip_fopen_index(archive, entry.index, 0) else {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(archive)))")
         }
@@ -348,13 +378,16 @@ struct Extractor {
         return files.map(\.path).filter { FileSystem.fileExists(target + "/" + $0) && SQLiteHeader.isDatabase(path: target + "/" + $0) }
     }
 
-    /// `PRAGMA integrity_check` on an extracted database nobody else has open.
-    static func checkDatabase(_ path: String) throws {
-        let connection = try SQLiteConnection(path: path, mode: .immutable)
+    /// `PRAGMA integrity_check` on an extracted database nobody else has open; with
+    /// `unpacking`, on one still being written.
+    static func checkDatabase(_ path: String, unpacking: UnpackingDatabase? = nil) throws {
+        let connection = try SQLiteConnection(path: path, mode: unpacking.map { .unpacking($0) } ?? .immutable)
         defer { connection.close() }
         try connection.check(quick: false)
-        // Closed and passed: reload need not read the same bytes again (CheckedDatabases).
+        // Closed and passed: reload need not read the same bytes again (CheckedDatabases),
+        // once the file is as it stays (its mode and time are set last).
         connection.close()
+        if let unpacking, !unpacking.waitUntilDone() { return }
         CheckedDatabases.record(path)
     }
 

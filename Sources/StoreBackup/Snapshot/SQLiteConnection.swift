@@ -8,7 +8,11 @@ final class SQLiteConnection {
     let path: String
     private(set) var handle: OpaquePointer?
 
-    enum Mode { case readWrite, create, readOnly, immutable }
+    enum Mode {
+        case readWrite, create, readOnly, immutable
+        /// Immutable, read through ``UnpackingDatabase``'s VFS: reads wait for the writer.
+        case unpacking(UnpackingDatabase)
+    }
 
     init(path: String, mode: Mode) throws {
         self.path = path
@@ -28,6 +32,9 @@ final class SQLiteConnection {
             // A database nobody else can be using (an extracted copy): no locks, no -shm file.
             flags |= SQLITE_OPEN_READONLY
             filename = "file:" + Self.uriEscaped(path) + "?immutable=1"
+        case .unpacking(let file):
+            flags |= SQLITE_OPEN_READONLY
+            filename = "file:" + Self.uriEscaped(path) + "?immutable=1&" + file.uriParameters
         }
         var db: OpaquePointer?
         let rc = sqlite3_open_v2(filename, &db, flags, nil)
