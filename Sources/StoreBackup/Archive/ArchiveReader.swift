@@ -30,6 +30,8 @@ struct ArchiveEntry: Sendable {
     let crc: UInt32
     /// libzip's ZIP_EM_* (ZIP_EM_NONE unless the entry is encrypted).
     let encryptionMethod: UInt16
+    /// Where the entry's local header starts in the archive file.
+    var archiveOffset: Int64 = 0
 
     var isEncrypted: Bool { encryptionMethod != UInt16(ZIP_EM_NONE) }
 }
@@ -45,6 +47,10 @@ final class ArchiveReader: @unchecked Sendable {
     /// The password, once checked; nil for an archive without encrypted entries.
     private(set) var password: BackupPassword?
     private let archive: OpaquePointer
+    /// Each entry's local header offset, by libzip index (from ``CentralDirectoryCheck``).
+    private let localHeaderOffsets: [Int64]
+    /// Drops the archive's pages once read (nil when the file cannot be opened again).
+    let pageCache: ArchivePageCache?
 
     /// Opens the archive. If it is encrypted, asks `passwords` for the password and checks
     /// it on the manifest (or the first encrypted entry) before anything else is read:
@@ -53,7 +59,8 @@ final class ArchiveReader: @unchecked Sendable {
         self.path = path
         self.backupName = backupName
         // Counts, sizes and names are checked with fixed buffers before libzip allocates for them.
-        try CentralDirectoryCheck(path: path, backupName: backupName).run()
+        localHeaderOffsets = try CentralDirectoryCheck(path: path, backupName: backupName).run()
+        pageCache = ArchivePageCache(path: path)
         archive = try Self.open(path: path, backupName: backupName)
         // If this throws, deinit still runs (every property is set) and discards the handle.
         try readEntries(passwords: passwords)
@@ -138,7 +145,8 @@ final class ArchiveReader: @unchecked Sendable {
                 index: index, path: path, kind: kind, permissions: permissions,
                 modificationTime: modificationTime(index: index, stat: stat), size: Int64(clamping: stat.size),
                 compressedSize: Int64(clamping: stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc,
-                encryptionMethod: stat.encryption_method))
+                encryptionMethod: stat.encryption_method,
+                archiveOffset: index < UInt64(localHeaderOffsets.count) ? localHeaderOffsets[Int(index)] : 0))
         }
         if let encryptedIndex {
             try checkPassword(passwords, onEntry: manifestIndex.flatMap { encrypted($0) ? $0 : nil } ?? encryptedIndex)

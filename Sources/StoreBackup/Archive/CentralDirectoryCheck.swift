@@ -15,7 +15,9 @@ struct CentralDirectoryCheck {
 
     private struct Record { var offset: Int64; var end: Int64 }
 
-    func run() throws {
+    /// Returns each entry's local header offset, in central directory order (libzip's indices).
+    @discardableResult
+    func run() throws -> [Int64] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
         defer { close(fd) }
@@ -34,6 +36,8 @@ struct CentralDirectoryCheck {
         }
         var records: [Record] = []
         records.reserveCapacity(Int(count))
+        var offsets: [Int64] = []
+        offsets.reserveCapacity(Int(count))
         var position = directoryOffset
         let end = directoryOffset + directorySize
         for index in 0..<count {
@@ -60,6 +64,7 @@ struct CentralDirectoryCheck {
             }
             // The local header holds at least its 30 fixed bytes and the same name.
             records.append(Record(offset: localOffset, end: localOffset + 30 + Int64(nameLength) + compressedSize))
+            offsets.append(localOffset)
             position += 46 + variableLength
         }
         records.sort { $0.offset < $1.offset }
@@ -69,6 +74,7 @@ struct CentralDirectoryCheck {
         if let last = records.last, last.end > directoryOffset {
             throw damaged("an entry runs into the central directory")
         }
+        return offsets
     }
 
     /// Entry count, central directory size and offset from the end of central directory

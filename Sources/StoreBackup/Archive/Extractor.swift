@@ -262,7 +262,8 @@ struct Extractor {
             unpacking?.start()
             let inflater = ParallelInflater(archive: archive, entry: entry, blockSize: plan.blockSize,
                                             compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
-                                            password: reader.password, backupName: reader.backupName)
+                                            password: reader.password, backupName: reader.backupName,
+                                            pageCache: reader.pageCache)
             var written: Int64 = 0
             // The blocks come back in order, each already written at its offset.
             let result = try inflater.run(descriptor: fd, path: path) { bytes in
@@ -278,6 +279,7 @@ struct Extractor {
             try finishFile(fd: fd, entry: entry, path: path)
             unpacking?.file.finish()
             finished = true
+            reader.pageCache?.drop(entry)
             return
         }
         precondition(unpacking == nil, "only an entry read in blocks is checked while it is written")
@@ -319,6 +321,7 @@ struct Extractor {
             }
         }
         try finishFile(fd: fd, entry: entry, path: path)
+        reader.pageCache?.drop(entry)
     }
 
     /// How to read an entry through `ParallelInflater`: the manifest's block index, or for an

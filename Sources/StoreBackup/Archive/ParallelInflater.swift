@@ -26,6 +26,8 @@ struct ParallelInflater {
     /// Needed for encrypted entries (already checked against the archive's manifest).
     var password: BackupPassword? = nil
     var backupName: String
+    /// Drops the entry's compressed bytes from the page cache as they are read.
+    var pageCache: ArchivePageCache? = nil
 
     struct Result {
         var sha256: String
@@ -72,6 +74,12 @@ struct ParallelInflater {
         let state = InflateState()
         // Extracted data goes to disk while we inflate, so the fsync before the swap is short.
         let writeback = descriptor >= 0 ? WritebackPacer(descriptor: descriptor) : nil
+        // One writer at a time: a buffered write holds the file's inode lock exclusively
+        // anyway, and a second writer would spin on it (the kernel's optimistic spinning)
+        // instead of sleeping. Measured on the 2 GiB restore: 9 % of all CPU time went to
+        // that spinning; a mutex makes the waiting worker sleep and leaves the core to the
+        // database's check.
+        let writing = NSLock()
         let lastIndex = compressedBlocks.count - 1
         let shared = (entry: entry, blockSize: blockSize, backupName: backupName, key: encryptionKey)
         let inflating = WorkerPool.start(name: "storebackup-inflate", width: workers) { [shared] _ in
@@ -93,6 +101,8 @@ struct ParallelInflater {
                     return state.fail(StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
                 }
                 if descriptor >= 0 {
+                    writing.lock()
+                    defer { writing.unlock() }
                     var written = 0
                     while written < plain.count {
                         let result = pwrite(descriptor, plain.bytes + written, plain.count - written,
@@ -124,6 +134,7 @@ struct ParallelInflater {
         var nextToRead = 0
         var nextToHash = 0
         var readOffset: Int64 = 0
+        var droppedTo: Int64 = 0
         while nextToHash < compressedBlocks.count {
             try cancel.throwIfCancelled()
             if nextToRead < compressedBlocks.count && nextToRead - nextToHash < inFlightLimit - 1 {
@@ -143,6 +154,11 @@ struct ParallelInflater {
                 state.add(Job(index: nextToRead, compressed: buffer, offset: readOffset))
                 readOffset += Int64(got)
                 nextToRead += 1
+                if readOffset - droppedTo >= Self.dropStep {
+                    // Up to what was read, not counting the local header: never ahead of libzip.
+                    pageCache?.drop(offset: entry.archiveOffset + droppedTo, count: readOffset - droppedTo)
+                    droppedTo = readOffset
+                }
                 continue
             }
             let (plain, blockCRC) = try state.waitForBlock(nextToHash)
@@ -173,6 +189,9 @@ struct ParallelInflater {
         }
         return bytes
     }
+
+    /// How much of the entry is read between two drops from the page cache.
+    private static let dropStep: Int64 = 8 << 20
 
     struct Job {
         let index: Int
