@@ -234,7 +234,7 @@ final class CompressionPipeline: @unchecked Sendable {
             let block = Block(jobIndex: jobIndex, isLast: isLast, input: input)
             if isLast {
                 // Recorded before the last block is queued, so it is known once that block is consumed.
-                let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+                let digest = FileDigest.hex(hasher.finalize())
                 condition.lock()
                 results[jobIndex] = FileResult(size: offset, sha256: digest)
                 condition.unlock()

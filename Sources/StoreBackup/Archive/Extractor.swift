@@ -315,7 +315,7 @@ struct Extractor {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) holds \(written) bytes, not its declared \(entry.size)")
         }
         if let expected {
-            let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+            let digest = FileDigest.hex(hasher.finalize())
             guard expected.size == written, expected.sha256 == digest else {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }

@@ -175,7 +175,7 @@ struct ParallelInflater {
                 throw StoreBackupError.checksumMismatch(name: backupName, entry: entry.path)
             }
         }
-        let digest = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+        let digest = FileDigest.hex(hasher.finalize())
         return Result(sha256: digest, crc: crc, size: size)
     }
 

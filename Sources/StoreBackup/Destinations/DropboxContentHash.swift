@@ -30,7 +30,7 @@ struct DropboxContentHasher {
     func finalize() -> String {
         var copy = self
         if copy.bytesInBlock > 0 { copy.closeBlock() }
-        return copy.overall.finalize().map { String(format: "%02x", $0) }.joined()
+        return FileDigest.hex(copy.overall.finalize())
     }
 
     private mutating func closeBlock() {

@@ -44,7 +44,7 @@ public struct BackupOriginIndex: Sendable {
 
     var cachePath: String? {
         guard let cacheDirectory else { return nil }
-        let digest = SHA256.hash(data: Data(destination.displayName.utf8)).map { String(format: "%02x", $0) }.joined()
+        let digest = FileDigest.hex(SHA256.hash(data: Data(destination.displayName.utf8)))
         return cacheDirectory + "/origins/" + digest.prefix(16) + ".json"
     }
 

@@ -44,10 +44,19 @@ enum FileDigest {
         }
     }
 
-    /// Lower-case hex of a digest.
+    /// Lower-case hex of a digest. (A table lookup: `String(format: "%02x")` per byte cost 7 %
+    /// of create's reader thread on a store of many small files.)
     static func hex<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 {
-        digest.map { String(format: "%02x", $0) }.joined()
+        var characters: [UInt8] = []
+        characters.reserveCapacity(64)
+        for byte in digest {
+            characters.append(hexDigits[Int(byte >> 4)])
+            characters.append(hexDigits[Int(byte & 0x0f)])
+        }
+        return String(decoding: characters, as: UTF8.self)
     }
+
+    private static let hexDigits = Array("0123456789abcdef".utf8)
 
     /// Base64 of a digest (HTTP `Content-MD5`).
     static func base64<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 {
