@@ -59,7 +59,7 @@ final class ExampleFilesTests: XCTestCase {
         let known: [String: Set<String>] = [
             "Unit": ["Description", "Documentation", "Wants", "After", "Requires"],
             "Service": ["Type", "ExecStart", "KillSignal", "TimeoutStopSec", "Restart", "RestartSec", "StateDirectory",
-                        "Environment", "ProtectSystem", "ReadWritePaths", "PrivateTmp", "NoNewPrivileges"],
+                        "Environment", "ProtectSystem", "ReadWritePaths", "PrivateTmp", "NoNewPrivileges", "CPUWeight"],
             "Timer": ["OnCalendar", "RandomizedDelaySec", "Persistent"],
             "Install": ["WantedBy"],
         ]

@@ -391,10 +391,56 @@ def restore_phase(sb, store, pristine, work, runs, env):
     return tools, archive
 
 
-def writer_phase(sb, store, pristine, work, runs, synchronous="NORMAL"):
+IDLE_GROUP_NAME = "storebackup-bench-idle"
+# The key of a writer phase whose creates ran in the idle CPU group.
+IDLE_GROUP_KEY = ", create in an idle CPU group"
+
+
+def idle_cpu_group():
+    """A CPU cgroup marked idle (cpu.idle = 1: what systemd's CPUWeight=idle sets, as the
+    units in Examples/nightly do), for running create the way those units deploy it.
+    Returns the path of its cgroup.procs, or None where no cgroup can be made (not root,
+    no cpu controller, a kernel before 5.15). cgroup v2 first, then v1's cpu hierarchy."""
+    candidates = []
+    if os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):
+        candidates.append(("/sys/fs/cgroup", True))
+    if os.path.isdir("/sys/fs/cgroup/cpu"):
+        candidates.append(("/sys/fs/cgroup/cpu", False))
+    for root, unified in candidates:
+        group = os.path.join(root, IDLE_GROUP_NAME)
+        try:
+            if unified:
+                with open(os.path.join(root, "cgroup.controllers")) as f:
+                    if "cpu" not in f.read().split():
+                        continue
+                with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
+                    f.write("+cpu")
+            os.makedirs(group, exist_ok=True)
+            with open(os.path.join(group, "cpu.idle"), "w") as f:
+                f.write("1")
+            with open(os.path.join(group, "cpu.idle")) as f:
+                if f.read().strip() != "1":
+                    continue
+            return os.path.join(group, "cgroup.procs")
+        except OSError:
+            continue
+    return None
+
+
+def remove_idle_cpu_group(procs):
+    """Removes the group made by idle_cpu_group (it is empty once its commands ended)."""
+    if procs:
+        try:
+            os.rmdir(os.path.dirname(procs))
+        except OSError as error:
+            log(f"could not remove the cgroup {os.path.dirname(procs)}: {error}")
+
+
+def writer_phase(sb, store, pristine, work, runs, synchronous="NORMAL", cpu_group=None):
     """Commit latency of a live writer (PRAGMA synchronous=`synchronous`), idle and while
-    storebackup create runs."""
-    result = {"idle": [], "during": [], "idle_errors": 0, "during_errors": 0, "creates": [], "failures": []}
+    storebackup create runs; with `cpu_group` (a cgroup.procs path), create runs in it."""
+    result = {"idle": [], "during": [], "idle_errors": 0, "during_errors": 0, "creates": [], "failures": [],
+              "synchronous": synchronous, "idle_group": cpu_group is not None}
     writer = os.path.join(HERE, "writer.py")
     dest = os.path.join(work, "writer-dest")
 
@@ -426,7 +472,8 @@ def writer_phase(sb, store, pristine, work, runs, synchronous="NORMAL"):
         errors = [lat for t, lat, _ in data["errors"] if lo <= t <= hi]
         return samples + errors, len(errors)
 
-    log(f"concurrent writer (synchronous={synchronous}): {runs} rounds of (idle, during storebackup create)")
+    where = " in an idle CPU group" if cpu_group else ""
+    log(f"concurrent writer (synchronous={synchronous}): {runs} rounds of (idle, during storebackup create{where})")
     for r in range(runs):
         reset_store(pristine, store)
         remove(dest)
@@ -434,7 +481,11 @@ def writer_phase(sb, store, pristine, work, runs, synchronous="NORMAL"):
         try:
             time.sleep(0.5)  # the writer is in its stride before the backup starts
             began = time.monotonic()
-            run = timed([sb, "create", store, "--to", dest])
+            create = [sb, "create", store, "--to", dest]
+            if cpu_group:
+                # The shell moves itself into the group, then becomes create.
+                create = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', cpu_group] + create
+            run = timed(create)
             ended = time.monotonic()
             samples, errors = finish(proc, stop, out, (began, ended))
         finally:
@@ -697,17 +748,23 @@ def build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_
               "before ISA-L the default level was zlib level 1)",
               f"{ours_size / MiB:.1f} MiB / {zlib_size / MiB:.1f} MiB = {r_size:.3f}×" if r_size else "n/a",
               "≤ 1.03×", verdict(r_size, 1.03)))
-    for synchronous, max_limit, p99_limit in (("FULL", 100.0, 2.0), ("NORMAL", 20.0, None)):
-        writer = writers.get(synchronous)
+    for key, max_limit, p99_limit in (("FULL", 100.0, 2.0), ("NORMAL", 20.0, None),
+                                      ("FULL" + IDLE_GROUP_KEY, 100.0, 2.0), ("NORMAL" + IDLE_GROUP_KEY, 20.0, None)):
+        writer = writers.get(key)
+        if writer is None and IDLE_GROUP_KEY in key:
+            continue
+        synchronous = key.replace(IDLE_GROUP_KEY, "")
+        how = (" (create in an idle CPU group: `CPUWeight=idle`, as the units in Examples/nightly run it)"
+               if IDLE_GROUP_KEY in key else "")
         idle_p99 = percentile(writer["idle"], 99) if writer and writer["idle"] else None
         during_p99 = percentile(writer["during"], 99) if writer and writer["during"] else None
         during_max = max(writer["during"]) if writer and writer["during"] else None
         if p99_limit:
             r4 = ratio(during_p99, idle_p99)
-            t.append((f"`synchronous={synchronous}` writer: commit p99 during create ≤ {p99_limit:.0f} × idle",
+            t.append((f"`synchronous={synchronous}` writer: commit p99 during create ≤ {p99_limit:.0f} × idle{how}",
                       f"{fmt_ms(during_p99)} / {fmt_ms(idle_p99)} = {r4:.2f}×" if r4 else "n/a",
                       f"≤ {p99_limit:.0f}×", verdict(r4, p99_limit)))
-        t.append((f"`synchronous={synchronous}` writer: commit max during create ≤ {max_limit:.0f} ms",
+        t.append((f"`synchronous={synchronous}` writer: commit max during create ≤ {max_limit:.0f} ms{how}",
                   fmt_ms(during_max), f"≤ {max_limit:.0f} ms",
                   verdict(None if during_max is None else during_max * 1000, max_limit)))
     lines += ["## Targets", "", "| Target | Measured | Limit | Result |", "|---|---|---|---|"]
@@ -741,7 +798,11 @@ def build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_
               "WAL, `busy_timeout` 5000 ms) every 5 ms into App.sqlite; latency is BEGIN to end of COMMIT,",
               "with `synchronous=NORMAL` (most WAL apps) and with `synchronous=FULL` (SQLite's default:",
               "every commit fsyncs the WAL). \"During create\" counts the commits that started while",
-              "`storebackup create` (default level) ran; \"idle\" the same length of time without it.", ""]
+              "`storebackup create` (default level) ran; \"idle\" the same length of time without it.",
+              "Rows marked \"create in an idle CPU group\" ran create in a cgroup with `cpu.idle` set (what",
+              "`CPUWeight=idle` does in the systemd units of Examples/nightly): the app's threads then get",
+              "the CPU whenever they want it. The other rows ran it as a plain process in a session of",
+              "its own, as cron starts a job.", ""]
     if writers:
         lines += ["| Writer | Commits | p50 | p99 | max | Errors (busy) |", "|---|---:|---:|---:|---:|---:|"]
         for synchronous, writer in writers.items():
@@ -753,7 +814,8 @@ def build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_
                              f"{fmt_ms(max(values)) if values else 'n/a'} | {writer[key + '_errors']} |")
         for synchronous, writer in writers.items():
             if writer["creates"]:
-                lines += ["", f"storebackup create under a `synchronous={synchronous}` writer: median "
+                where = " (in an idle CPU group)" if writer.get("idle_group") else ""
+                lines += ["", f"storebackup create{where} under a `synchronous={writer.get('synchronous', synchronous)}` writer: median "
                               f"{fmt_s(statistics.median(writer['creates']))} "
                               f"({', '.join(f'{s:.2f}' for s in writer['creates'])} s)."]
             for failure in writer["failures"]:
@@ -841,6 +903,16 @@ def main():
     if sb and "writer" not in skip:
         for synchronous in ("NORMAL", "FULL"):
             writers[synchronous] = writer_phase(sb, store, args.pristine, args.work, args.runs, synchronous)
+        group = idle_cpu_group()
+        if group:
+            try:
+                for synchronous in ("NORMAL", "FULL"):
+                    writers[synchronous + IDLE_GROUP_KEY] = writer_phase(sb, store, args.pristine, args.work,
+                                                                         args.runs, synchronous, cpu_group=group)
+            finally:
+                remove_idle_cpu_group(group)
+        else:
+            log("no idle CPU group could be made (needs root and a cgroup cpu controller): measured without it only")
 
     s3_tools, s3_note = None, "S3 upload: not yet measured (no S3 destination)"
     if sb and "s3" not in skip and args.s3 != "no" and not args.quick:
