@@ -400,7 +400,8 @@ def idle_cpu_group():
     """A CPU cgroup marked idle (cpu.idle = 1: what systemd's CPUWeight=idle sets, as the
     units in Examples/nightly do), for running create the way those units deploy it.
     Returns the path of its cgroup.procs, or None where no cgroup can be made (not root,
-    no cpu controller, a kernel before 5.15). cgroup v2 first, then v1's cpu hierarchy."""
+    no cpu controller enabled for child groups, a kernel before 5.15). cgroup v2 first,
+    then v1's cpu hierarchy."""
     candidates = []
     if os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):
         candidates.append(("/sys/fs/cgroup", True))
@@ -410,11 +411,11 @@ def idle_cpu_group():
         group = os.path.join(root, IDLE_GROUP_NAME)
         try:
             if unified:
-                with open(os.path.join(root, "cgroup.controllers")) as f:
+                # Only where the cpu controller is already on for child groups: enabling it
+                # would change the machine's configuration beyond this run.
+                with open(os.path.join(root, "cgroup.subtree_control")) as f:
                     if "cpu" not in f.read().split():
                         continue
-                with open(os.path.join(root, "cgroup.subtree_control"), "w") as f:
-                    f.write("+cpu")
             os.makedirs(group, exist_ok=True)
             with open(os.path.join(group, "cpu.idle"), "w") as f:
                 f.write("1")
