@@ -151,6 +151,40 @@ final class EmbeddingTests: XCTestCase {
         }
     }
 
+    // MARK: the app's locks
+
+    /// SQLite's locks are POSIX locks, which a process loses on a file as soon as it closes
+    /// any descriptor of that file. A backup made inside the app's process must therefore
+    /// never open and close the app's database or its `-shm` on its own: afterwards another
+    /// process would see the app's read transaction and its claim on the WAL index gone.
+    func testABackupInsideTheAppsProcessLeavesTheAppsLocksInPlace() async throws {
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        defer { app.close() }
+        try app.execute("BEGIN; SELECT count(*) FROM accounts;", operation: "open a read transaction")
+        defer { try? app.execute("COMMIT", operation: "end the read transaction") }
+        let files = [store + "/App.sqlite", store + "/App.sqlite-shm"]
+        XCTAssertEqual(try lockHolders(files), [getpid(), getpid()], "the app's read transaction should lock both files")
+        _ = try await helper.createBackup()
+        XCTAssertEqual(try lockHolders(files), [getpid(), getpid()], "a backup dropped the app's locks")
+    }
+
+    /// For each file, the process that holds a lock on it as another process sees it (0: none).
+    private func lockHolders(_ paths: [String]) throws -> [Int32] {
+        let script = """
+            import fcntl, os, struct, sys
+            for path in sys.argv[1:]:
+                fd = os.open(path, os.O_RDWR)
+                # struct flock: l_type, l_whence, l_start, l_len (0: to the end), l_pid
+                query = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+                kind, _, _, _, pid = struct.unpack("hhqqi4x", fcntl.fcntl(fd, fcntl.F_GETLK, query))
+                print(0 if kind == fcntl.F_UNLCK else pid)
+                os.close(fd)
+            """
+        let result = try runTool("/usr/bin/env", ["python3", "-c", script] + paths)
+        XCTAssertEqual(result.status, 0, result.stderr)
+        return result.stdout.split(separator: "\n").compactMap { Int32($0) }
+    }
+
     // MARK: hooks
 
     func testQuiesceRunsBeforeTheSnapshotAndItsWritesAreInTheBackup() async throws {

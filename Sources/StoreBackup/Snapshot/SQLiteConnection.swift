@@ -143,12 +143,8 @@ enum SQLiteHeader {
     /// app in this process has the database open, SQLite defers closing the file while
     /// locks are held, whereas closing our own descriptor would drop the app's locks.
     static func isDatabase(path: String) -> Bool {
-        var db: OpaquePointer?
-        defer { sqlite3_close_v2(db) }
-        guard sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil) == SQLITE_OK,
-              let file = sb_sqlite_main_file(db) else { return false }
         var header = [UInt8](repeating: 0, count: 16)
-        let rc = header.withUnsafeMutableBytes { sb_sqlite_file_read(file, $0.baseAddress!, 16, 0) }
+        let rc = header.withUnsafeMutableBytes { sb_sqlite_vfs_read(path, $0.baseAddress!, 16, 0) }
         return rc == SQLITE_OK && header == magic
     }
 }

@@ -28,6 +28,9 @@ enum StoreScanner {
     /// The archive folder reserved for storebackup's own manifest.
     static let reservedFolder = ".storebackup"
 
+    /// The files SQLite keeps beside a database `X`: `X-wal`, `X-shm`, `X-journal`.
+    static let companionSuffixes = ["-wal", "-shm", "-journal"]
+
     struct Result: Sendable {
         var items: [StoreItem]
         var skipped: [String]
@@ -51,7 +54,7 @@ enum StoreScanner {
         let databases = Set(result.items.filter { $0.kind == .database }.map(\.relativePath))
         result.items.removeAll { item in
             guard item.kind == .file else { return false }
-            for suffix in ["-wal", "-shm", "-journal"] where item.relativePath.hasSuffix(suffix) {
+            for suffix in companionSuffixes where item.relativePath.hasSuffix(suffix) {
                 if databases.contains(String(item.relativePath.dropLast(suffix.count))) { return true }
             }
             return false
@@ -73,6 +76,8 @@ enum StoreScanner {
         }
         closedir(handle)
 
+        // Databases of this folder found so far: a name sorts before its companions'.
+        var databaseNames = Set<String>()
         for name in names.sorted() {
             let childRelative = relative.isEmpty ? name : relative + "/" + name
             let childPath = root + "/" + childRelative
@@ -90,7 +95,12 @@ enum StoreScanner {
                     permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
                 try walk(root: root, relative: childRelative, into: &result)
             case S_IFREG:
-                let isDatabase = info.st_size >= 512 && SQLiteHeader.isDatabase(path: childPath)
+                // A database's companions are left out below, unread: SQLite's VFS keeps a
+                // descriptor open only for a database file it has open, so reading the
+                // header of an app's `-shm` would drop the app's locks on it.
+                let isCompanion = companionSuffixes.contains { name.hasSuffix($0) && databaseNames.contains(String(name.dropLast($0.count))) }
+                let isDatabase = !isCompanion && info.st_size >= 512 && SQLiteHeader.isDatabase(path: childPath)
+                if isDatabase { databaseNames.insert(name) }
                 result.items.append(StoreItem(
                     relativePath: childRelative, absolutePath: childPath, kind: isDatabase ? .database : .file,
                     permissions: permissions, modificationTime: mtime, size: Int64(info.st_size), linkTarget: nil))
