@@ -24,7 +24,7 @@ import Glibc
 /// of the entry is compressed: so a compressed block gets its offset as soon as its
 /// predecessors have theirs, and then any worker encrypts it. Workers also derive each
 /// entry's keys (PBKDF2, about a millisecond). Only the HMAC runs in order, in the writer.
-// Unchecked: the mutable state is used only with `condition` locked; `writeback` and `groups` are set before the threads start.
+// Unchecked: the mutable state is used only with `monitor` locked; `writeback` and `groups` are set before the threads start.
 final class CompressionPipeline: @unchecked Sendable {
     enum Method {
         case deflate, store
@@ -90,7 +90,13 @@ final class CompressionPipeline: @unchecked Sendable {
 
     private let inputPool: BufferPool
     private let outputPool: BufferPool
-    private let condition = NSCondition()
+    private let monitor = Monitor()
+    /// The writer waits for the block at the head of the queue to be done.
+    private let headDone: Monitor.Condition
+    /// Workers wait for a block to compress or encrypt.
+    private let workQueued: Monitor.Condition
+    /// The reader waits for room in the queue.
+    private let roomInQueue: Monitor.Condition
     private var queue: [Block] = []
     private var readerFinished = false
     private var failure: Error?
@@ -112,6 +118,9 @@ final class CompressionPipeline: @unchecked Sendable {
         // Input buffers bound the queue. Each worker holds an output buffer before it
         // claims a block, and at most `capacity - 1` finished blocks wait for the writer,
         // so workers + capacity output buffers can never all be stuck (no deadlock).
+        headDone = monitor.makeCondition()
+        workQueued = monitor.makeCondition()
+        roomInQueue = monitor.makeCondition()
         inputPool = BufferPool(count: capacity + 1, capacity: Self.blockSize)
         outputPool = BufferPool(count: workerCount + capacity, capacity: Self.blockSize + Self.blockSize / 16 + 1024)
     }
@@ -130,10 +139,10 @@ final class CompressionPipeline: @unchecked Sendable {
 
     /// Stops every thread and waits for them to end; blocks already queued are dropped.
     func stop() {
-        condition.lock()
+        monitor.lock()
         stopped = true
-        condition.broadcast()
-        condition.unlock()
+        wakeEveryone()
+        monitor.unlock()
         inputPool.close()
         outputPool.close()
         groups.forEach { $0.join() }
@@ -141,8 +150,8 @@ final class CompressionPipeline: @unchecked Sendable {
 
     /// The next finished block of job `jobIndex`, in order. Throws the first failure.
     func nextBlock(forJob jobIndex: Int) throws -> Block {
-        condition.lock()
-        defer { condition.unlock() }
+        monitor.lock()
+        defer { monitor.unlock() }
         while true {
             if let failure { throw failure }
             if cancel.isCancelled { throw StoreBackupError.cancelled }
@@ -151,27 +160,28 @@ final class CompressionPipeline: @unchecked Sendable {
                     throw StoreBackupError.archiveWrite(reason: "internal error: blocks out of order")
                 }
                 queue.removeFirst()
-                condition.broadcast()
+                roomInQueue.signal()
                 return head
             }
             if readerFinished && queue.isEmpty {
                 throw StoreBackupError.archiveWrite(reason: "internal error: entry data ended early")
             }
-            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+            // Timed: cancellation is polled.
+            headDone.wait(seconds: 0.2)
         }
     }
 
     /// Called by the writer for each block of a deflated entry, in order.
     func recordCompressedBlock(job jobIndex: Int, size: Int) {
-        condition.lock()
+        monitor.lock()
         compressedBlockSizes[jobIndex, default: []].append(size)
-        condition.unlock()
+        monitor.unlock()
     }
 
     /// The compressed size of each block of a deflated entry (an index for parallel inflating).
     func compressedBlocks(forJob jobIndex: Int) -> [Int]? {
-        condition.lock()
-        defer { condition.unlock() }
+        monitor.lock()
+        defer { monitor.unlock() }
         return jobs[jobIndex].method == .store ? nil : compressedBlockSizes[jobIndex]
     }
 
@@ -182,8 +192,8 @@ final class CompressionPipeline: @unchecked Sendable {
     }
 
     func result(forJob jobIndex: Int) -> FileResult? {
-        condition.lock()
-        defer { condition.unlock() }
+        monitor.lock()
+        defer { monitor.unlock() }
         return results[jobIndex]
     }
 
@@ -194,10 +204,12 @@ final class CompressionPipeline: @unchecked Sendable {
             for (jobIndex, job) in jobs.enumerated() {
                 try readJob(jobIndex, job)
             }
-            condition.lock()
+            monitor.lock()
             readerFinished = true
-            condition.broadcast()
-            condition.unlock()
+            // Workers with nothing left to do may end; the writer learns of a short entry.
+            workQueued.broadcast()
+            headDone.signal()
+            monitor.unlock()
         } catch {
             fail(error)
         }
@@ -235,9 +247,9 @@ final class CompressionPipeline: @unchecked Sendable {
             if isLast {
                 // Recorded before the last block is queued, so it is known once that block is consumed.
                 let digest = FileDigest.hex(hasher.finalize())
-                condition.lock()
+                monitor.lock()
                 results[jobIndex] = FileResult(size: offset, sha256: digest)
-                condition.unlock()
+                monitor.unlock()
                 job.snapshot?.finish()
             }
             try enqueue(block)
@@ -261,22 +273,37 @@ final class CompressionPipeline: @unchecked Sendable {
     }
 
     private func enqueue(_ block: Block) throws {
-        condition.lock()
-        defer { condition.unlock() }
+        monitor.lock()
+        defer { monitor.unlock() }
         while queue.count >= capacity && !stopped && failure == nil && !cancel.isCancelled {
-            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+            roomInQueue.wait(seconds: 0.2)
         }
         if cancel.isCancelled { throw StoreBackupError.cancelled }
         if stopped || failure != nil { throw StoreBackupError.cancelled }
         queue.append(block)
-        condition.broadcast()
+        workQueued.signal()
     }
 
     private func fail(_ error: Error) {
-        condition.lock()
+        monitor.lock()
         if failure == nil { failure = error }
-        condition.broadcast()
-        condition.unlock()
+        wakeEveryone()
+        monitor.unlock()
+    }
+
+    /// For a stop or a failure. Called with the lock held.
+    private func wakeEveryone() {
+        headDone.broadcast()
+        workQueued.broadcast()
+        roomInQueue.broadcast()
+    }
+
+    /// `block` is ready for the writer. Called with the lock held.
+    private func markDone(_ block: Block) {
+        block.done = true
+        if block === queue.first { headDone.signal() }
+        // The last block done lets workers waiting for more work end.
+        if readerFinished { workQueued.broadcast() }
     }
 
     // MARK: Workers
@@ -307,20 +334,18 @@ final class CompressionPipeline: @unchecked Sendable {
                 case .encrypt(let block):
                     held = output
                     try encrypt(block, ctr: ctr!)
-                    condition.lock()
-                    block.done = true
-                    condition.broadcast()
-                    condition.unlock()
+                    monitor.lock()
+                    markDone(block)
+                    monitor.unlock()
                 case .compress(let block):
                     let method = jobs[block.jobIndex].method
                     try process(block, output: output, deflater: method == .storedDeflate ? storedDeflater : deflater)
                     // Derive the entry's keys here, in parallel, before the writer needs them.
                     if password != nil { _ = try entrySecrets(forJob: block.jobIndex) }
-                    condition.lock()
+                    monitor.lock()
                     block.compressed = true
-                    if password == nil { block.done = true } else { assignCipherOffsets() }
-                    condition.broadcast()
-                    condition.unlock()
+                    if password == nil { markDone(block) } else { assignCipherOffsets() }
+                    monitor.unlock()
                 }
             } catch {
                 held?.recycle()
@@ -337,8 +362,8 @@ final class CompressionPipeline: @unchecked Sendable {
 
     /// The next block to encrypt (first: they are what the writer waits for) or to compress.
     private func claimWork() -> Work? {
-        condition.lock()
-        defer { condition.unlock() }
+        monitor.lock()
+        defer { monitor.unlock() }
         while true {
             if stopped || failure != nil || cancel.isCancelled { return nil }
             if password != nil, let block = queue.first(where: { $0.cipherOffset != nil && !$0.encryptionClaimed }) {
@@ -350,7 +375,7 @@ final class CompressionPipeline: @unchecked Sendable {
                 return .compress(block)
             }
             if readerFinished && !queue.contains(where: { !$0.done }) { return nil }
-            _ = condition.wait(until: Date().addingTimeInterval(0.2))
+            workQueued.wait(seconds: 0.2)
         }
     }
 
@@ -366,6 +391,7 @@ final class CompressionPipeline: @unchecked Sendable {
             let offset = assignedCipherBytes[block.jobIndex, default: 0]
             block.cipherOffset = offset
             assignedCipherBytes[block.jobIndex] = offset + Int64(output.count)
+            workQueued.signal()   // a block to encrypt
         }
     }
 

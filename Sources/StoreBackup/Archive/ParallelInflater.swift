@@ -202,55 +202,70 @@ struct ParallelInflater {
 }
 
 /// The queue of blocks to inflate and the blocks inflated, shared by the threads.
-// Unchecked: every property is used only with `condition` locked.
+// Unchecked: every property is used only with `monitor` locked.
 private final class InflateState: @unchecked Sendable {
-    private let condition = NSCondition()
+    private let monitor = Monitor()
+    /// Workers wait for a block to inflate.
+    private let jobAdded: Monitor.Condition
+    /// The hashing thread waits for the next block in order.
+    private let blockDone: Monitor.Condition
     private var jobs: [ParallelInflater.Job] = []
     private var done: [Int: (PooledBuffer, UInt32)] = [:]
+    /// The block the hashing thread waits for.
+    private var awaited = -1
     private var finished = false
     private(set) var failure: Error?
 
+    init() {
+        jobAdded = monitor.makeCondition()
+        blockDone = monitor.makeCondition()
+    }
+
     func add(_ job: ParallelInflater.Job) {
-        condition.lock()
+        monitor.lock()
         jobs.append(job)
-        condition.broadcast()
-        condition.unlock()
+        jobAdded.signal()
+        monitor.unlock()
     }
 
     func nextJob() -> ParallelInflater.Job? {
-        condition.lock()
-        defer { condition.unlock() }
-        while jobs.isEmpty && !finished && failure == nil { condition.wait() }
+        monitor.lock()
+        defer { monitor.unlock() }
+        while jobs.isEmpty && !finished && failure == nil { jobAdded.wait(seconds: 0.2) }
         if finished || failure != nil { return nil }
         return jobs.removeFirst()
     }
 
     func complete(index: Int, plain: PooledBuffer, crc: UInt32) {
-        condition.lock()
+        monitor.lock()
         done[index] = (plain, crc)
-        condition.broadcast()
-        condition.unlock()
+        if index == awaited { blockDone.signal() }
+        monitor.unlock()
     }
 
     func waitForBlock(_ index: Int) throws -> (PooledBuffer, UInt32) {
-        condition.lock()
-        defer { condition.unlock() }
-        while done[index] == nil && failure == nil { condition.wait() }
+        monitor.lock()
+        defer { monitor.unlock() }
+        awaited = index
+        while done[index] == nil && failure == nil { blockDone.wait(seconds: 0.2) }
+        awaited = -1
         if let failure { throw failure }
         return done.removeValue(forKey: index)!
     }
 
     func fail(_ error: Error) {
-        condition.lock()
+        monitor.lock()
         if failure == nil { failure = error }
-        condition.broadcast()
-        condition.unlock()
+        jobAdded.broadcast()
+        blockDone.broadcast()
+        monitor.unlock()
     }
 
     func finish() {
-        condition.lock()
+        monitor.lock()
         finished = true
-        condition.broadcast()
-        condition.unlock()
+        jobAdded.broadcast()
+        blockDone.broadcast()
+        monitor.unlock()
     }
 }
