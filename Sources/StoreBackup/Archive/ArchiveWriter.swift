@@ -46,7 +46,9 @@ struct ArchiveWriter {
             progress.report(BackupProgress(phase: .archiving, bytesDone: done, bytesTotal: totalBytes, currentFile: file))
         }
         defer { pipeline.stop() }
-        pipeline.writeback = WritebackPacer(libzipTemporaryFor: archivePath)
+        let writeback = WritebackPacer(libzipTemporaryFor: archivePath)
+        defer { writeback.stop() }
+        pipeline.writeback = writeback
 
         var jobIndexByPath: [String: Int] = [:]
         for (index, job) in jobs.enumerated() { jobIndexByPath[job.item.relativePath] = index }

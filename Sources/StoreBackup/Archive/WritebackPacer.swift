@@ -15,9 +15,14 @@ import Glibc
 /// With `boundInFlight` (the archive, written while the app runs), the steps are 256 KiB
 /// and each also waits until the chunk before the one just started is on disk, so at most
 /// two chunks (512 KiB, about a millisecond of disk time) are ever queued ahead of the
-/// app's own fsyncs. The archive is produced at a fraction of the disk's speed, so the
-/// wait costs little. (Measured with a `synchronous=FULL` writer beside 100 MiB written
+/// app's own fsyncs. (Measured with a `synchronous=FULL` writer beside 100 MiB written
 /// at create's pace: 1 MiB steps put its p99 commit at 3.8 × idle, 256 KiB steps at 2.6 ×.)
+///
+/// In that mode the steps run on a thread of their own, which the writer only wakes: waiting
+/// for the disk there had blocked the thread that feeds libzip for about a third of its
+/// time (`perf trace` of a 2 GiB create: 190 ms in each 500 ms while it wrote the blobs, when
+/// that thread is the pipeline's bottleneck). If the disk falls behind, what is not yet
+/// started waits in the page cache, not in the disk's queue, and the final fsync takes it.
 ///
 /// In that mode the pages are also dropped from the page cache once they are on disk
 /// (`POSIX_FADV_DONTNEED`), except the last MiB, where libzip still rewrites local headers:
@@ -26,12 +31,16 @@ import Glibc
 /// dear on some virtual machines: on this benchmark's, where the host reclaims free guest
 /// memory, writing 800 MiB into never-used page cache took 2.4-3 s of system time against
 /// 0.2 s into recycled pages; the 2 GiB create spent a quarter of its CPU there.)
-// Unchecked: `descriptor`, `pending` and the started range are used only while `lock` is held.
+// Unchecked: `pending` and `stopping` are used only while `condition` is held; `descriptor`
+// and the started range too, or (bounded mode) only on the pacing thread.
 final class WritebackPacer: @unchecked Sendable {
     /// How many bytes may be written between two writeback starts.
     private var interval: Int { boundInFlight ? 256 << 10 : 1 << 20 }
 
-    private let lock = NSLock()
+    private let condition = NSCondition()
+    private var stopping = false
+    /// The thread that starts and waits for writeback (bounded mode).
+    private var pacing: WorkerPool.Group?
     private var descriptor: Int32
     private let ownsDescriptor: Bool
     private var pending = 0
@@ -69,35 +78,72 @@ final class WritebackPacer: @unchecked Sendable {
         let resolved = URL(fileURLWithPath: directory).resolvingSymlinksInPath().path
         let prefix = resolved + "/" + (archivePath as NSString).lastPathComponent + "."
         findDescriptor = { Self.openOwnCopy(ofOpenFileWithPrefix: prefix) }
+        if boundInFlight {
+            pacing = WorkerPool.start(name: "storebackup-writeback", width: 1) { [self] _ in runPacing() }
+        }
     }
 
     deinit {
         if ownsDescriptor && descriptor >= 0 { close(descriptor) }
     }
 
-    /// Records `count` bytes written; every step, starts writeback of what is dirty.
+    /// Ends the pacing thread (bounded mode); what is still dirty is left to the caller's
+    /// fsync. Call it once the file is written or abandoned, or the thread waits for ever.
+    func stop() {
+        condition.lock()
+        stopping = true
+        condition.signal()
+        condition.unlock()
+        pacing?.join()
+    }
+
+    /// Records `count` bytes written; every step, starts writeback of what is dirty (in
+    /// bounded mode, wakes the pacing thread to do it).
     func wrote(_ count: Int) {
-        lock.lock()
-        defer { lock.unlock() }
+        condition.lock()
+        defer { condition.unlock() }
         pending += count
         guard pending >= interval else { return }
+        if boundInFlight {
+            condition.signal()
+            return
+        }
         pending = 0
         if descriptor < 0, let find = findDescriptor, let found = find() { descriptor = found }
         guard descriptor >= 0 else { return }
-        guard boundInFlight else {
-            // Offset 0, count 0: the whole file; pages already under writeback are skipped.
-            _ = sb_start_writeback(descriptor, 0, 0)
-            return
+        // Offset 0, count 0: the whole file; pages already under writeback are skipped.
+        _ = sb_start_writeback(descriptor, 0, 0)
+    }
+
+    private func runPacing() {
+        while true {
+            condition.lock()
+            while pending < interval && !stopping { condition.wait() }
+            let stop = stopping
+            // One step per interval written: when the disk falls behind, the rest waits in
+            // the page cache rather than in the disk's queue.
+            pending -= interval
+            condition.unlock()
+            if stop { return }
+            startNextChunk()
         }
+    }
+
+    /// Starts writeback of the next interval written, waits for the chunk before it, and
+    /// drops what is on disk from the page cache. On the pacing thread only.
+    private func startNextChunk() {
+        if descriptor < 0, let find = findDescriptor, let found = find() { descriptor = found }
+        guard descriptor >= 0 else { return }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return }
-        let end = Int64(info.st_size)
+        let size = Int64(info.st_size)
+        let end = min(size, startedTo + Int64(interval))
         guard end > startedTo else { return }
         _ = sb_start_writeback(descriptor, startedTo, end - startedTo)
         // The previous chunk has had a whole interval to finish; wait for whatever is left.
         if startedTo > startedFrom { _ = sb_wait_writeback(descriptor, startedFrom, startedTo - startedFrom) }
         // Clean now, so DONTNEED frees it (it never drops a dirty page: nothing can be lost).
-        let droppable = min(startedTo, end - Self.rewrittenTail)
+        let droppable = min(startedTo, size - Self.rewrittenTail)
         if droppable > droppedTo {
             _ = posix_fadvise(descriptor, off_t(droppedTo), off_t(droppable - droppedTo), POSIX_FADV_DONTNEED)
             droppedTo = droppable
