@@ -164,8 +164,11 @@ final class EmbeddingTests: XCTestCase {
         defer { try? app.execute("COMMIT", operation: "end the read transaction") }
         let files = [store + "/App.sqlite", store + "/App.sqlite-shm"]
         XCTAssertEqual(try lockHolders(files), [getpid(), getpid()], "the app's read transaction should lock both files")
-        _ = try await helper.createBackup()
+        let created = try await helper.createBackup()
         XCTAssertEqual(try lockHolders(files), [getpid(), getpid()], "a backup dropped the app's locks")
+        XCTAssertTrue(FileSystem.fileExists(store + "/App.sqlite-wal"))
+        XCTAssertEqual(created.manifest.files.map(\.path).filter { $0.hasPrefix("App.sqlite-") }, [],
+                       "a database's -wal and -shm are not stored: its snapshot is whole without them")
     }
 
     /// For each file, the process that holds a lock on it as another process sees it (0: none).

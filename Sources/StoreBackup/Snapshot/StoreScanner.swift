@@ -50,15 +50,6 @@ enum StoreScanner {
         }
         var result = Result(items: [], skipped: [])
         try walk(root: root, relative: "", into: &result)
-
-        let databases = Set(result.items.filter { $0.kind == .database }.map(\.relativePath))
-        result.items.removeAll { item in
-            guard item.kind == .file else { return false }
-            for suffix in companionSuffixes where item.relativePath.hasSuffix(suffix) {
-                if databases.contains(String(item.relativePath.dropLast(suffix.count))) { return true }
-            }
-            return false
-        }
         return result
     }
 
@@ -95,11 +86,13 @@ enum StoreScanner {
                     permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
                 try walk(root: root, relative: childRelative, into: &result)
             case S_IFREG:
-                // A database's companions are left out below, unread: SQLite's VFS keeps a
+                // A database's companions are left out, unread: SQLite's VFS keeps a
                 // descriptor open only for a database file it has open, so reading the
                 // header of an app's `-shm` would drop the app's locks on it.
-                let isCompanion = companionSuffixes.contains { name.hasSuffix($0) && databaseNames.contains(String(name.dropLast($0.count))) }
-                let isDatabase = !isCompanion && info.st_size >= 512 && SQLiteHeader.isDatabase(path: childPath)
+                if companionSuffixes.contains(where: { name.hasSuffix($0) && databaseNames.contains(String(name.dropLast($0.count))) }) {
+                    continue
+                }
+                let isDatabase = info.st_size >= 512 && SQLiteHeader.isDatabase(path: childPath)
                 if isDatabase { databaseNames.insert(name) }
                 result.items.append(StoreItem(
                     relativePath: childRelative, absolutePath: childPath, kind: isDatabase ? .database : .file,
