@@ -92,6 +92,67 @@ final class ArchiveCompatibilityTests: XCTestCase {
         XCTAssertEqual(info.st_mtim.tv_sec, 1_600_000_001)
     }
 
+    /// Files up to 128 KiB go through the pipeline's small lane, the rest in 1 MiB blocks:
+    /// many more small files than that lane holds, on both sides of its bound, random and
+    /// compressible, between big files, come back byte for byte, plain (zipfile, 7-Zip)
+    /// and encrypted (extract, every check of a restore), with the manifest's SHA-256.
+    func testFilesOnBothSidesOfTheSmallBlockLaneComeBackExactly() throws {
+        let stores = work + "/Stores"
+        try FileManager.default.createDirectory(atPath: stores + "/blobs", withIntermediateDirectories: true)
+        var state: UInt64 = 0x1A4E
+        func next() -> UInt8 {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return UInt8(truncatingIfNeeded: state >> 33)
+        }
+        let small = CompressionPipeline.smallBlockSize
+        let sizes = [0, 1, 4095, 4096, small - 1, small, small + 1, 3 * small, (1 << 20) + 7]
+        var expected: [String: Data] = [:]
+        for round in 0..<8 {
+            for (index, size) in sizes.enumerated() {
+                let random = (round + index) % 2 == 0
+                let bytes = (0..<size).map { position in random ? next() : UInt8(ascii: "a") &+ UInt8(position % 7) }
+                let name = String(format: "blobs/%02d-%02d", round, index)
+                expected[name] = Data(bytes)
+                try Data(bytes).write(to: URL(fileURLWithPath: stores + "/" + name))
+            }
+        }
+
+        let plain = try runStoreBackup(["create", stores, "--to", work + "/lanes-plain"])
+        XCTAssertEqual(plain.status, 0, plain.stderr)
+        let plainArchive = try onlyBackup(in: work + "/lanes-plain")
+        let script = """
+            import hashlib, json, os, sys, zipfile
+            path, store = sys.argv[1], sys.argv[2]
+            z = zipfile.ZipFile(path)
+            manifest = {f["path"]: f for f in json.loads(z.read(".storebackup/manifest.json"))["files"]}
+            checked = 0
+            for name in os.listdir(store + "/blobs"):
+                data = open(store + "/blobs/" + name, "rb").read()
+                assert z.read("blobs/" + name) == data, name + " differs"
+                assert manifest["blobs/" + name]["sha256"] == hashlib.sha256(data).hexdigest(), name + ": manifest SHA-256"
+                checked += 1
+            print(checked)
+            """
+        let read = try runTool("/usr/bin/env", ["python3", "-c", script, plainArchive, stores])
+        XCTAssertEqual(read.status, 0, read.stdout + read.stderr)
+        XCTAssertEqual(read.stdout.trimmingCharacters(in: .whitespacesAndNewlines), String(expected.count))
+        let sevenZip = try runTool("/usr/bin/7z", ["t", plainArchive])
+        XCTAssertTrue(sevenZip.stdout.contains("Everything is Ok"), sevenZip.stdout + sevenZip.stderr)
+
+        let passwordFile = work + "/lanes-password"
+        XCTAssertTrue(FileManager.default.createFile(atPath: passwordFile, contents: Data("lanes of blocks\n".utf8),
+                                                     attributes: [.posixPermissions: 0o600]))
+        let encrypted = try runStoreBackup(["create", stores, "--to", work + "/lanes-encrypted", "--encrypt", "--password-file", passwordFile])
+        XCTAssertEqual(encrypted.status, 0, encrypted.stderr)
+        let extracted = work + "/lanes-extracted"
+        let extract = try runStoreBackup(["extract", "latest", "--into", extracted, "--from", work + "/lanes-encrypted",
+                                          "--password-file", passwordFile])
+        XCTAssertEqual(extract.status, 0, extract.stderr)
+        for (name, data) in expected {
+            XCTAssertEqual(FileManager.default.contents(atPath: extracted + "/" + name), data, name)
+        }
+    }
+
     /// Multi-block entries from each deflate engine (ISA-L at the fast/default level and at
     /// 3, zlib at 6): unzip, 7-Zip, Python's zipfile and libzip itself read them; each
     /// block, cut at the manifest's block sizes, inflates on its own with zlib's raw inflate

@@ -95,6 +95,8 @@ struct ArchiveWriter {
 
         var manifest: Manifest?
         let manifestSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
+            // Every file's data is written by now (the manifest is the last entry).
+            pipeline.releaseBuffers()
             let built = try buildManifest(items: items, jobs: jobs, jobIndexByPath: jobIndexByPath, snapshots: snapshots, pipeline: pipeline)
             manifest = built
             return try built.encoded()

@@ -29,6 +29,8 @@ final class BufferPool: @unchecked Sendable {
     private let condition = NSCondition()
     private var free: [PooledBuffer] = []
     private var closed = false
+    /// Released: buffers given back are freed instead of kept.
+    private var released = false
 
     init(count: Int, capacity: Int) {
         free = (0..<count).map { _ in PooledBuffer(capacity: capacity, owner: self) }
@@ -47,7 +49,7 @@ final class BufferPool: @unchecked Sendable {
 
     func give(_ buffer: PooledBuffer) {
         condition.lock()
-        free.append(buffer)
+        if !released { free.append(buffer) }
         condition.signal()
         condition.unlock()
     }
@@ -56,6 +58,17 @@ final class BufferPool: @unchecked Sendable {
     func close() {
         condition.lock()
         closed = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Closes the pool and frees the buffers in it now (buffers still out are freed when
+    /// their last owner lets go).
+    func release() {
+        condition.lock()
+        closed = true
+        released = true
+        free.removeAll()
         condition.broadcast()
         condition.unlock()
     }

@@ -17,7 +17,8 @@ import Glibc
 /// manifest), and the `zip_close` thread
 /// takes finished blocks in order through `EntrySource`. libzip copies deflated data
 /// as-is when the source says it is already deflated (zip_close.c, add_data), and
-/// writes the archive itself. Memory stays bounded: at most `capacity` blocks exist.
+/// writes the archive itself. Memory stays bounded: blocks come from two lanes of fixed
+/// buffers (``BlockLane``), one for 1 MiB blocks and one, with a deeper queue, for small files.
 ///
 /// With a password, workers also encrypt (WinZip AES-256, see `WinZipAES`). Counter mode
 /// needs a block's offset in the entry's compressed data, known once every earlier block
@@ -51,6 +52,8 @@ final class CompressionPipeline: @unchecked Sendable {
     final class Block {
         let jobIndex: Int
         let isLast: Bool
+        /// Which of the pipeline's lanes the block's buffers come from.
+        let lane: Int
         /// The raw bytes; returned to the pool once compressed (or handed on as output when stored).
         var input: PooledBuffer?
         var output: PooledBuffer?
@@ -65,22 +68,24 @@ final class CompressionPipeline: @unchecked Sendable {
         /// Ready for the writer: compressed, and encrypted when there is a password.
         var done = false
 
-        init(jobIndex: Int, isLast: Bool, input: PooledBuffer) {
+        init(jobIndex: Int, isLast: Bool, lane: Int, input: PooledBuffer) {
             self.jobIndex = jobIndex
             self.isLast = isLast
+            self.lane = lane
             self.input = input
             self.uncompressedCount = input.count
         }
     }
 
     static let blockSize = 1 << 20
+    /// Files this small go through the small lane. The benchmark's blobs are 128 KiB.
+    static let smallBlockSize = 128 << 10
 
     let jobs: [Job]
     /// Paces writeback of the archive file as its entries' data is served to libzip.
     var writeback: WritebackPacer?
     private let level: Int32
     private let workerCount: Int
-    private let capacity: Int
     private let cancel: CancellationFlag
     private let onBytesRead: @Sendable (Int64, String) -> Void
     private let password: BackupPassword?
@@ -88,8 +93,11 @@ final class CompressionPipeline: @unchecked Sendable {
     /// Per job, the compressed bytes that already have an offset (encrypted archives).
     private var assignedCipherBytes: [Int: Int64] = [:]
 
-    private let inputPool: BufferPool
-    private let outputPool: BufferPool
+    /// `bigLane` for 1 MiB blocks, `smallLane` for files of at most `smallBlockSize`.
+    private let lanes: [BlockLane]
+    private let bigLane = 0, smallLane = 1
+    /// Per lane, the blocks in `queue`.
+    private var queuedInLane = [0, 0]
     private let monitor = Monitor()
     /// The writer waits for the block at the head of the queue to be done.
     private let headDone: Monitor.Condition
@@ -112,17 +120,14 @@ final class CompressionPipeline: @unchecked Sendable {
         secrets = password == nil ? [] : jobs.map { _ in LazyEntrySecrets() }
         self.level = Int32(max(1, min(9, level)))
         self.workerCount = max(1, workers)
-        self.capacity = max(3, workers + 2)
         self.cancel = cancel
         self.onBytesRead = onBytesRead
-        // Input buffers bound the queue. Each worker holds an output buffer before it
-        // claims a block, and at most `capacity - 1` finished blocks wait for the writer,
-        // so workers + capacity output buffers can never all be stuck (no deadlock).
         headDone = monitor.makeCondition()
         workQueued = monitor.makeCondition()
         roomInQueue = monitor.makeCondition()
-        inputPool = BufferPool(count: capacity + 1, capacity: Self.blockSize)
-        outputPool = BufferPool(count: workerCount + capacity, capacity: Self.blockSize + Self.blockSize / 16 + 1024)
+        let capacity = max(3, workerCount + 2)
+        lanes = [BlockLane(blockSize: Self.blockSize, capacity: capacity),
+                 BlockLane(blockSize: Self.smallBlockSize, capacity: 3 * capacity)]
     }
 
     /// Gives a consumed block's buffers back for reuse.
@@ -143,9 +148,14 @@ final class CompressionPipeline: @unchecked Sendable {
         stopped = true
         wakeEveryone()
         monitor.unlock()
-        inputPool.close()
-        outputPool.close()
+        lanes.forEach { $0.close() }
         groups.forEach { $0.join() }
+    }
+
+    /// Frees the block buffers once every block has been delivered (before the manifest is
+    /// built, so their memory and the manifest's do not add up).
+    func releaseBuffers() {
+        lanes.forEach { $0.release() }
     }
 
     /// The next finished block of job `jobIndex`, in order. Throws the first failure.
@@ -160,6 +170,7 @@ final class CompressionPipeline: @unchecked Sendable {
                     throw StoreBackupError.archiveWrite(reason: "internal error: blocks out of order")
                 }
                 queue.removeFirst()
+                queuedInLane[head.lane] -= 1
                 roomInQueue.signal()
                 return head
             }
@@ -216,6 +227,7 @@ final class CompressionPipeline: @unchecked Sendable {
     }
 
     private func readJob(_ jobIndex: Int, _ job: Job) throws {
+        let lane = job.plannedSize <= Int64(Self.smallBlockSize) ? smallLane : bigLane
         var hasher = SHA256()
         var offset: Int64 = 0
         var descriptor: Int32 = -1
@@ -230,7 +242,7 @@ final class CompressionPipeline: @unchecked Sendable {
 
         repeat {
             let wanted = Int(min(Int64(Self.blockSize), max(0, job.plannedSize - offset)))
-            guard let input = inputPool.take() else { throw StoreBackupError.cancelled }
+            guard let input = lanes[lane].inputs.take() else { throw StoreBackupError.cancelled }
             let got: Int
             if wanted == 0 {
                 got = 0
@@ -243,7 +255,7 @@ final class CompressionPipeline: @unchecked Sendable {
             hasher.update(bufferPointer: input.contents)
             offset += Int64(got)
             let isLast = got < Self.blockSize || offset >= job.plannedSize
-            let block = Block(jobIndex: jobIndex, isLast: isLast, input: input)
+            let block = Block(jobIndex: jobIndex, isLast: isLast, lane: lane, input: input)
             if isLast {
                 // Recorded before the last block is queued, so it is known once that block is consumed.
                 let digest = FileDigest.hex(hasher.finalize())
@@ -275,12 +287,13 @@ final class CompressionPipeline: @unchecked Sendable {
     private func enqueue(_ block: Block) throws {
         monitor.lock()
         defer { monitor.unlock() }
-        while queue.count >= capacity && !stopped && failure == nil && !cancel.isCancelled {
+        while queuedInLane[block.lane] >= lanes[block.lane].capacity && !stopped && failure == nil && !cancel.isCancelled {
             roomInQueue.wait(seconds: 0.2)
         }
         if cancel.isCancelled { throw StoreBackupError.cancelled }
         if stopped || failure != nil { throw StoreBackupError.cancelled }
         queue.append(block)
+        queuedInLane[block.lane] += 1
         workQueued.signal()
     }
 
@@ -319,26 +332,23 @@ final class CompressionPipeline: @unchecked Sendable {
         }
         let ctr: WinZipCTR?
         do { ctr = password == nil ? nil : try WinZipCTR() } catch { return fail(error) }
-        // The output buffer is taken before claiming work (see init); encrypting needs none,
-        // so after encrypting, the same buffer waits for the next compression.
-        var held: PooledBuffer?
-        while true {
-            guard let output = held ?? outputPool.take() else { return }
-            held = nil
-            guard let work = claimWork() else {
-                output.recycle()
-                return
-            }
+        while let work = claimWork() {
             do {
                 switch work {
                 case .encrypt(let block):
-                    held = output
                     try encrypt(block, ctr: ctr!)
                     monitor.lock()
                     markDone(block)
                     monitor.unlock()
                 case .compress(let block):
                     let method = jobs[block.jobIndex].method
+                    // Taken after claiming, from the block's lane: one is always free (see BlockLane).
+                    // Stored blocks need none: their input is handed on.
+                    var output: PooledBuffer?
+                    if method != .store {
+                        guard let taken = lanes[block.lane].outputs.take() else { return }
+                        output = taken
+                    }
                     try process(block, output: output, deflater: method == .storedDeflate ? storedDeflater : deflater)
                     // Derive the entry's keys here, in parallel, before the writer needs them.
                     if password != nil { _ = try entrySecrets(forJob: block.jobIndex) }
@@ -348,7 +358,6 @@ final class CompressionPipeline: @unchecked Sendable {
                     monitor.unlock()
                 }
             } catch {
-                held?.recycle()
                 fail(error)
                 return
             }
@@ -401,12 +410,11 @@ final class CompressionPipeline: @unchecked Sendable {
         ctr.apply(to: output.bytes, count: output.count, at: offset)
     }
 
-    private func process(_ block: Block, output: PooledBuffer, deflater: BlockDeflater) throws {
-        guard let input = block.input else { return output.recycle() }
+    private func process(_ block: Block, output: PooledBuffer?, deflater: BlockDeflater) throws {
+        guard let input = block.input else { output?.recycle(); return }
         block.crc = CRC32.update(0, input.bytes, count: input.count)
-        guard jobs[block.jobIndex].method != .store else {
+        guard let output else {
             // Stored: the input buffer itself is the output.
-            output.recycle()
             block.output = input
             block.input = nil
             return
