@@ -128,14 +128,19 @@ struct ArchiveWriter {
     }
 
     private func planJobs(items: [StoreItem], snapshots: [String: DatabaseSnapshot]) -> [CompressionPipeline.Job] {
+        let files = items.filter { $0.kind == .file || $0.kind == .database }
+        // Sampled on every core: a blob store's thousands of files take tens of
+        // milliseconds on one, while nothing else can start.
+        let sampled = settings.compressionLevel == 0 ? [] : files.filter { snapshots[$0.relativePath] == nil && $0.size > 0 }
+        let incompressible = IncompressibleSample.incompressiblePaths(sampled, width: settings.workers)
         var jobs: [CompressionPipeline.Job] = []
-        for item in items where item.kind == .file || item.kind == .database {
+        for item in files {
             let snapshot = snapshots[item.relativePath]
             let size = snapshot?.size ?? item.size
             let method: CompressionPipeline.Method
             if settings.compressionLevel == 0 || size == 0 {
                 method = settings.password == nil ? .store : .storedDeflate
-            } else if snapshot == nil && IncompressibleSample.looksIncompressible(path: item.absolutePath, size: size) {
+            } else if incompressible.contains(item.relativePath) {
                 method = settings.password == nil ? .store : .storedDeflate
             } else {
                 method = .deflate
@@ -218,6 +223,22 @@ struct ArchiveWriter {
 /// Decides from a small sample whether a file is already compressed (JPEG, video, zip...).
 /// Deflating such files costs CPU and saves nothing, so they are stored.
 enum IncompressibleSample {
+    /// The relative paths of the `files` that look incompressible, sampled on `width`
+    /// threads (each takes every `width`-th file, so they share no lock).
+    static func incompressiblePaths(_ files: [StoreItem], width: Int) -> Set<String> {
+        let width = max(1, min(width, files.count / 64))
+        let found = Locked(Set<String>())
+        WorkerPool.start(name: "storebackup-sample", width: width) { worker in
+            var mine: [String] = []
+            for index in stride(from: worker, to: files.count, by: width) {
+                let file = files[index]
+                if looksIncompressible(path: file.absolutePath, size: file.size) { mine.append(file.relativePath) }
+            }
+            found.withLock { $0.formUnion(mine) }
+        }.join()
+        return found.current
+    }
+
     static func looksIncompressible(path: String, size: Int64) -> Bool {
         guard size >= 4096 else { return false }
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
