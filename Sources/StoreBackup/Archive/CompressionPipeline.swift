@@ -228,6 +228,8 @@ final class CompressionPipeline: @unchecked Sendable {
 
     private func readJob(_ jobIndex: Int, _ job: Job) throws {
         let lane = job.plannedSize <= Int64(Self.smallBlockSize) ? smallLane : bigLane
+        // Never more than the lane's buffers hold, even if the file has grown since the scan.
+        let blockSize = lanes[lane].blockSize
         var hasher = SHA256()
         var offset: Int64 = 0
         var descriptor: Int32 = -1
@@ -241,7 +243,7 @@ final class CompressionPipeline: @unchecked Sendable {
         defer { if descriptor >= 0 { close(descriptor) } }
 
         repeat {
-            let wanted = Int(min(Int64(Self.blockSize), max(0, job.plannedSize - offset)))
+            let wanted = Int(min(Int64(blockSize), max(0, job.plannedSize - offset)))
             guard let input = lanes[lane].inputs.take() else { throw StoreBackupError.cancelled }
             let got: Int
             if wanted == 0 {
@@ -254,7 +256,7 @@ final class CompressionPipeline: @unchecked Sendable {
             input.count = got
             hasher.update(bufferPointer: input.contents)
             offset += Int64(got)
-            let isLast = got < Self.blockSize || offset >= job.plannedSize
+            let isLast = got < blockSize || offset >= job.plannedSize
             let block = Block(jobIndex: jobIndex, isLast: isLast, lane: lane, input: input)
             if isLast {
                 // Recorded before the last block is queued, so it is known once that block is consumed.
