@@ -228,7 +228,7 @@ final class CompressionPipeline: @unchecked Sendable {
 
     private func readJob(_ jobIndex: Int, _ job: Job) throws {
         let lane = job.plannedSize <= Int64(Self.smallBlockSize) ? smallLane : bigLane
-        // Never more than the lane's buffers hold, even if the file has grown since the scan.
+        // Each read fills at most one of this lane's buffers (128 KiB ones for small files).
         let blockSize = lanes[lane].blockSize
         var hasher = SHA256()
         var offset: Int64 = 0
