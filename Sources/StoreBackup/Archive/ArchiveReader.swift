@@ -260,12 +260,26 @@ final class ArchiveReader: @unchecked Sendable {
         return text
     }
 
-    /// True for a non-empty relative path with no empty, "." or ".." parts.
+    /// True for a non-empty relative path with no empty, "." or ".." parts, no NUL and no
+    /// backslash. One pass over the UTF-8 bytes (every entry of an archive goes through it;
+    /// Foundation's substring search cost 20 µs a path).
     static func isSafeRelativePath(_ path: String) -> Bool {
-        guard !path.isEmpty, !path.hasPrefix("/"), !path.contains("\0"), !path.contains("\\") else { return false }
-        return path.split(separator: "/", omittingEmptySubsequences: false).allSatisfy { part in
-            !part.isEmpty && part != "." && part != ".."
+        var partLength = 0
+        var partIsDots = true   // the part so far is all dots (".", ".." are refused)
+        for byte in path.utf8 {
+            switch byte {
+            case 0, UInt8(ascii: "\\"):
+                return false
+            case UInt8(ascii: "/"):
+                if partLength == 0 || (partIsDots && partLength <= 2) { return false }
+                partLength = 0
+                partIsDots = true
+            default:
+                partLength += 1
+                if byte != UInt8(ascii: ".") { partIsDots = false }
+            }
         }
+        return partLength > 0 && !(partIsDots && partLength <= 2)
     }
 
     /// True when a link at `linkPath` pointing to `target` stays inside the root.
