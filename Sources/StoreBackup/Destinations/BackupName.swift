@@ -16,32 +16,25 @@ public enum BackupName {
 
     /// The name for a backup made at `date`: `yyyy-MM-dd HHmmss Stores.zip` in UTC, so names sort by time.
     public static func make(for date: Date) -> String {
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "UTC")
-        formatter.dateFormat = "yyyy-MM-dd HHmmss"
-        return formatter.string(from: date) + suffix
+        UTCTimestamp.compact(date) + suffix
     }
 
     /// The date a name carries, or nil when it carries none we know.
     public static func date(of name: String) -> Date? {
         guard isBackup(name) else { return nil }
-        let stem = String(name.dropLast(suffix.count))
-        let patterns: [(String, TimeZone?)] = [
-            ("yyyy-MM-dd HHmmss", TimeZone(identifier: "UTC")),
-            ("'['yyyy-MMM-dd']' hh.mm a", nil),
-        ]
-        for (pattern, zone) in patterns {
-            let formatter = DateFormatter()
-            formatter.locale = Locale(identifier: "en_US_POSIX")
-            formatter.timeZone = zone ?? TimeZone.current
-            formatter.dateFormat = pattern
-            formatter.isLenient = false
-            // Strict: the date must print back to the same text, so "2025-13-45 999999"
-            // (which a lenient parser rolls over into a real date) carries no date.
-            if let date = formatter.date(from: stem), formatter.string(from: date) == stem { return date }
-        }
-        return nil
+        let stem = name.dropLast(suffix.count)
+        if let date = UTCTimestamp.parseCompact(stem) { return date }
+        guard stem.hasPrefix("[") else { return nil }
+        // The seed's names, in local time: rare, so a formatter is made only for them.
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone.current
+        formatter.dateFormat = "'['yyyy-MMM-dd']' hh.mm a"
+        formatter.isLenient = false
+        // Strict: the date must print back to the same text, so "[2026-Feb-30] 10.15 PM"
+        // (which a lenient parser rolls over into a real date) carries no date.
+        guard let date = formatter.date(from: String(stem)), formatter.string(from: date) == stem else { return nil }
+        return date
     }
 
     /// A name that is safe to use as a single file name anywhere.

@@ -26,7 +26,7 @@ public final class StoreLock: Sendable {
             close(fd)
             throw StoreBackupError.storeLocked(path: directory, holder: holder)
         }
-        let text = "pid \(getpid()) on \(FileSystem.hostName): \(purpose), since \(ISO8601DateFormatter().string(from: Date()))\n"
+        let text = "pid \(getpid()) on \(FileSystem.hostName): \(purpose), since \(UTCTimestamp.iso8601(Date()))\n"
         ftruncate(fd, 0)
         _ = text.withCString { pwrite(fd, $0, strlen($0), 0) }
     }
