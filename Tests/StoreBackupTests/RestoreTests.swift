@@ -91,6 +91,47 @@ final class RestoreTests: XCTestCase {
         try assertRestoreFails(name: "2000-01-01 000000 Stores.zip", messageContains: "notes.txt")
     }
 
+    /// A database big enough to be unpacked in blocks has its SHA-256 checked by reading it
+    /// back after its CRC (DeferredDigest): a manifest whose digest for it is wrong, with
+    /// every CRC and every database page valid, is still refused.
+    func testDatabaseUnpackedInBlocksIsCheckedAgainstTheManifestDigest() throws {
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try app.execute("""
+            CREATE TABLE filler(b TEXT);
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2048)
+            INSERT INTO filler SELECT hex(randomblob(1024)) FROM n;
+            """, operation: "grow past one block")
+        app.close()
+        let grown = work + "/grown-backups"
+        let created = try runStoreBackup(["create", store, "--to", grown])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let forged = backups + "/2000-01-01 000000 Stores.zip"
+        try FileManager.default.copyItem(atPath: try onlyBackup(in: grown), toPath: forged)
+        // The manifest replaced through libzip, which copies every other entry as it is.
+        try runPythonScript("""
+            import ctypes, json, sys, zipfile
+            path = sys.argv[1]
+            manifest = json.loads(zipfile.ZipFile(path).read(".storebackup/manifest.json"))
+            row = next(f for f in manifest["files"] if f["path"] == "App.sqlite")
+            assert len(row.get("deflateBlocks") or []) >= 2, "App.sqlite must be unpacked in blocks"
+            row["sha256"] = row["sha256"][:-1] + ("0" if row["sha256"][-1] != "0" else "1")
+            content = json.dumps(manifest).encode()
+            z = ctypes.CDLL("libzip.so.4")
+            z.zip_open.restype = ctypes.c_void_p; z.zip_source_buffer.restype = ctypes.c_void_p
+            z.zip_name_locate.restype = ctypes.c_int64
+            err = ctypes.c_int(0)
+            archive = z.zip_open(path.encode(), 0, ctypes.byref(err))
+            assert archive, err.value
+            index = z.zip_name_locate(ctypes.c_void_p(archive), b".storebackup/manifest.json", 0)
+            assert index >= 0
+            data = ctypes.create_string_buffer(content, len(content))
+            source = z.zip_source_buffer(ctypes.c_void_p(archive), data, ctypes.c_uint64(len(content)), 0)
+            assert z.zip_file_replace(ctypes.c_void_p(archive), ctypes.c_uint64(index), ctypes.c_void_p(source), 0) == 0
+            assert z.zip_close(ctypes.c_void_p(archive)) == 0
+            """, [forged])
+        try assertRestoreFails(name: "2000-01-01 000000 Stores.zip", messageContains: "App.sqlite does not match")
+    }
+
     func testEscapingPathIsRefused() throws {
         for (index, entry) in ["../evil.txt", "/tmp/storebackup-evil.txt", "a/../../evil.txt"].enumerated() {
             let name = "2000-01-0\(index + 1) 000000 Stores.zip"

@@ -32,11 +32,12 @@ final class ConfinedTree: Sendable {
         if descriptor != rootDescriptor { close(descriptor) }
     }
 
-    /// Creates the regular file `relative` (O_EXCL) and returns its descriptor, open for writing.
-    func createFile(_ relative: String) throws -> Int32 {
+    /// Creates the regular file `relative` (O_EXCL) and returns its descriptor, open for writing
+    /// (and, with `readBack`, for reading what was written).
+    func createFile(_ relative: String, readBack: Bool = false) throws -> Int32 {
         let (parent, leaf) = try openParent(relative, create: true)
         defer { if parent != rootDescriptor { close(parent) } }
-        let fd = openat(parent, leaf, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let fd = openat(parent, leaf, (readBack ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "create", errno: errno) }
         return fd
     }

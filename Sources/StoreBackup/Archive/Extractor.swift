@@ -13,9 +13,11 @@ import Glibc
 /// with the same type and size, every link's target is resolved through the archive's
 /// other links and must stay inside, and the declared sizes must fit in the target file
 /// system with a reserve left for the app. Then each file is written through a directory
-/// descriptor (``ConfinedTree``), checked against its SHA-256 while it is written and cut
-/// off the moment it exceeds its declared size; links come last. Every database passes
-/// `PRAGMA integrity_check`. Any failure throws; the caller removes the half-made folder.
+/// descriptor (``ConfinedTree``), checked against its SHA-256 while it is written (a
+/// database unpacked in blocks: read back right after, beside its check, see
+/// ``DeferredDigest``) and cut off the moment it exceeds its declared size; links come
+/// last. Every database passes `PRAGMA integrity_check`. Any failure throws; the caller
+/// removes the half-made folder.
 struct Extractor {
     let reader: ArchiveReader
     let cancel: CancellationFlag
@@ -202,8 +204,10 @@ struct Extractor {
     /// on a thread of its own while the next database and then the other files are unpacked.
     /// One unpacked in blocks is checked while it is written (``UnpackingDatabase``), the
     /// others once written. The check is the longest single-threaded step of a restore; this
-    /// way the other files cost no time beside it. The checks are left running; the caller
-    /// waits for them.
+    /// way the other files cost no time beside it. Such a database's SHA-256 is checked by
+    /// reading it back once all are unpacked, before the other files, so that a mismatch is
+    /// the error reported even if the check fails too. The checks are left running; the
+    /// caller waits for them.
     private func extractInParallel(
         _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
         checks: WorkerPool.Feed<DatabaseCheck>, flushes: WorkerPool.Feed<String>?,
@@ -215,6 +219,7 @@ struct Extractor {
         if !databases.isEmpty {
             let archive = try ArchiveHandle(reader.openHandle())
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var digests: [DeferredDigest] = []
             for database in databases {
                 try cancel.throwIfCancelled()
                 if let failure = checks.firstFailure { throw failure }
@@ -222,12 +227,14 @@ struct Extractor {
                 let expected = manifestByPath[database.path]
                 let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
-                try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
-                                unpacking: unpacking.map { unpacking in (unpacking, { checks.submit(DatabaseCheck(path: path, unpacking: unpacking)) }) },
-                                onBytes: onBytes)
+                let digest = try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
+                                             unpacking: unpacking.map { unpacking in (unpacking, { checks.submit(DatabaseCheck(path: path, unpacking: unpacking)) }) },
+                                             onBytes: onBytes)
+                digests += digest.map { [$0] } ?? []
                 if unpacking == nil { checks.submit(DatabaseCheck(path: path, unpacking: nil)) }
                 flushes?.submit(database.path)
             }
+            for digest in digests { try digest.verify(backupName: reader.backupName, cancel: cancel) }
         }
         try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
             // Each thread reads through its own libzip handle and buffer.
@@ -242,18 +249,20 @@ struct Extractor {
     }
 
     /// Writes one entry, checking it against its CRC and the manifest. With `unpacking` (only
-    /// for an entry read in blocks), `start` runs once the file exists, and the readers of
-    /// `unpacking` follow the blocks as they are written.
+    /// for an entry read in blocks), `start` runs once the file exists, the readers of
+    /// `unpacking` follow the blocks as they are written, and the SHA-256 is left to the
+    /// returned ``DeferredDigest``.
+    @discardableResult
     private func extractFile(
         _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], into root: ConfinedTree,
         expected: Manifest.File?, unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
         onBytes: @Sendable (Int64, String) -> Void
-    ) throws {
+    ) throws -> DeferredDigest? {
         let path = root.root + "/" + entry.path
         // Verify without a manifest finds databases by their first bytes, so it decides
         // whether to write a file only once it has read them.
         let decideByHeader = verifyOnly && reader.manifest == nil
-        var fd: Int32 = try (!verifyOnly || isDatabase(entry) ? root.createFile(entry.path) : -1)
+        var fd: Int32 = try (!verifyOnly || isDatabase(entry) ? root.createFile(entry.path, readBack: unpacking != nil) : -1)
         defer { if fd >= 0 { close(fd) } }
         if let expected, let plan = Self.blockPlan(entry: entry, expected: expected) {
             var finished = false
@@ -263,7 +272,7 @@ struct Extractor {
             let inflater = ParallelInflater(archive: archive, entry: entry, blockSize: plan.blockSize,
                                             compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
                                             password: reader.password, backupName: reader.backupName,
-                                            pageCache: reader.pageCache)
+                                            pageCache: reader.pageCache, hashesContent: unpacking == nil)
             var written: Int64 = 0
             // The blocks come back in order, each already written at its offset.
             let result = try inflater.run(descriptor: fd, path: path) { bytes in
@@ -273,14 +282,19 @@ struct Extractor {
             }
             // WinZip AE-2 entries under 20 bytes carry no CRC (libzip writes 0); the HMAC and SHA-256 still hold.
             let crcMatches = result.crc == entry.crc || (entry.isEncrypted && entry.size < 20)
-            guard crcMatches, result.size == expected.size, result.sha256 == expected.sha256 else {
+            // Not hashed on the way in: there must be a digest to check when reading back.
+            let sha256Matches = result.sha256.map { $0 == expected.sha256 } ?? (expected.sha256 != nil)
+            guard crcMatches, result.size == expected.size, sha256Matches else {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }
             try finishFile(fd: fd, entry: entry, path: path)
             unpacking?.file.finish()
             finished = true
             reader.pageCache?.drop(entry)
-            return
+            guard result.sha256 == nil, let expectedSHA256 = expected.sha256 else { return nil }
+            let digest = DeferredDigest(owning: fd, path: path, entryPath: entry.path, size: expected.size, expectedSHA256: expectedSHA256)
+            fd = -1
+            return digest
         }
         precondition(unpacking == nil, "only an entry read in blocks is checked while it is written")
         guard let file = zip_fopen_index(archive, entry.index, 0) else {
@@ -322,6 +336,7 @@ struct Extractor {
         }
         try finishFile(fd: fd, entry: entry, path: path)
         reader.pageCache?.drop(entry)
+        return nil
     }
 
     /// How to read an entry through `ParallelInflater`: the manifest's block index, or for an

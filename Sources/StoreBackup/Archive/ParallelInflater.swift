@@ -11,7 +11,9 @@ import Glibc
 /// compressed size in the manifest. Restore reads the entry's raw compressed bytes in one
 /// pass, hands each block to a worker that inflates it and writes it at its own offset,
 /// and hashes the blocks in order as they come back, so SHA-256, CRC-32 and the size are
-/// all checked in the same pass. Memory is a few blocks, whatever the entry's size.
+/// all checked in the same pass (or, with `hashesContent` off, only the CRC-32 and size:
+/// the caller reads the file back for its SHA-256 later). Memory is a few blocks, whatever
+/// the entry's size.
 ///
 /// An encrypted (WinZip AES) entry is read raw, still encrypted: the HMAC is computed in
 /// order over the ciphertext as it is read, and each worker decrypts its block at its own
@@ -28,9 +30,12 @@ struct ParallelInflater {
     var backupName: String
     /// Drops the entry's compressed bytes from the page cache as they are read.
     var pageCache: ArchivePageCache? = nil
+    /// Whether to compute the SHA-256 as the blocks come back.
+    var hashesContent = true
 
     struct Result {
-        var sha256: String
+        /// Nil when `hashesContent` is off.
+        var sha256: String?
         var crc: UInt32
         var size: Int64
     }
@@ -162,7 +167,7 @@ struct ParallelInflater {
                 continue
             }
             let (plain, blockCRC) = try state.waitForBlock(nextToHash)
-            hasher.update(bufferPointer: plain.contents)
+            if hashesContent { hasher.update(bufferPointer: plain.contents) }
             crc = UInt32(crc32_combine(uLong(crc), uLong(blockCRC), off_t(plain.count)))
             size += Int64(plain.count)
             onBytes(Int64(plain.count))
@@ -175,7 +180,7 @@ struct ParallelInflater {
                 throw StoreBackupError.checksumMismatch(name: backupName, entry: entry.path)
             }
         }
-        let digest = FileDigest.hex(hasher.finalize())
+        let digest = hashesContent ? FileDigest.hex(hasher.finalize()) : nil
         return Result(sha256: digest, crc: crc, size: size)
     }
 

@@ -28,6 +28,13 @@ enum FileDigest {
         let descriptor = open(file, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw StoreBackupError.io(path: file, operation: "open for hashing", errno: errno) }
         defer { close(descriptor) }
+        try read(descriptor: descriptor, path: file, offset: offset, length: length, consume)
+    }
+
+    /// ``read(file:offset:length:_:)`` through a descriptor already open for reading (`file`
+    /// names it in messages); an error `consume` throws ends the reading.
+    static func read(descriptor: Int32, path file: String, offset: Int64, length: Int64,
+                     _ consume: (_ at: Int64, _ bytes: UnsafeRawBufferPointer) throws -> Void) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         var position = offset
@@ -39,7 +46,7 @@ enum FileDigest {
             guard got > 0 else {
                 throw StoreBackupError.io(path: file, operation: "read for hashing", errno: got < 0 ? errno : EIO)
             }
-            consume(position, UnsafeRawBufferPointer(rebasing: buffer[0..<got]))
+            try consume(position, UnsafeRawBufferPointer(rebasing: buffer[0..<got]))
             position += Int64(got)
         }
     }
