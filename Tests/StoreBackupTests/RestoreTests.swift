@@ -95,25 +95,59 @@ final class RestoreTests: XCTestCase {
     /// back after its CRC (DeferredDigest): a manifest whose digest for it is wrong, with
     /// every CRC and every database page valid, is still refused.
     func testDatabaseUnpackedInBlocksIsCheckedAgainstTheManifestDigest() throws {
-        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
-        try app.execute("""
+        try growPastOneBlock(store + "/App.sqlite")
+        let forged = try backupWithForgedDigest(of: "App.sqlite")
+        try assertRestoreFails(name: (forged as NSString).lastPathComponent, messageContains: "App.sqlite does not match")
+    }
+
+    /// With at most one database waiting for its read-back digest (each keeps its file open),
+    /// every database is still checked: a whole backup unpacks, a forged digest is caught.
+    func testDigestsAreCheckedWhenTheirLimitIsReached() throws {
+        try growPastOneBlock(store + "/App.sqlite")
+        try growPastOneBlock(store + "/Settings.sqlite")
+        let forged = try backupWithForgedDigest(of: "Settings.sqlite")
+        let whole = try onlyBackup(in: work + "/grown-backups")
+        for (archive, scratch) in [(whole, work + "/whole"), (forged, work + "/forged")] {
+            var extractor = Extractor(reader: try ArchiveReader(path: archive, backupName: "test"), cancel: CancellationFlag(),
+                                      progress: ProgressThrottle(nil))
+            extractor.pendingDigestLimit = 1
+            if archive == whole {
+                XCTAssertEqual(try extractor.extract(into: scratch).sorted(), ["App.sqlite", "Settings.sqlite"])
+                continue
+            }
+            XCTAssertThrowsError(try extractor.extract(into: scratch)) { error in
+                guard case StoreBackupError.checksumMismatch(_, let entry) = error else { return XCTFail("\(error)") }
+                XCTAssertEqual(entry, "Settings.sqlite")
+            }
+        }
+    }
+
+    /// Adds about 2 MiB of compressible rows: enough for several deflate blocks.
+    private func growPastOneBlock(_ database: String) throws {
+        let connection = try SQLiteConnection(path: database, mode: .readWrite)
+        defer { connection.close() }
+        try connection.execute("""
             CREATE TABLE filler(b TEXT);
             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2048)
             INSERT INTO filler SELECT hex(randomblob(1024)) FROM n;
             """, operation: "grow past one block")
-        app.close()
+    }
+
+    /// Backs the store up into `grown-backups`, then copies that backup into `backups` under
+    /// an older name with the manifest's SHA-256 of `path` changed (through libzip, which
+    /// copies every other entry as it is). Returns the forged copy's path.
+    private func backupWithForgedDigest(of path: String) throws -> String {
         let grown = work + "/grown-backups"
         let created = try runStoreBackup(["create", store, "--to", grown])
         XCTAssertEqual(created.status, 0, created.stderr)
         let forged = backups + "/2000-01-01 000000 Stores.zip"
         try FileManager.default.copyItem(atPath: try onlyBackup(in: grown), toPath: forged)
-        // The manifest replaced through libzip, which copies every other entry as it is.
         try runPythonScript("""
             import ctypes, json, sys, zipfile
-            path = sys.argv[1]
+            path, entry = sys.argv[1], sys.argv[2]
             manifest = json.loads(zipfile.ZipFile(path).read(".storebackup/manifest.json"))
-            row = next(f for f in manifest["files"] if f["path"] == "App.sqlite")
-            assert len(row.get("deflateBlocks") or []) >= 2, "App.sqlite must be unpacked in blocks"
+            row = next(f for f in manifest["files"] if f["path"] == entry)
+            assert len(row.get("deflateBlocks") or []) >= 2, entry + " must be unpacked in blocks"
             row["sha256"] = row["sha256"][:-1] + ("0" if row["sha256"][-1] != "0" else "1")
             content = json.dumps(manifest).encode()
             z = ctypes.CDLL("libzip.so.4")
@@ -128,8 +162,8 @@ final class RestoreTests: XCTestCase {
             source = z.zip_source_buffer(ctypes.c_void_p(archive), data, ctypes.c_uint64(len(content)), 0)
             assert z.zip_file_replace(ctypes.c_void_p(archive), ctypes.c_uint64(index), ctypes.c_void_p(source), 0) == 0
             assert z.zip_close(ctypes.c_void_p(archive)) == 0
-            """, [forged])
-        try assertRestoreFails(name: "2000-01-01 000000 Stores.zip", messageContains: "App.sqlite does not match")
+            """, [forged, path])
+        return forged
     }
 
     func testEscapingPathIsRefused() throws {

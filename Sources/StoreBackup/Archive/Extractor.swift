@@ -38,6 +38,9 @@ struct Extractor {
     /// store's bytes) is also fsynced on a thread of its own as soon as it is written, so
     /// the final sync has only the other files left.
     var syncTree: (@Sendable (String) throws -> Void)? = nil
+    /// How many databases may wait for their read-back SHA-256 (``DeferredDigest``) at
+    /// once: each keeps its file open, and a server's store may hold thousands of databases.
+    var pendingDigestLimit = 32
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
     static let unverifiedWarning = "the backup has no manifest: only CRCs and PRAGMA integrity_check were checked (no SHA-256 of any file, no list of what should be there)"
@@ -205,8 +208,8 @@ struct Extractor {
     /// One unpacked in blocks is checked while it is written (``UnpackingDatabase``), the
     /// others once written. The check is the longest single-threaded step of a restore; this
     /// way the other files cost no time beside it. Such a database's SHA-256 is checked by
-    /// reading it back once all are unpacked, before the other files, so that a mismatch is
-    /// the error reported even if the check fails too. The checks are left running; the
+    /// reading it back once all are unpacked (or `pendingDigestLimit` wait), before the other
+    /// files, so that a mismatch is the error reported even if the check fails too. The checks are left running; the
     /// caller waits for them.
     private func extractInParallel(
         _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
@@ -233,8 +236,9 @@ struct Extractor {
                 digests += digest.map { [$0] } ?? []
                 if unpacking == nil { checks.submit(DatabaseCheck(path: path, unpacking: nil)) }
                 flushes?.submit(database.path)
+                if digests.count >= pendingDigestLimit { try verifyDigests(&digests) }
             }
-            for digest in digests { try digest.verify(backupName: reader.backupName, cancel: cancel) }
+            try verifyDigests(&digests)
         }
         try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
             // Each thread reads through its own libzip handle and buffer.
@@ -246,6 +250,12 @@ struct Extractor {
                                 expected: manifestByPath[entry.path], onBytes: onBytes)
             }
         }
+    }
+
+    /// Reads back the databases waiting for their SHA-256 and checks each, then lets them go.
+    private func verifyDigests(_ digests: inout [DeferredDigest]) throws {
+        for digest in digests { try digest.verify(backupName: reader.backupName, cancel: cancel) }
+        digests.removeAll()
     }
 
     /// Writes one entry, checking it against its CRC and the manifest. With `unpacking` (only
