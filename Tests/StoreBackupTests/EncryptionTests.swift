@@ -277,27 +277,11 @@ final class EncryptionTests: XCTestCase {
             """, [archive, entry])
     }
 
-    /// Replaces one entry's content through libzip itself (Python's zipfile cannot write
-    /// AES), keeping every other entry and the manifest exactly as they were.
+    /// Replaces one entry's content (encrypted again), keeping every other entry and the
+    /// manifest exactly as they were.
     private func replaceEntryKeepingManifest(_ source: String, into target: String, entry: String, content: String) throws {
         try FileManager.default.copyItem(atPath: source, toPath: target)
-        try runPythonScript("""
-            import ctypes, sys
-            path, name, content, password = sys.argv[1], sys.argv[2].encode(), sys.argv[3].encode(), sys.argv[4].encode()
-            z = ctypes.CDLL("libzip.so.4")
-            z.zip_open.restype = ctypes.c_void_p; z.zip_source_buffer.restype = ctypes.c_void_p
-            z.zip_name_locate.restype = ctypes.c_int64
-            err = ctypes.c_int(0)
-            archive = z.zip_open(path.encode(), 0, ctypes.byref(err))
-            assert archive, err.value
-            index = z.zip_name_locate(ctypes.c_void_p(archive), name, 0)
-            assert index >= 0
-            data = ctypes.create_string_buffer(content, len(content))
-            source = z.zip_source_buffer(ctypes.c_void_p(archive), data, ctypes.c_uint64(len(content)), 0)
-            assert z.zip_file_replace(ctypes.c_void_p(archive), ctypes.c_uint64(index), ctypes.c_void_p(source), 0) == 0
-            assert z.zip_file_set_encryption(ctypes.c_void_p(archive), ctypes.c_uint64(index), ctypes.c_uint16(259), password) == 0
-            assert z.zip_close(ctypes.c_void_p(archive)) == 0
-            """, [target, entry, content, Self.password])
+        try replaceZipEntry(target, entry: entry, content: content, password: Self.password)
     }
 
     /// An encrypted backup of a store whose database has a damaged page.

@@ -134,35 +134,24 @@ final class RestoreTests: XCTestCase {
     }
 
     /// Backs the store up into `grown-backups`, then copies that backup into `backups` under
-    /// an older name with the manifest's SHA-256 of `path` changed (through libzip, which
-    /// copies every other entry as it is). Returns the forged copy's path.
+    /// an older name with the manifest's SHA-256 of `path` changed. Returns the copy's path.
     private func backupWithForgedDigest(of path: String) throws -> String {
         let grown = work + "/grown-backups"
         let created = try runStoreBackup(["create", store, "--to", grown])
         XCTAssertEqual(created.status, 0, created.stderr)
         let forged = backups + "/2000-01-01 000000 Stores.zip"
         try FileManager.default.copyItem(atPath: try onlyBackup(in: grown), toPath: forged)
-        try runPythonScript("""
-            import ctypes, json, sys, zipfile
+        let manifest = try runTool("/usr/bin/env", ["python3", "-c", """
+            import json, sys, zipfile
             path, entry = sys.argv[1], sys.argv[2]
             manifest = json.loads(zipfile.ZipFile(path).read(".storebackup/manifest.json"))
             row = next(f for f in manifest["files"] if f["path"] == entry)
             assert len(row.get("deflateBlocks") or []) >= 2, entry + " must be unpacked in blocks"
             row["sha256"] = row["sha256"][:-1] + ("0" if row["sha256"][-1] != "0" else "1")
-            content = json.dumps(manifest).encode()
-            z = ctypes.CDLL("libzip.so.4")
-            z.zip_open.restype = ctypes.c_void_p; z.zip_source_buffer.restype = ctypes.c_void_p
-            z.zip_name_locate.restype = ctypes.c_int64
-            err = ctypes.c_int(0)
-            archive = z.zip_open(path.encode(), 0, ctypes.byref(err))
-            assert archive, err.value
-            index = z.zip_name_locate(ctypes.c_void_p(archive), b".storebackup/manifest.json", 0)
-            assert index >= 0
-            data = ctypes.create_string_buffer(content, len(content))
-            source = z.zip_source_buffer(ctypes.c_void_p(archive), data, ctypes.c_uint64(len(content)), 0)
-            assert z.zip_file_replace(ctypes.c_void_p(archive), ctypes.c_uint64(index), ctypes.c_void_p(source), 0) == 0
-            assert z.zip_close(ctypes.c_void_p(archive)) == 0
-            """, [forged, path])
+            print(json.dumps(manifest))
+            """, forged, path])
+        XCTAssertEqual(manifest.status, 0, manifest.stderr)
+        try replaceZipEntry(forged, entry: ".storebackup/manifest.json", content: manifest.stdout)
         return forged
     }
 

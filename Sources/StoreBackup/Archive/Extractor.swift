@@ -209,8 +209,8 @@ struct Extractor {
     /// others once written. The check is the longest single-threaded step of a restore; this
     /// way the other files cost no time beside it. Such a database's SHA-256 is checked by
     /// reading it back once all are unpacked (or `pendingDigestLimit` wait), before the other
-    /// files, so that a mismatch is the error reported even if the check fails too. The checks are left running; the
-    /// caller waits for them.
+    /// files, so that a mismatch is the error reported even if the check fails too. The
+    /// checks are left running; the caller waits for them.
     private func extractInParallel(
         _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
         checks: WorkerPool.Feed<DatabaseCheck>, flushes: WorkerPool.Feed<String>?,
