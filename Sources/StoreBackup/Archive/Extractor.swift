@@ -225,7 +225,11 @@ struct Extractor {
             var digests: [DeferredDigest] = []
             for database in databases {
                 try cancel.throwIfCancelled()
-                if let failure = checks.firstFailure { throw failure }
+                if let failure = checks.firstFailure {
+                    // A database that does not match its manifest is the truer answer.
+                    try verifyDigests(&digests)
+                    throw failure
+                }
                 let path = root.root + "/" + database.path
                 let expected = manifestByPath[database.path]
                 let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
