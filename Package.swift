@@ -1,9 +1,10 @@
 // swift-tools-version:6.0
 import PackageDescription
 
+// Linux only: the library relies on syncfs, openat2, SCHED_BATCH and /proc, which other
+// systems lack, so no Apple platform is declared.
 let package = Package(
     name: "storebackup",
-    platforms: [.macOS(.v13)],
     products: [
         .library(name: "StoreBackup", targets: ["StoreBackup"]),
         .executable(name: "storebackup", targets: ["storebackup"]),
@@ -25,22 +26,22 @@ let package = Package(
         // helpers where Swift cannot call the C API directly (variadic or function-pointer tables).
         .systemLibrary(
             name: "CSQLite", pkgConfig: "sqlite3",
-            providers: [.apt(["libsqlite3-dev"]), .brew(["sqlite"])]),
+            providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(
             name: "CZip", pkgConfig: "libzip",
-            providers: [.apt(["libzip-dev", "zlib1g-dev"]), .brew(["libzip"])]),
+            providers: [.apt(["libzip-dev", "zlib1g-dev"])]),
         .systemLibrary(
             name: "CCurl", pkgConfig: "libcurl",
-            providers: [.apt(["libcurl4-openssl-dev"]), .brew(["curl"])]),
+            providers: [.apt(["libcurl4-openssl-dev"])]),
         // libcrypto (OpenSSL) for WinZip AES: swift-crypto has no multi-block AES-ECB, and its
         // AES._CTR counts big-endian while WinZip's counter is little-endian.
         .systemLibrary(
             name: "COpenSSL", pkgConfig: "libcrypto",
-            providers: [.apt(["libssl-dev"]), .brew(["openssl"])]),
+            providers: [.apt(["libssl-dev"])]),
         // Intel ISA-L: deflate, inflate and CRC-32 for the block pipeline (several times zlib's speed).
         .systemLibrary(
             name: "CISAL", pkgConfig: "libisal",
-            providers: [.apt(["libisal-dev"]), .brew(["isa-l"])]),
+            providers: [.apt(["libisal-dev"])]),
         // Header-only shim for Linux calls Swift cannot reach (variadic syscall()).
         .systemLibrary(name: "CPosix"),
         // A SQLite VFS whose reads wait for a file restore is still writing, so a database's

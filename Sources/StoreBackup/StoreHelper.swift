@@ -42,21 +42,6 @@ public struct BackupResult: Sendable {
     public var uploadSeconds: Double = 0
 }
 
-/// A finished restore.
-public struct RestoreResult: Sendable {
-    /// The backup that was restored (the resolved name when `latest` was asked for).
-    public var backupName: String
-    /// The stores directory that now holds the restored data.
-    public var storesDirectory: String
-    /// The databases (relative paths) that passed `PRAGMA integrity_check` before the swap.
-    public var databasesChecked: [String]
-    /// How many entries the archive held.
-    public var fileCount: Int
-    /// What could not be checked, when ``StoreHelper/allowUnverified`` let a backup without
-    /// a manifest through; nil for a fully checked restore.
-    public var warning: String? = nil
-}
-
 /// The front door: back up, list, restore, verify and delete one stores directory's backups.
 ///
 /// Every operation that touches the store takes the store's lock first and finishes
@@ -255,7 +240,7 @@ public struct StoreHelper: Sendable {
                 }
                 var settings = ArchiveWriter.Settings(compressionLevel: level, sourcePath: storesDirectory,
                                                       createdAt: createdAt, password: password)
-                if let threads { settings.workers = min(max(1, threads), StoreJob.maximumThreads) }
+                if let threads { settings.workers = min(max(1, threads), WorkerPool.maximumWidth) }
                 let writer = ArchiveWriter(settings: settings, cancel: cancel, progress: throttle)
                 return try writer.write(items: scan.items, snapshots: snapshots, to: archivePath)
             }
@@ -392,7 +377,7 @@ extension StoreLayout {
     /// recovery when a restore journal is present, telling `logger` what it did (notice).
     /// Callers hold the store lock.
     func recoverIfNeeded(logger: Logger) throws -> RecoveryOutcome {
-        ScratchFiles.sweep(around: self)
+        ScratchFiles.sweep(besideStoreIn: parent)
         guard FileSystem.fileExists(journal) else { return .nothingToDo }
         let outcome = try RestoreTransaction.recover(self)
         if let message = outcome.message {

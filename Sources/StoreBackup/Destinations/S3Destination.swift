@@ -338,12 +338,6 @@ public struct S3Destination: BackupDestination {
         }
     }
 
-    /// Keys of multipart uploads started under this prefix and never completed or aborted
-    /// (orphaned parts cost money on real S3).
-    func pendingUploads() async throws -> [String] {
-        try await staleUploads(olderThan: 0).map(\.name)
-    }
-
     /// Multipart uploads under the prefix started more than `age` seconds ago and never
     /// completed or aborted (their abort failed too, or the process died).
     public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {

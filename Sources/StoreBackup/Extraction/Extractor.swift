@@ -22,7 +22,7 @@ struct Extractor {
     let reader: ArchiveReader
     let cancel: CancellationFlag
     let progress: ProgressThrottle
-    var workers: Int = ProcessInfo.processInfo.activeProcessorCount
+    var workers: Int = WorkerPool.cores
     /// Verify mode: every file is read and checked, but only the databases are written
     /// (they must exist on disk for `PRAGMA integrity_check`); links are not created.
     var verifyOnly = false
@@ -70,7 +70,7 @@ struct Extractor {
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
         let databaseFiles = files.filter(isDatabase)
-        let checks = WorkerPool.Feed<DatabaseCheck>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) { check in
+        let checks = WorkerPool.Feed<DatabaseCheckJob>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) { check in
             try Self.checkDatabase(check.path, unpacking: check.unpacking)
         }
         let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
@@ -197,7 +197,7 @@ struct Extractor {
     }
 
     /// A database to pass through `PRAGMA integrity_check`; with `unpacking`, while it is written.
-    struct DatabaseCheck: Sendable {
+    struct DatabaseCheckJob: Sendable {
         let path: String
         let unpacking: UnpackingDatabase?
     }
@@ -213,7 +213,7 @@ struct Extractor {
     /// checks are left running; the caller waits for them.
     private func extractInParallel(
         _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
-        checks: WorkerPool.Feed<DatabaseCheck>, flushes: WorkerPool.Feed<String>?,
+        checks: WorkerPool.Feed<DatabaseCheckJob>, flushes: WorkerPool.Feed<String>?,
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let databases = files.filter(isDatabase)
@@ -235,10 +235,10 @@ struct Extractor {
                 let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
                 let digest = try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
-                                             unpacking: unpacking.map { unpacking in (unpacking, { checks.submit(DatabaseCheck(path: path, unpacking: unpacking)) }) },
+                                             unpacking: unpacking.map { unpacking in (unpacking, { checks.submit(DatabaseCheckJob(path: path, unpacking: unpacking)) }) },
                                              onBytes: onBytes)
                 digests += digest.map { [$0] } ?? []
-                if unpacking == nil { checks.submit(DatabaseCheck(path: path, unpacking: nil)) }
+                if unpacking == nil { checks.submit(DatabaseCheckJob(path: path, unpacking: nil)) }
                 flushes?.submit(database.path)
                 if digests.count >= pendingDigestLimit { try verifyDigests(&digests) }
             }

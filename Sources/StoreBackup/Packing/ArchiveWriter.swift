@@ -10,7 +10,7 @@ import Glibc
 struct ArchiveWriter {
     struct Settings {
         var compressionLevel: Int
-        var workers: Int = ProcessInfo.processInfo.activeProcessorCount
+        var workers: Int = WorkerPool.cores
         var sourcePath: String
         var hostName: String = FileSystem.hostName
         var createdAt: Date

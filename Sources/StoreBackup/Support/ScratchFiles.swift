@@ -59,9 +59,9 @@ enum ScratchFiles {
         return removed
     }
 
-    /// Sweeps the places a command on this store uses: beside it and `TMPDIR`.
-    static func sweep(around layout: StoreLayout) {
-        sweep(layout.parent)
+    /// Sweeps the places a command on a store uses: the folder that holds it and `TMPDIR`.
+    static func sweep(besideStoreIn parent: String) {
+        sweep(parent)
         sweep(temporaryDirectory)
     }
 }
