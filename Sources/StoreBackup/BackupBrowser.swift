@@ -9,7 +9,7 @@ import Glibc
 /// the password of encrypted backups), so it works while a restore holds the store's lock,
 /// or on a machine that has no store. ``StoreHelper/listContents(_:matching:)`` and
 /// ``StoreHelper/extract(_:paths:into:progress:)`` use it with the helper's destination.
-public struct BackupBrowser: Sendable {
+package struct BackupBrowser: Sendable {
     /// Where the backups are.
     public let destination: any BackupDestination
     /// For encrypted backups: asked when one is opened.

@@ -16,23 +16,25 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     /// Databases that passed `PRAGMA integrity_check`.
     public var databases: Int
     /// What could not be checked (a backup without a manifest, let through by
-    /// ``BackupVerifier/allowUnverified``); nil when everything was.
+    /// ``StoreHelper/allowUnverified``); nil when everything was.
     public var warning: String? = nil
+}
+
+/// Which backups ``StoreHelper/verify(_:progress:)`` checks.
+public enum BackupSelection: Sendable {
+    /// The backup with this name.
+    case named(String)
+    /// The newest backup.
+    case latest
+    /// Every backup in the destination, newest first.
+    case all
 }
 
 /// Checks backups without touching any live store: downloads each to a temporary place,
 /// reads the whole archive (CRCs), compares every file with its manifest checksum, and runs
 /// `PRAGMA integrity_check` on each database in a scratch folder, which is removed after.
-public struct BackupVerifier: Sendable {
-    /// Which backups to check.
-    public enum Selection: Sendable {
-        /// The backup with this name.
-        case named(String)
-        /// The newest backup.
-        case latest
-        /// Every backup in the destination, newest first.
-        case all
-    }
+package struct BackupVerifier: Sendable {
+    package typealias Selection = BackupSelection
 
     /// Where the backups are.
     public let destination: any BackupDestination

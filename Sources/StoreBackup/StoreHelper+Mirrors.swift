@@ -7,7 +7,7 @@ public struct PublishOutcome: Sendable {
     /// The backup as published there; nil when it failed there.
     public var backup: BackupResult?
     /// Why it failed there; nil when it succeeded.
-    public var error: (any Error)?
+    public var error: StoreBackupError?
 
     /// True when the backup was published at this destination.
     public var succeeded: Bool { backup != nil }
@@ -39,7 +39,7 @@ extension StoreHelper {
             let password = try archivePassword()
             var reachable: [Int] = []
             for (index, target) in destinations.enumerated() {
-                do { try await target.preflight(); reachable.append(index) } catch { outcomes[index].error = error }
+                do { try await target.preflight(); reachable.append(index) } catch { outcomes[index].error = StoreBackupError.wrapping(error) }
             }
             guard !reachable.isEmpty else { recordFailures(); return outcomes }
             // Build in place at the first destination that can (a local folder: no space taken in
@@ -66,7 +66,7 @@ extension StoreHelper {
                     } catch StoreBackupError.cancelled {
                         throw StoreBackupError.cancelled
                     } catch {
-                        published[index].error = error
+                        published[index].error = StoreBackupError.wrapping(error)
                     }
                 }
                 archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
@@ -74,7 +74,7 @@ extension StoreHelper {
             }
         } catch {
             for index in outcomes.indices where !outcomes[index].succeeded && outcomes[index].error == nil {
-                outcomes[index].error = error
+                outcomes[index].error = StoreBackupError.wrapping(error)
             }
             recordFailures()
             throw error

@@ -16,7 +16,7 @@ extension StoreHelper {
     ///   ``StoreBackupError/noBackups(destination:)``,
     ///   ``StoreBackupError/backupNotFound(name:destination:)``, or a destination's error.
     public func verify(
-        _ selection: BackupVerifier.Selection = .latest, progress: ProgressHandler? = nil
+        _ selection: BackupSelection = .latest, progress: ProgressHandler? = nil
     ) async throws -> [VerificationResult] {
         let progress = ProgressPlan.stamping(ProgressPlan.verify, progress)
         let results: [VerificationResult]

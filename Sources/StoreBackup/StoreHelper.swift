@@ -61,7 +61,7 @@ public struct StoreHelper: Sendable {
     /// The absolute path of the stores directory this helper backs up and restores.
     public let storesDirectory: String
     /// Where backups are published, listed and fetched from.
-    public let destination: any BackupDestination
+    public internal(set) var destination: any BackupDestination
     /// Deflate level 0-9 for ``createBackup(progress:)``; see ``CompressionLevel``.
     public var compressionLevel: Int
     /// Encrypt new backups: every entry, the manifest included, as WinZip AES-256 with the

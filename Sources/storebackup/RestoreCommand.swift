@@ -74,20 +74,13 @@ struct RestoreCommand: AsyncParsableCommand {
     /// holds the backup (`latest` is resolved at each). Ends the command when none does.
     static func firstHolding(_ nameOrLatest: String, in destinations: [any BackupDestination]) async
         -> (destination: any BackupDestination, backup: BackupListing) {
-        var reasons: [String] = []
-        for destination in destinations {
-            do {
-                let backup = try await destination.resolve(nameOrLatest)
-                return (destination, backup)
-            } catch let error as StoreBackupError where error == .invalidBackupName(name: nameOrLatest) {
-                Terminal.fail(error)
-            } catch {
-                Terminal.info("storebackup: warning: \(destination.displayName): \(ErrorAdvice.describe(error)); trying the next --from")
-                reasons.append(ErrorAdvice.describe(error))
+        do {
+            return try await StoreHelper.firstHolding(nameOrLatest, in: destinations) { destination, reason in
+                Terminal.info("storebackup: warning: \(destination): \(ErrorAdvice.describe(reason)); trying the next --from")
             }
+        } catch {
+            Terminal.fail(error)
         }
-        Terminal.fail(StoreBackupError.restoreRefused(
-            reason: "no --from destination could provide \"\(nameOrLatest)\" (\(reasons.joined(separator: "; "))); nothing was changed"))
     }
 
     /// The command line reloads by quick-checking every database. Tests can make the

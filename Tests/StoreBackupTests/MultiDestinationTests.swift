@@ -121,7 +121,7 @@ final class MultiDestinationTests: XCTestCase {
         let none = try runStoreBackup(["restore", name, work + "/Other", "--yes", "--from", unreachable, "--from", empty],
                                       environment: environment)
         XCTAssertEqual(none.status, 1)
-        XCTAssertTrue(none.stderr.contains("no --from destination could provide"), none.stderr)
+        XCTAssertTrue(none.stderr.contains("no destination could provide"), none.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/Other"))
 
         // Other commands still take one destination.

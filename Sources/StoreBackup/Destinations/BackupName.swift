@@ -5,22 +5,22 @@ import Foundation
 /// storebackup writes a sortable UTC date to the second, e.g. `2026-11-22 031507 Stores.zip`.
 /// The seed app named its backups like `[2026-Nov-21] 10.15 PM Stores.zip` (local time);
 /// those are listed and restorable too.
-public enum BackupName {
+enum BackupName {
     /// Every backup name ends with this.
-    public static let suffix = " Stores.zip"
+    static let suffix = " Stores.zip"
 
     /// Whether `name` looks like a backup (ends with ``suffix``).
-    public static func isBackup(_ name: String) -> Bool {
+    static func isBackup(_ name: String) -> Bool {
         name.hasSuffix(suffix) && !name.hasPrefix(".") && name.count > suffix.count
     }
 
     /// The name for a backup made at `date`: `yyyy-MM-dd HHmmss Stores.zip` in UTC, so names sort by time.
-    public static func make(for date: Date) -> String {
+    static func make(for date: Date) -> String {
         UTCTimestamp.compact(date) + suffix
     }
 
     /// The date a name carries, or nil when it carries none we know.
-    public static func date(of name: String) -> Date? {
+    static func date(of name: String) -> Date? {
         guard isBackup(name) else { return nil }
         let stem = name.dropLast(suffix.count)
         if let date = UTCTimestamp.parseCompact(stem) { return date }
@@ -38,7 +38,7 @@ public enum BackupName {
     }
 
     /// A name that is safe to use as a single file name anywhere.
-    public static func validate(_ name: String) throws {
+    static func validate(_ name: String) throws {
         guard isBackup(name), !name.contains("/"), !name.contains("\0"), name != "..", name.utf8.count < 255 else {
             throw StoreBackupError.invalidBackupName(name: name)
         }

@@ -4,16 +4,16 @@ import Glibc
 #endif
 
 /// Writes `NAME=value` credentials files (the format `DestinationOptions` reads).
-public enum CredentialsFile {
+package enum CredentialsFile {
     /// `~/.config/storebackup/credentials` for the given environment's HOME.
-    public static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
+    package static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
         (environment["HOME"] ?? NSHomeDirectory()) + "/.config/storebackup/credentials"
     }
 
     /// Sets `values` in the file at `path`, keeping its other lines, replacing it
     /// atomically (a temporary beside it, fsync, rename) with mode 0600 from the first
     /// byte. Missing parent folders are created with mode 0700.
-    public static func update(_ path: String, values: [(String, String)]) throws {
+    package static func update(_ path: String, values: [(String, String)]) throws {
         for (name, value) in values where name.contains("=") || name.contains(where: \.isNewline) || value.contains(where: \.isNewline) {
             throw StoreBackupError.invalidDestination(url: path, reason: "cannot store \(name): names and values must be single lines")
         }

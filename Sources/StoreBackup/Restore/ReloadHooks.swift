@@ -31,13 +31,13 @@ public struct ReloadHooks: Sendable {
     public var reload: @Sendable (_ storesDirectory: String) async throws -> Void
     /// Called with `reload`'s error after a rejected store was moved aside and the old one is
     /// live (and reloaded) again.
-    public var didRollback: @Sendable (_ error: Error) async -> Void
+    public var didRollback: @Sendable (_ error: StoreBackupError) async -> Void
 
     /// Makes hooks; only `reload` is required.
     public init(
         willSwap: @escaping @Sendable () async throws -> Void = {},
         reload: @escaping @Sendable (_ storesDirectory: String) async throws -> Void,
-        didRollback: @escaping @Sendable (_ error: Error) async -> Void = { _ in }
+        didRollback: @escaping @Sendable (_ error: StoreBackupError) async -> Void = { _ in }
     ) {
         self.willSwap = willSwap
         self.reload = reload

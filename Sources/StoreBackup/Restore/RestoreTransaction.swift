@@ -151,7 +151,7 @@ struct RestoreTransaction {
                 reason += "; reloading the previous store also failed: \(error)"
             }
         }
-        await hooks.didRollback(reloadError)
+        await hooks.didRollback(StoreBackupError.wrapping(reloadError))
         return StoreBackupError.reloadFailed(reason: reason, rolledBack: hadLiveStore)
     }
 

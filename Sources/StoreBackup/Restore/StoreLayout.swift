@@ -4,23 +4,23 @@ import Foundation
 /// step is a rename on one filesystem: `<name>_New` (the unpacked backup),
 /// `<name>_Old` (the previous store while the new one is tried) and
 /// `<name>_FailedRestore` (a restored store that failed to load).
-public struct StoreLayout: Sendable {
+package struct StoreLayout: Sendable {
     /// The live stores directory (absolute).
-    public let live: String
+    package let live: String
     /// The folder holding the live store and its `_New`/`_Old`/`_FailedRestore` siblings.
-    public var parent: String { FileSystem.parentDirectory(of: live) }
+    package var parent: String { FileSystem.parentDirectory(of: live) }
     /// The live store's folder name.
-    public var name: String { FileSystem.lastComponent(of: live) }
+    package var name: String { FileSystem.lastComponent(of: live) }
     /// Where a restore unpacks and checks the backup before swapping it in.
-    public var new: String { live + "_New" }
+    package var new: String { live + "_New" }
     /// Where the previous store waits while the restored one is reloaded.
-    public var old: String { live + "_Old" }
+    package var old: String { live + "_Old" }
     /// Where a restored store that the app rejected (its `reload` threw) is kept for inspection.
-    public var failed: String { live + "_FailedRestore" }
+    package var failed: String { live + "_FailedRestore" }
     var journal: String { parent + "/." + name + ".storebackup-restore.json" }
 
     /// The layout around `storesDirectory` (made absolute).
-    public init(storesDirectory: String) {
+    package init(storesDirectory: String) {
         live = FileSystem.absolutePath(storesDirectory)
     }
 
@@ -33,7 +33,7 @@ public struct StoreLayout: Sendable {
     /// Folders a restore left beside the store: `_FailedRestore` (a rejected restore, kept
     /// for inspection), and `_Old`/`_New` when no journal explains them. Each with its size
     /// in bytes, for `status` and `recover` to report.
-    public func setAsideStores() -> [(path: String, bytes: Int64)] {
+    package func setAsideStores() -> [(path: String, bytes: Int64)] {
         var paths = [failed]
         if !FileSystem.fileExists(journal) { paths += [old, new] }
         return paths.filter(FileSystem.isDirectory).map { ($0, FileSystem.treeSize($0)) }

@@ -80,18 +80,18 @@ public struct HookEvent: Sendable, Codable, Equatable {
 
 /// Runs hooks. A hook that fails, times out or cannot start is logged and otherwise
 /// ignored: hooks report on a backup, they never decide its outcome.
-public struct HookRunner: Sendable {
-    public var logger: Logger
+struct HookRunner: Sendable {
+    var logger: Logger
     var transport: TransportOptions
 
-    public init(logger: Logger, transport: TransportOptions = .fromEnvironment()) {
+    init(logger: Logger, transport: TransportOptions = .fromEnvironment()) {
         self.logger = logger
         self.transport = transport
     }
 
     /// Runs each action in turn; returns how many succeeded.
     @discardableResult
-    public func run(_ actions: [HookAction], event: HookEvent) async -> Int {
+    func run(_ actions: [HookAction], event: HookEvent) async -> Int {
         var succeeded = 0
         for action in actions {
             do {

@@ -18,7 +18,7 @@ extension BackupService {
                 resolved.append((index, destination))
                 published[index].destination = destination.displayName
             } catch {
-                published[index].error = error
+                published[index].error = StoreBackupError.wrapping(error)
                 BackupMetrics.recordBackup(store: job.name, destination: published[index].destination, size: nil, seconds: 0, at: Date())
             }
         }
@@ -28,8 +28,8 @@ extension BackupService {
                 let results = try await helper.createBackup(alsoTo: resolved.dropFirst().map(\.destination))
                 for (slot, result) in zip(resolved, results) { published[slot.index] = result }
             } catch {
-                outcome.error = error   // nothing was built; every destination reports it
-                for slot in resolved { published[slot.index].error = error }
+                outcome.error = StoreBackupError.wrapping(error)   // nothing was built; every destination reports it
+                for slot in resolved { published[slot.index].error = StoreBackupError.wrapping(error) }
             }
         }
         for slot in resolved {

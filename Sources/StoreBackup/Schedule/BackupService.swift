@@ -169,7 +169,7 @@ public final class BackupService: Service, Sendable {
         } catch {
             // The helper, which reports every backup it attempts, was never reached.
             BackupMetrics.recordBackup(store: job.name, destination: destinationName, size: nil, seconds: 0, at: Date())
-            outcome.error = error
+            outcome.error = StoreBackupError.wrapping(error)
             outcome.finishedAt = Date()
             record(outcome, job: job, log: log)
             await runHooks(for: outcome, job: job, destination: destinationName, log: log)
@@ -194,7 +194,7 @@ public final class BackupService: Service, Sendable {
                 }
             }
         } catch {
-            outcome.error = error
+            outcome.error = StoreBackupError.wrapping(error)
         }
         outcome.finishedAt = Date()
         record(outcome, job: job, log: log)
@@ -295,7 +295,7 @@ public struct BackupRunOutcome: Sendable {
     /// The new backup (nil when the run failed).
     public var backup: BackupResult?
     /// Why the run failed.
-    public var error: (any Error)?
+    public var error: StoreBackupError?
     /// Backups deleted by retention after this one.
     public var pruned: [String] = []
     /// Retention failed after a successful backup (the backup stands).

@@ -68,10 +68,10 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
 
 /// Durations as the configuration writes them: `90s`, `10m`, `6h`, `1d`, `1h30m`, `2w`
 /// (a bare number is seconds).
-public enum DurationText {
+package enum DurationText {
     static let units: [Character: TimeInterval] = ["s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800]
 
-    public static func parseSeconds(_ text: String) throws -> TimeInterval {
+    package static func parseSeconds(_ text: String) throws -> TimeInterval {
         let trimmed = text.trimmingCharacters(in: .whitespaces).lowercased()
         if let plain = Double(trimmed), plain >= 0 { return plain }
         var total: TimeInterval = 0
@@ -94,7 +94,7 @@ public enum DurationText {
         return total
     }
 
-    public static func format(_ seconds: TimeInterval) -> String {
+    package static func format(_ seconds: TimeInterval) -> String {
         var rest = Int(seconds.rounded())
         if rest == 0 { return "0s" }
         var text = ""

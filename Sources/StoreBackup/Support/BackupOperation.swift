@@ -16,8 +16,8 @@ import Foundation
 /// let result = try await operation.value
 /// ```
 ///
-/// ``progress`` ends when the work ends, however it ends. Cancel with ``cancel()`` or by
-/// cancelling ``task``: a cancelled create leaves no partial backup and no temporary files
+/// ``progress`` ends when the work ends, however it ends. Cancel with ``cancel()``: a
+/// cancelled create leaves no partial backup and no temporary files
 /// and throws ``StoreBackupError/cancelled``; a restore cancelled before its swap does the
 /// same and leaves the live store as it was (once the swap has begun it runs to its end,
 /// commit or rollback, so the store is never left half-swapped).
@@ -25,7 +25,7 @@ public struct BackupOperation<Success: Sendable>: Sendable {
     /// The progress updates, newest kept when the reader falls behind; finishes with the work.
     public let progress: AsyncStream<BackupProgress>
     /// The task doing the work. Cancelling it cancels the operation.
-    public let task: Task<Success, any Error>
+    let task: Task<Success, any Error>
 
     /// Starts `work` at once in a new task, handing it a ``ProgressHandler`` that feeds ``progress``.
     ///
@@ -48,7 +48,9 @@ public struct BackupOperation<Success: Sendable>: Sendable {
 
     /// Waits for the work and returns its result, or throws its error.
     public var value: Success {
-        get async throws { try await task.value }
+        get async throws(StoreBackupError) {
+            do { return try await task.value } catch { throw StoreBackupError.wrapping(error) }
+        }
     }
 
     /// Cancels the work; ``value`` then throws ``StoreBackupError/cancelled`` unless the work

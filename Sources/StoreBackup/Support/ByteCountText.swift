@@ -1,9 +1,9 @@
 import Foundation
 
 /// Sizes as the library's messages and the command line print them.
-public enum ByteCountText {
+package enum ByteCountText {
     /// Binary units with one decimal: `512 B`, `12.3 MiB`, `1.2 GiB`.
-    public static func describe(_ bytes: Int64) -> String {
+    package static func describe(_ bytes: Int64) -> String {
         let units = ["B", "KiB", "MiB", "GiB", "TiB"]
         var value = Double(bytes)
         var unit = 0

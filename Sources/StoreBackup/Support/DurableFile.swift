@@ -6,7 +6,7 @@ import Glibc
 /// Replaces a small file so that after a crash or power cut it holds either the old
 /// contents or the new ones, never a mix or nothing: a temporary beside it (scratch name,
 /// `O_EXCL`), write, fsync, rename over the target, fsync the folder.
-public enum DurableFile {
+package enum DurableFile {
     /// Writes `data` to `path` durably and atomically.
     ///
     /// - Parameters:
@@ -14,7 +14,7 @@ public enum DurableFile {
     ///   - path: The file to replace (or create); its folder must exist.
     ///   - mode: The new file's permission bits, set exactly (whatever the umask).
     /// - Throws: ``StoreBackupError/io(path:operation:errno:)``; the temporary is removed.
-    public static func write(_ data: Data, to path: String, mode: mode_t = 0o600) throws {
+    package static func write(_ data: Data, to path: String, mode: mode_t = 0o600) throws {
         let parent = FileSystem.parentDirectory(of: path)
         let folder = parent.isEmpty ? "." : parent
         let temporary = ScratchFiles.path(in: folder, purpose: "write")

@@ -90,6 +90,17 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// An extract was refused before anything was written; `reason` says why (e.g. the
     /// target folder exists and is not empty).
     case extractRefused(reason: String)
+    /// A failure from outside the library's vocabulary (a hook's own error type, say),
+    /// carried as its description so that every public error is a ``StoreBackupError``.
+    case unexpected(reason: String)
+
+    /// `error` as a ``StoreBackupError``: itself when it is one, ``cancelled`` for a
+    /// cancelled task, else ``unexpected(reason:)`` with its description.
+    public static func wrapping(_ error: any Error) -> StoreBackupError {
+        if let error = error as? StoreBackupError { return error }
+        if error is CancellationError { return .cancelled }
+        return .unexpected(reason: "\(error)")
+    }
 
     /// What would help, when something specific would; ``description`` says it in the
     /// library's words, a front end in its own.
@@ -178,6 +189,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             let list = paths.map { "\"\($0)\"" }.joined(separator: ", ")
             return "backup \"\(name)\" holds nothing at \(list) (see: storebackup ls \"\(name)\"); nothing was written"
         case .extractRefused(let reason):
+            return reason
+        case .unexpected(let reason):
             return reason
         }
     }

@@ -8,13 +8,13 @@ import Glibc
 /// The lock file sits beside the stores directory (not inside it) because restore
 /// swaps the directory itself. `flock` locks die with the process, so a crashed
 /// command never leaves the store locked; the file's text only says who holds it.
-public final class StoreLock: Sendable {
+final class StoreLock: Sendable {
     private let fd: Int32
     /// The lock file, beside the stores directory: `.<name>.storebackup-lock`.
-    public let path: String
+    let path: String
 
     /// Takes the lock or throws `storeLocked` naming the holder.
-    public init(storesDirectory: String, purpose: String) throws {
+    init(storesDirectory: String, purpose: String) throws {
         let directory = FileSystem.absolutePath(storesDirectory)
         let parent = FileSystem.parentDirectory(of: directory)
         try FileSystem.createDirectories(parent)

@@ -83,7 +83,7 @@ public struct Manifest: Codable, Sendable, Equatable {
 }
 
 /// The library's version, written into every manifest.
-public enum StoreBackupVersion {
+package enum StoreBackupVersion {
     /// The version string, e.g. "0.1.0".
-    public static let current = "0.1.0"
+    package static let current = "0.1.0"
 }
