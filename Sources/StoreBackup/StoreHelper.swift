@@ -8,7 +8,7 @@ import Glibc
 public enum CompressionLevel {
     /// Deflate level 1: the fastest that still compresses.
     public static let fast = 1
-    /// Level 1 deflate (with incompressible files stored) keeps create fast; see README.
+    /// Level 1 deflate (with incompressible files stored) keeps create fast; see docs/performance.md.
     public static let `default` = 1
     /// Deflate level 9: smallest archives, several times slower than ``fast``.
     public static let best = 9
@@ -85,10 +85,9 @@ public struct StoreHelper: Sendable {
 
     /// How many threads deflate on create; nil: one per core (the fastest backup).
     ///
-    /// Fewer leave CPU to the app while the backup runs. On a 2-core virtual machine a backup
-    /// on every core made a `synchronous=FULL` writer's slowest commits several times slower
-    /// than idle, even at the lowest CPU priority, because the machine's disk I/O itself
-    /// needs CPU time; see the README's speed section for the measured figures.
+    /// Fewer leave CPU to the app while the backup runs: on every core, the app's commits wait
+    /// for the backup's time slices, which thread priorities cannot prevent when the backup
+    /// runs in a session of its own (docs/performance.md).
     public var threads: Int? = nil
 
     /// The `store` dimension of the metrics this helper reports (see ``BackupMetrics``), e.g.

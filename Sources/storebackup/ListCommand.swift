@@ -33,7 +33,7 @@ struct ListCommand: AsyncParsableCommand {
             }
         }
         // Encryption is read from each archive's central directory, cheap for a local folder.
-        // Remote backups would need a download, so it is left unknown there (see README).
+        // Remote backups would need a download, so it is left unknown there (see docs/encryption.md).
         let encrypted: [String: Bool] = Dictionary(uniqueKeysWithValues: backups.compactMap { backup in
             guard let path = target.localPath(of: backup.name),
                   let flag = BackupInspection.isEncrypted(archiveAt: path) else { return nil }

@@ -6,12 +6,10 @@ import Glibc
 
 /// Which deflate implementation serves a compression level.
 ///
-/// ISA-L (Intel's igzip) deflates four to five times faster than zlib per core at the
-/// levels it has (1-3). Measured on the benchmark database in 1 MiB blocks: ISA-L level 2
-/// runs as fast as its level 1 (280-335 MB/s) and is 3 % smaller, and 4-5 % smaller than
-/// zlib's level 1 (66 MB/s); ISA-L level 3 runs at 130-150 MB/s, 1 % smaller again. So
-/// levels 1-2 use ISA-L level 2, level 3 uses ISA-L level 3, and levels 4-9 stay with
-/// zlib (17 MB/s at 6, 7 % smaller than ISA-L's best), whose sizes ISA-L cannot match.
+/// ISA-L (Intel's igzip) deflates several times faster than zlib per core at the levels it
+/// has (1-3), and its level 2 is as fast as its level 1 but smaller, and smaller than
+/// zlib's level 1 (docs/performance.md). So levels 1-2 use ISA-L level 2, level 3 uses
+/// ISA-L level 3, and levels 4-9 stay with zlib, whose sizes ISA-L cannot match.
 /// Level 0 (stored deflate blocks, for encrypted incompressible files) stays with zlib.
 enum DeflateEngine: Equatable {
     case isal(level: Int32)

@@ -2,11 +2,10 @@
 ///
 /// Small files (a blob store's thousands of 128 KiB files) each make one small block.
 /// Through 1 MiB buffers, at most `capacity` of them could wait in the queue, so the
-/// reader, the workers and the thread that feeds libzip kept waiting for one another:
-/// a fifth to a sixth of both cores stood idle while the 2 GiB benchmark store's blobs
-/// were archived (`perf`). A lane of 128 KiB buffers lets three times as many small
-/// blocks wait, for about 3.4 MiB; its buffers' memory is freed before the manifest is
-/// built, where the peak used to be.
+/// reader, the workers and the thread that feeds libzip kept waiting for one another and
+/// the cores stood partly idle. A lane of small buffers lets more small blocks wait for
+/// little memory; its buffers' memory is freed before the manifest is built, where the
+/// peak used to be.
 struct BlockLane {
     let blockSize: Int
     /// How many of this lane's blocks may wait in the queue at once.

@@ -14,23 +14,19 @@ import Glibc
 ///
 /// With `boundInFlight` (the archive, written while the app runs), the steps are 256 KiB
 /// and each also waits until the chunk before the one just started is on disk, so at most
-/// two chunks (512 KiB, about a millisecond of disk time) are ever queued ahead of the
-/// app's own fsyncs. (Measured with a `synchronous=FULL` writer beside 100 MiB written
-/// at create's pace: 1 MiB steps put its p99 commit at 3.8 × idle, 256 KiB steps at 2.6 ×.)
+/// two chunks (about a millisecond of disk time) are ever queued ahead of the app's own
+/// fsyncs; larger steps made a `synchronous=FULL` writer's commits wait longer.
 ///
 /// In that mode the steps run on a thread of their own, which the writer only wakes: waiting
-/// for the disk there had blocked the thread that feeds libzip for about a third of its
-/// time (`perf trace` of a 2 GiB create: 190 ms in each 500 ms while it wrote the blobs, when
-/// that thread is the pipeline's bottleneck). If the disk falls behind, what is not yet
+/// for the disk there had blocked the thread that feeds libzip, which is the pipeline's
+/// bottleneck while it writes the blobs. If the disk falls behind, what is not yet
 /// started waits in the page cache, not in the disk's queue, and the final fsync takes it.
 ///
 /// In that mode the pages are also dropped from the page cache once they are on disk
 /// (`POSIX_FADV_DONTNEED`), except the last MiB, where libzip still rewrites local headers:
 /// an archive is read rarely, so it should not push the app's own data out of the cache,
 /// and the kernel hands the freed pages straight back to the next writes. (Fresh pages are
-/// dear on some virtual machines: on this benchmark's, where the host reclaims free guest
-/// memory, writing 800 MiB into never-used page cache took 2.4-3 s of system time against
-/// 0.2 s into recycled pages; the 2 GiB create spent a quarter of its CPU there.)
+/// dear on virtual machines whose host reclaims free guest memory; docs/performance.md.)
 // Unchecked: `pending` and `stopping` are used only while `condition` is held; `descriptor`
 // and the started range too, or (bounded mode) only on the pacing thread.
 final class WritebackPacer: @unchecked Sendable {

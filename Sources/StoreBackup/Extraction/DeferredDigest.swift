@@ -10,8 +10,8 @@ import Glibc
 /// Unpacking a database keeps every core busy (inflating, writing, hashing in order), and
 /// its `PRAGMA integrity_check`, single-threaded and the longest step of a restore, can
 /// only finish once the last block is in. Hashed on the way in, the SHA-256 of the whole
-/// database (0.14 s for 200 MiB) comes before the check's end; read back afterwards, it
-/// runs beside the check on a core the check leaves idle. The check reads bytes not yet
+/// database lies on the path the check waits for; read back afterwards, it runs beside
+/// the check on a core the check leaves idle. The check reads bytes not yet
 /// matched to the manifest meanwhile, which it is made for (it reads damaged files), and
 /// a mismatch fails the restore before anything is swapped in.
 final class DeferredDigest {

@@ -7,11 +7,10 @@ import Glibc
 /// Makes an unpacked store durable before the journal records the swap, so a power cut
 /// after a committed restore cannot leave the restored files only in the page cache.
 ///
-/// One `syncfs` of the filesystem holding the tree: measured on the 251 MiB benchmark store
-/// it costs about what `sync` does and no more than fsyncing every file and folder one by
-/// one (see README, "Crash safety"), and it needs no descriptor per file, so files and
-/// folders restored without read permission are covered too. Where `syncfs` is missing,
-/// every file and folder is fsynced instead.
+/// One `syncfs` of the filesystem holding the tree: far cheaper than fsyncing every file
+/// and folder one by one (docs/crash-safety.md), and it needs no descriptor per file, so
+/// files and folders restored without read permission are covered too. Where `syncfs` is
+/// missing, every file and folder is fsynced instead.
 enum TreeSync {
     static func sync(_ root: String) throws {
         let descriptor = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

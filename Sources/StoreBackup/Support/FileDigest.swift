@@ -51,8 +51,8 @@ enum FileDigest {
         }
     }
 
-    /// Lower-case hex of a digest. (A table lookup: `String(format: "%02x")` per byte cost 7 %
-    /// of create's reader thread on a store of many small files.)
+    /// Lower-case hex of a digest. (A table lookup: `String(format: "%02x")` per byte showed up
+    /// in create's reader thread on a store of many small files.)
     static func hex<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 {
         var characters: [UInt8] = []
         characters.reserveCapacity(64)

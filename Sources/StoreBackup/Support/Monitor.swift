@@ -7,10 +7,8 @@ import Glibc
 /// waiting for that kind of change.
 ///
 /// `NSCondition` has one: in a pipeline where a reader, workers and a writer all wait on
-/// it, every broadcast wakes all of them, and most go straight back to sleep. On the
-/// 2 GiB benchmark store (3,277 small blobs, one block each) that made about 18,000
-/// voluntary context switches per create; with one condition per kind of waiter, 9,500,
-/// and the create's median went from 5.87 to 5.78 s (0.75 to 0.70 s on 251 MiB).
+/// it, every broadcast wakes all of them, and most go straight back to sleep: with
+/// thousands of one-block files that is a context switch per hand-off for nothing.
 // Unchecked: the pthread objects are used only through their own calls, which are thread-safe.
 final class Monitor: @unchecked Sendable {
     /// One reason to wait, tied to the monitor's mutex.

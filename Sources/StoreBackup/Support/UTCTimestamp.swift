@@ -1,8 +1,8 @@
 import Foundation
 
 /// Dates as the fixed UTC texts storebackup writes, by integer arithmetic on the proleptic
-/// Gregorian calendar (as ISO 8601 counts). A `DateFormatter` cost about 3 ms to make and
-/// use once, on every command that names or lists backups or takes a lock.
+/// Gregorian calendar (as ISO 8601 counts). A `DateFormatter` is slow to make, and every
+/// command that names or lists backups or takes a lock would pay for one.
 enum UTCTimestamp {
     /// The civil date and time of a UTC instant, to the second (rounded down).
     struct Fields: Equatable {

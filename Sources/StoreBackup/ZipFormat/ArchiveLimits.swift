@@ -4,11 +4,10 @@ import Foundation
 ///
 /// An archive may come from storage someone else controls, so nothing read from it sizes
 /// an allocation until it has been checked against one of these, and memory stays bounded
-/// whatever the archive says. Restore and verify need about 40 MiB plus 2.5-6 KiB per
-/// entry, growing with name length (libzip's directory in each of the few handles, the
-/// entry list, the decoded manifest): within the 64 MiB budget up to a few thousand
-/// entries (about 5,000 UUID-named blobs), and under 200 MiB at these limits. The entry limit is set for real stores (folders of external
-/// blobs hold tens of thousands of files) rather than for the budget; `create` refuses a
+/// whatever the archive says. Memory grows with the entries and their name length
+/// (libzip's directory in each of the few handles, the entry list, the decoded manifest);
+/// docs/trust-model.md gives the budget. The entry limit is set for real stores (folders
+/// of external blobs hold tens of thousands of files) rather than for the budget; `create` refuses a
 /// store with more entries than restore accepts, so no backup is made that could not be
 /// restored.
 enum ArchiveLimits {

@@ -3,8 +3,8 @@ import Foundation
 
 /// PBKDF2 with HMAC-SHA1 (RFC 8018), the key derivation WinZip AES prescribes: 1000
 /// rounds for every entry, each entry with its own salt. OpenSSL's PKCS5_PBKDF2_HMAC goes
-/// through EVP and copies a whole digest context per HMAC, about 1.2 ms per key here; a
-/// store of many small files pays that per file. This computes the same function with the
+/// through EVP and copies a whole digest context per HMAC, and a store of many small files
+/// pays that per file. This computes the same function with the
 /// HMAC's inner and outer SHA-1 states prepared once and copied as plain structs, so each
 /// round is two SHA-1 compressions and little else. `UnitTests` checks it against OpenSSL
 /// and RFC 6070's test vectors.

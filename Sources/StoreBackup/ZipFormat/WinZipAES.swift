@@ -9,8 +9,8 @@ import Foundation
 /// HMAC-SHA1 over that ciphertext. The AES key, the HMAC key and the verifier all come
 /// from PBKDF2-HMAC-SHA1 (1000 rounds) of the password and the salt.
 ///
-/// storebackup encrypts and decrypts itself instead of through libzip (whose AES runs at
-/// about 80 MB/s on one core) because counter mode can be computed at any offset: the
+/// storebackup encrypts and decrypts itself instead of through libzip (whose AES runs on
+/// one core, slower than compression) because counter mode can be computed at any offset: the
 /// keystream of byte `n` needs only `n`, so blocks can be handled on any thread, and only
 /// the cheap HMAC has to run in order.
 enum WinZipAES {
