@@ -15,7 +15,7 @@ struct StoreBackupCommand: AsyncParsableCommand {
             Destinations: a local folder path or file:// URL, s3://BUCKET/PREFIX, \
             webdav://HOST/PATH or webdavs://…, sftp://USER@HOST/PATH, dropbox:///PATH. \
             Credentials come from a --credentials file, the environment, or \
-            ~/.config/storebackup/credentials (never from the command line; see the README). \
+            ~/.config/storebackup/credentials (never from the command line; see docs/destinations.md). \
             Without --to/--from, backups go to \
             $STOREBACKUP_DESTINATION, else $XDG_DATA_HOME/storebackup/backups, else \
             ~/.local/share/storebackup/backups.
