@@ -75,6 +75,24 @@ public struct Manifest: Codable, Sendable, Equatable {
         return try encoder.encode(self)
     }
 
+    /// Only the manifest's `format` field, which every format keeps (readers check it first).
+    static func decodeFormat(_ data: Data) throws -> Int {
+        struct FormatOnly: Decodable { var format: Int }
+        return try JSONDecoder().decode(FormatOnly.self, from: data).format
+    }
+
+    /// Entries named `.storebackup/format-N` (N a decimal number) mark an archive of format N.
+    static let formatMarkerPrefix = ".storebackup/format-"
+
+    /// N for an entry named ``formatMarkerPrefix`` + N, from its raw name; nil for any other name.
+    static func format(ofMarkerEntry raw: UnsafePointer<CChar>) -> Int? {
+        let name = String(decoding: UnsafeRawBufferPointer(start: raw, count: strlen(raw)), as: UTF8.self)
+        guard name.hasPrefix(formatMarkerPrefix) else { return nil }
+        let digits = name.dropFirst(formatMarkerPrefix.count)
+        guard !digits.isEmpty, digits.count <= 9, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        return Int(digits)
+    }
+
     static func decode(_ data: Data) throws -> Manifest {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
