@@ -48,13 +48,18 @@ public struct RestoreResult: Sendable {
     public var backupName: String
     /// The stores directory that now holds the restored data.
     public var storesDirectory: String
-    /// The databases (relative paths) that passed `PRAGMA integrity_check` before the swap.
+    /// The databases (relative paths) checked with `PRAGMA integrity_check` before the swap;
+    /// all passed, except the ``damagedDatabases``.
     public var databasesChecked: [String]
     /// How many entries the archive held.
     public var fileCount: Int
     /// What could not be checked, when ``StoreHelper/allowUnverified`` let a backup without
     /// a manifest through; nil for a fully checked restore.
     public var warning: String? = nil
+    /// Databases restored although they fail `PRAGMA integrity_check`, because they were
+    /// already damaged in the live store when the backup was made and
+    /// ``StoreHelper/acceptDamagedDatabases`` was set (relative paths); empty otherwise.
+    public var damagedDatabases: [String] = []
 }
 
 /// The front door: back up, list, restore, verify and delete one stores directory's backups.
@@ -97,6 +102,13 @@ public struct StoreHelper: Sendable {
     /// Restore a backup that has no manifest (made by hand or by another tool), checking
     /// only CRCs and `PRAGMA integrity_check`. Off by default: such a backup is refused.
     public var allowUnverified = false
+
+    /// Restore a backup whose databases fail `PRAGMA integrity_check` while matching the
+    /// SHA-256 the backup recorded: they were already damaged in the live store when the
+    /// backup was made, and come back exactly as they were then (listed in
+    /// ``RestoreResult/damagedDatabases``). Off by default: such a backup is refused with
+    /// ``StoreBackupError/databaseDamagedAtSource(name:databases:result:)``.
+    public var acceptDamagedDatabases = false
 
     /// How many threads deflate on create; nil: one per core (the fastest backup).
     ///
@@ -371,6 +383,7 @@ public struct StoreHelper: Sendable {
         var transaction = RestoreTransaction(layout: layout, source: destination, passwords: passwords, hooks: hooks,
                                              logger: logger)
         transaction.allowUnverified = allowUnverified
+        transaction.acceptDamagedDatabases = acceptDamagedDatabases
         return try await transaction.run(nameOrLatest, progress: progress)
     }
 
