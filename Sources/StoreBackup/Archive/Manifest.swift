@@ -86,8 +86,9 @@ public struct Manifest: Codable, Sendable, Equatable {
 
     /// N for an entry named ``formatMarkerPrefix`` + N, from its raw name; nil for any other name.
     static func format(ofMarkerEntry raw: UnsafePointer<CChar>) -> Int? {
+        // Every entry's name passes here: compare bytes before making a String.
+        guard strncmp(raw, formatMarkerPrefix, formatMarkerPrefix.utf8.count) == 0 else { return nil }
         let name = String(decoding: UnsafeRawBufferPointer(start: raw, count: strlen(raw)), as: UTF8.self)
-        guard name.hasPrefix(formatMarkerPrefix) else { return nil }
         let digits = name.dropFirst(formatMarkerPrefix.count)
         guard !digits.isEmpty, digits.count <= 9, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
         return Int(digits)
