@@ -262,8 +262,13 @@ public struct StoreHelper: Sendable {
                 defer { snapshots.values.forEach { $0.finish() } }
                 let scratch = FileSystem.parentDirectory(of: archivePath)
                 for item in scan.items where item.kind == .database {
-                    snapshots[item.relativePath] = try DatabaseSnapshot(
-                        path: item.absolutePath, relativePath: item.relativePath, scratchDirectory: scratch)
+                    do {
+                        snapshots[item.relativePath] = try DatabaseSnapshot(
+                            path: item.absolutePath, relativePath: item.relativePath, scratchDirectory: scratch)
+                    } catch StoreBackupError.sqlite(_, _, let message) where message.contains("malformed") {
+                        // SQLite noticed on the way (create runs no integrity_check): say what it means.
+                        throw StoreBackupError.databaseDamagedInStore(path: item.absolutePath, reason: message)
+                    }
                 }
                 var settings = ArchiveWriter.Settings(compressionLevel: level, sourcePath: storesDirectory,
                                                       createdAt: createdAt, password: password)

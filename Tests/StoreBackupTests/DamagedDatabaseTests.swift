@@ -111,6 +111,28 @@ final class DamagedDatabaseTests: XCTestCase {
         XCTAssertNil(rows.first?["damagedDatabases"] as? [String])
     }
 
+    /// When SQLite itself calls a live database malformed while create reads it, create says
+    /// the database is damaged (not a bare SQLite error) and makes no backup.
+    func testCreateSaysSoWhenSQLiteCallsALiveDatabaseMalformed() throws {
+        let store = work + "/Malformed/Stores"
+        try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+        try runPythonScript("""
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1] + "/Data.sqlite")
+            db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)")
+            db.executemany("INSERT INTO t(x) VALUES (?)", [("row %d" % i,) for i in range(3000)])
+            db.commit(); db.close()
+            with open(sys.argv[1] + "/Data.sqlite", "r+b") as f:
+                f.seek(100); f.write(b"\\xff" * 200)
+            """, [store])
+        let created = try runStoreBackup(["create", store, "--to", work + "/malformed-backups"])
+        XCTAssertNotEqual(created.status, 0)
+        XCTAssertTrue(created.stderr.contains("database \(store)/Data.sqlite is damaged in the stores directory"), created.stderr)
+        XCTAssertTrue(created.stderr.contains("no backup was made"), created.stderr)
+        let made = (try? FileManager.default.contentsOfDirectory(atPath: work + "/malformed-backups")) ?? []
+        XCTAssertFalse(made.contains { $0.hasSuffix(" Stores.zip") }, "\(made)")
+    }
+
     private func sha256(of path: String) throws -> String {
         SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: path))).map { String(format: "%02x", $0) }.joined()
     }

@@ -53,6 +53,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// `result` SQLite's answer for the first. ``StoreHelper/acceptDamagedDatabases`` restores
     /// such a backup anyway.
     case databaseDamagedAtSource(name: String, databases: [String], result: String)
+    /// `create` found a database of the stores directory damaged (SQLite called it malformed
+    /// while taking its snapshot); no backup was made.
+    case databaseDamagedInStore(path: String, reason: String)
     /// The backup was written in a newer archive format than this version reads
     /// (``Manifest/currentFormat``); nothing was read beyond the format.
     case newerFormat(name: String, format: Int)
@@ -159,6 +162,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
                 .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("***") }
             let answer = lines.prefix(2).joined(separator: "; ") + (lines.count > 2 ? "; …" : "")
             return "backup \"\(name)\": \(list) \(verb) already damaged when the backup was made (it fails its integrity check: \(answer); its bytes match the checksum the backup recorded, so the damage was in the live store)"
+        case .databaseDamagedInStore(let path, let reason):
+            return "database \(path) is damaged in the stores directory (SQLite: \(reason)); no backup was made: restore it from an earlier backup, or repair it (sqlite3 \"\(path)\" .recover)"
         case .newerFormat(let name, let format):
             return "backup \"\(name)\" was made by a newer storebackup (format \(format)); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(Manifest.currentFormat)"
         case .sqlite(let path, let operation, let message):
