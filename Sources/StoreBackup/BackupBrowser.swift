@@ -67,6 +67,9 @@ package struct BackupBrowser: Sendable {
                     try selection.requireMatches(in: reader.entries.map(\.path), backupName: backup.name)
                     var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                     extractor.allowUnverified = allowUnverified
+                    // Extract takes files out to look at: a database damaged before the backup
+                    // comes out as it was, with a warning (restore refuses it unless asked).
+                    extractor.acceptDamagedDatabases = true
                     extractor.selection = { selection.needs($0) }
                     let scratch = ScratchFiles.path(in: parent, purpose: "extract")
                     extractor.syncTree = { try TreeSync.sync($0) }
@@ -87,12 +90,20 @@ package struct BackupBrowser: Sendable {
                     return ExtractResult(
                         backupName: backup.name, directory: target, entryCount: written.count,
                         byteCount: written.filter { $0.kind == .file }.reduce(0) { $0 + $1.size },
-                        databasesChecked: databases, warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)
+                        databasesChecked: databases,
+                        warning: reader.manifest == nil ? Extractor.unverifiedWarning : Self.damageWarning(extractor.damagedDatabases.current))
                 }
             }
         } catch is CancellationError {
             throw StoreBackupError.cancelled
         }
+    }
+
+    /// What extract says of databases that were damaged before the backup; nil for none.
+    static func damageWarning(_ damaged: [String: String]) -> String? {
+        guard !damaged.isEmpty else { return nil }
+        let list = damaged.keys.sorted().joined(separator: ", ")
+        return "\(list) \(damaged.count == 1 ? "was" : "were") already damaged when the backup was made (it fails its integrity check but matches the backup's checksum); extracted as it was"
     }
 
     /// The folder to extract into must be new (or an empty folder) in an existing folder.

@@ -18,6 +18,10 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     /// What could not be checked (a backup without a manifest, let through by
     /// ``StoreHelper/allowUnverified``); nil when everything was.
     public var warning: String? = nil
+    /// Databases that fail `PRAGMA integrity_check` while matching the backup's checksum:
+    /// already damaged in the live store when the backup was made. Such a backup is not ok
+    /// (it restores only with ``StoreHelper/acceptDamagedDatabases``); nil when there are none.
+    public var damagedDatabases: [String]? = nil
 }
 
 /// Which backups ``StoreHelper/verify(_:progress:)`` checks.
@@ -92,7 +96,15 @@ package struct BackupVerifier: Sendable {
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.verifyOnly = true
                 extractor.allowUnverified = allowUnverified
+                // Every database checked, to name all the damaged ones, then the backup fails.
+                extractor.acceptDamagedDatabases = true
                 let databases = try extractor.extract(into: scratch + "/store")
+                let damaged = extractor.damagedDatabases.current
+                if let first = damaged.keys.sorted().first {
+                    let error = StoreBackupError.databaseDamagedAtSource(name: name, databases: damaged.keys.sorted(), result: damaged[first]!)
+                    return VerificationResult(name: name, ok: false, problem: error.description, files: reader.entries.count,
+                                              databases: databases.count - damaged.count, damagedDatabases: damaged.keys.sorted())
+                }
                 return VerificationResult(name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count,
                                           warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)
             }

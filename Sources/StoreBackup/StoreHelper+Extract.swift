@@ -47,10 +47,12 @@ public struct ExtractResult: Sendable, Equatable {
     public var entryCount: Int
     /// Bytes of file content written.
     public var byteCount: Int64
-    /// The databases written, each of which passed `PRAGMA integrity_check`.
+    /// The databases written, each of which passed `PRAGMA integrity_check` (except any the
+    /// ``warning`` names as damaged before the backup was made).
     public var databasesChecked: [String]
     /// What could not be checked, when ``StoreHelper/allowUnverified`` let a backup without
-    /// a manifest through; nil otherwise.
+    /// a manifest through, or which databases were already damaged when the backup was made;
+    /// nil otherwise.
     public var warning: String?
 }
 

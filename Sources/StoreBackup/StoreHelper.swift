@@ -83,6 +83,13 @@ public struct StoreHelper: Sendable {
     /// only CRCs and `PRAGMA integrity_check`. Off by default: such a backup is refused.
     public var allowUnverified = false
 
+    /// Restore a backup whose databases fail `PRAGMA integrity_check` while matching the
+    /// SHA-256 the backup recorded: they were already damaged in the live store when the
+    /// backup was made, and come back exactly as they were then (listed in
+    /// ``RestoreResult/damagedDatabases``). Off by default: such a backup is refused with
+    /// ``StoreBackupError/databaseDamagedAtSource(name:databases:result:)``.
+    public var acceptDamagedDatabases = false
+
     /// How many threads deflate on create; nil: one per core (the fastest backup).
     ///
     /// Fewer leave CPU to the app while the backup runs: on every core, the app's commits wait
@@ -234,8 +241,13 @@ public struct StoreHelper: Sendable {
                 defer { snapshots.values.forEach { $0.finish() } }
                 let scratch = FileSystem.parentDirectory(of: archivePath)
                 for item in scan.items where item.kind == .database {
-                    snapshots[item.relativePath] = try DatabaseSnapshot(
-                        path: item.absolutePath, relativePath: item.relativePath, scratchDirectory: scratch)
+                    do {
+                        snapshots[item.relativePath] = try DatabaseSnapshot(
+                            path: item.absolutePath, relativePath: item.relativePath, scratchDirectory: scratch)
+                    } catch StoreBackupError.sqlite(_, _, let message) where message.contains("malformed") {
+                        // SQLite noticed on the way (create runs no integrity_check): say what it means.
+                        throw StoreBackupError.databaseDamagedInStore(path: item.absolutePath, reason: message)
+                    }
                 }
                 var settings = ArchiveWriter.Settings(compressionLevel: level, sourcePath: storesDirectory,
                                                       createdAt: createdAt, password: password)
@@ -355,6 +367,7 @@ public struct StoreHelper: Sendable {
         var transaction = RestoreTransaction(layout: layout, source: destination, passwords: passwords, hooks: hooks,
                                              logger: logger)
         transaction.allowUnverified = allowUnverified
+        transaction.acceptDamagedDatabases = acceptDamagedDatabases
         return try await transaction.run(nameOrLatest, progress: progress)
     }
 

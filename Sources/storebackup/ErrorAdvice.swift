@@ -17,6 +17,8 @@ enum ErrorAdvice {
         case .listBackups: return " (see: storebackup list)"
         case .givePassword: return "; give its password with --password-file FILE, STOREBACKUP_PASSWORD, or at the prompt on a terminal"
         case .allowUnverified: return ". Pass --allow-unverified to restore it with only CRC and database checks"
+        case .acceptDamagedDatabases: return "; to restore it anyway (the damaged databases as they were), pass --accept-damaged-databases"
+        case .upgradeStoreBackup: return ": upgrade storebackup"
         case .recoverStore: return "; run `storebackup recover` on it"
         case .trustCertificateAuthority:
             return "; if it is signed by your own certificate authority, pass that CA's PEM file with --ca-file (or STOREBACKUP_CA_FILE)"

@@ -35,6 +35,12 @@ struct RestoreCommand: AsyncParsableCommand {
     @Flag(help: "Restore a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check.")
     var allowUnverified = false
 
+    @Flag(help: "Restore a backup whose databases fail PRAGMA integrity_check although they match the backup's checksums: they were already damaged in the live store when the backup was made, and come back as they were then.")
+    var acceptDamagedDatabases = false
+
+    @Flag(help: "Print the result as JSON: {name, storesDirectory, files, databasesChecked, damagedDatabases, warning}.")
+    var json = false
+
     func run() async throws {
         let name: String
         let source: any BackupDestination
@@ -50,6 +56,7 @@ struct RestoreCommand: AsyncParsableCommand {
         var configured = StoreHelper(storesDirectory: storesDirectory, destination: source,
                                      passwords: password.provider(confirm: false), logger: Terminal.logger)
         configured.allowUnverified = allowUnverified
+        configured.acceptDamagedDatabases = acceptDamagedDatabases
         let helper = configured
         if !yes {
             guard Terminal.standardInputIsTerminal else {
@@ -67,6 +74,18 @@ struct RestoreCommand: AsyncParsableCommand {
         }
         printer.finishLine()
         if let warning = result.warning { Terminal.info("storebackup: warning: \(warning)") }
+        if !result.damagedDatabases.isEmpty {
+            Terminal.info("storebackup: warning: restored as they were when the backup was made, already damaged (they fail PRAGMA integrity_check): \(result.damagedDatabases.joined(separator: ", "))")
+        }
+        if json {
+            var summary: [String: Any] = [
+                "name": result.backupName, "storesDirectory": result.storesDirectory, "files": result.fileCount,
+                "databasesChecked": result.databasesChecked, "damagedDatabases": result.damagedDatabases,
+            ]
+            if let warning = result.warning { summary["warning"] = warning }
+            let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
+            Terminal.output(String(decoding: data, as: UTF8.self))
+        }
         Terminal.info("storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)")
     }
 

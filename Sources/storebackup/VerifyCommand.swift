@@ -25,7 +25,7 @@ struct VerifyCommand: AsyncParsableCommand {
     @Flag(help: "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable.")
     var allowUnverified = false
 
-    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning}.")
+    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning, damagedDatabases}.")
     var json = false
 
     func validate() throws {
@@ -39,6 +39,7 @@ struct VerifyCommand: AsyncParsableCommand {
         let selection: BackupVerifier.Selection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
         let printer = ProgressPrinter.shared
         let results = await Terminal.runCancellable { try await verifier.verify(selection, progress: printer.handler()) }
+            .map(Self.inCommandLineWords)
         printer.finishLine()
         if json {
             let encoder = JSONEncoder()
@@ -52,5 +53,15 @@ struct VerifyCommand: AsyncParsableCommand {
             }
         }
         if results.contains(where: { !$0.ok }) { throw ExitCode(1) }
+    }
+
+    /// A backup whose databases were damaged before it was made is said with the flag that
+    /// restores it anyway.
+    static func inCommandLineWords(_ result: VerificationResult) -> VerificationResult {
+        guard let damaged = result.damagedDatabases, !damaged.isEmpty else { return result }
+        var result = result
+        let verb = damaged.count == 1 ? "was" : "were"
+        result.problem = "restorable only with --accept-damaged-databases: \(damaged.joined(separator: ", ")) \(verb) already damaged when the backup was made (it fails its integrity check but matches the checksum the backup recorded)"
+        return result
     }
 }

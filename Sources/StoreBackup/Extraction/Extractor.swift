@@ -41,6 +41,13 @@ struct Extractor {
     /// How many databases may wait for their read-back SHA-256 (``DeferredDigest``) at
     /// once: each keeps its file open, and a server's store may hold thousands of databases.
     var pendingDigestLimit = 32
+    /// Let a database through that fails `PRAGMA integrity_check` although it matches its
+    /// manifest checksum (damaged in the live store before the backup, see
+    /// ``StoreBackupError/databaseDamagedAtSource(name:databases:result:)``); each is listed
+    /// in ``damagedDatabases``. Off: the first such database ends the extraction with that error.
+    var acceptDamagedDatabases = false
+    /// The databases found damaged at the source so far: relative path and SQLite's answer.
+    let damagedDatabases = Locked<[String: String]>([:])
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
     static let unverifiedWarning = "the backup has no manifest: only CRCs and PRAGMA integrity_check were checked (no SHA-256 of any file, no list of what should be there)"
@@ -70,8 +77,10 @@ struct Extractor {
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
         let databaseFiles = files.filter(isDatabase)
+        let judge = DamageJudge(backupName: reader.backupName, hasManifest: reader.manifest != nil,
+                                accept: acceptDamagedDatabases, found: damagedDatabases)
         let checks = WorkerPool.Feed<DatabaseCheckJob>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) { check in
-            try Self.checkDatabase(check.path, unpacking: check.unpacking)
+            try judge.check(check)
         }
         let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
         // Every thread started here is joined on every path out, before any error is rethrown.
@@ -199,7 +208,53 @@ struct Extractor {
     /// A database to pass through `PRAGMA integrity_check`; with `unpacking`, while it is written.
     struct DatabaseCheckJob: Sendable {
         let path: String
+        /// The path relative to the stores directory, for messages.
+        let entryPath: String
         let unpacking: UnpackingDatabase?
+    }
+
+    /// Tells a database damaged before the backup from a damaged backup. Every database's bytes
+    /// are compared with the manifest's SHA-256, and a mismatch is the error reported even when
+    /// the check fails too (``extractInParallel``). So a database of a backup with a manifest
+    /// that fails its check while the extraction goes on without a mismatch is one whose live
+    /// copy was already damaged: the backup kept it faithfully.
+    struct DamageJudge: Sendable {
+        let backupName: String
+        let hasManifest: Bool
+        let accept: Bool
+        let found: Locked<[String: String]>
+
+        func check(_ check: DatabaseCheckJob) throws {
+            do {
+                try Extractor.checkDatabase(check.path, unpacking: check.unpacking)
+            } catch let error as StoreBackupError where hasManifest && Self.isDamage(error) {
+                let result = Self.sqliteAnswer(error)
+                found.withLock { $0[check.entryPath] = result }
+                guard accept else {
+                    throw StoreBackupError.databaseDamagedAtSource(name: backupName, databases: [check.entryPath], result: result)
+                }
+                // Taken as it is, by request: the reload's check need not refuse it again.
+                if let unpacking = check.unpacking, !unpacking.waitUntilDone() { return }
+                CheckedDatabases.record(check.path)
+            }
+        }
+
+        /// A failed check, or SQLite calling the file malformed before the check could run.
+        static func isDamage(_ error: StoreBackupError) -> Bool {
+            switch error {
+            case .databaseCheckFailed: return true
+            case .sqlite(_, _, let message): return message.contains("malformed")
+            default: return false
+            }
+        }
+
+        static func sqliteAnswer(_ error: StoreBackupError) -> String {
+            switch error {
+            case .databaseCheckFailed(_, let result): return result
+            case .sqlite(_, _, let message): return message
+            default: return error.summary
+            }
+        }
     }
 
     /// The databases first, one at a time on all cores (each inflated in parallel), so that
@@ -235,10 +290,10 @@ struct Extractor {
                 let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
                 let digest = try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
-                                             unpacking: unpacking.map { unpacking in (unpacking, { checks.submit(DatabaseCheckJob(path: path, unpacking: unpacking)) }) },
+                                             unpacking: unpacking.map { unpacking in (unpacking, { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) }) },
                                              onBytes: onBytes)
                 digests += digest.map { [$0] } ?? []
-                if unpacking == nil { checks.submit(DatabaseCheckJob(path: path, unpacking: nil)) }
+                if unpacking == nil { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: nil)) }
                 flushes?.submit(database.path)
                 if digests.count >= pendingDigestLimit { try verifyDigests(&digests) }
             }

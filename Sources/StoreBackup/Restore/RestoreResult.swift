@@ -4,11 +4,16 @@ public struct RestoreResult: Sendable {
     public var backupName: String
     /// The stores directory that now holds the restored data.
     public var storesDirectory: String
-    /// The databases (relative paths) that passed `PRAGMA integrity_check` before the swap.
+    /// The databases (relative paths) checked with `PRAGMA integrity_check` before the swap;
+    /// all passed, except the ``damagedDatabases``.
     public var databasesChecked: [String]
     /// How many entries the archive held.
     public var fileCount: Int
     /// What could not be checked, when ``StoreHelper/allowUnverified`` let a backup without
     /// a manifest through; nil for a fully checked restore.
     public var warning: String? = nil
+    /// Databases restored although they fail `PRAGMA integrity_check`, because they were
+    /// already damaged in the live store when the backup was made and
+    /// ``StoreHelper/acceptDamagedDatabases`` was set (relative paths); empty otherwise.
+    public var damagedDatabases: [String] = []
 }

@@ -24,6 +24,8 @@ struct RestoreTransaction {
     let logger: Logger
     /// Accept an archive without a manifest (see ``StoreHelper/allowUnverified``).
     var allowUnverified = false
+    /// Restore databases damaged before the backup (see ``StoreHelper/acceptDamagedDatabases``).
+    var acceptDamagedDatabases = false
 
     private var swapper: StoreSwapper { StoreSwapper(layout: layout) }
 
@@ -68,6 +70,7 @@ struct RestoreTransaction {
     /// Unpacks, checks and swaps in the staged archive, then reloads and commits or rolls back.
     private func install(archive: String, backupName: String, throttle: ProgressThrottle) async throws -> RestoreResult {
         let layout = self.layout, passwords = self.passwords, allowUnverified = self.allowUnverified
+        let acceptDamagedDatabases = self.acceptDamagedDatabases
         let hadLiveStore = FileSystem.fileExists(layout.live)
         let journal: @Sendable (RestoreJournal.Phase) throws -> Void = { phase in
             try RestoreJournal(phase: phase, backupName: backupName, hadLiveStore: hadLiveStore).save(to: layout.journal)
@@ -75,7 +78,7 @@ struct RestoreTransaction {
 
         // 1. Unpack and verify beside the live store, then sync it; any failure leaves the
         //    live store untouched.
-        let extracted: (databases: [String], files: Int, unverified: Bool)
+        let extracted: (databases: [String], files: Int, unverified: Bool, damaged: [String])
         do {
             extracted = try await runBlocking(name: "storebackup-restore") { cancel in
                 let reader = try ArchiveReader(path: archive, backupName: backupName, passwords: passwords)
@@ -83,13 +86,14 @@ struct RestoreTransaction {
                 TestPausePoint.reach("extracting")
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.allowUnverified = allowUnverified
+                extractor.acceptDamagedDatabases = acceptDamagedDatabases
                 // Every unpacked file and folder reaches the disk before the journal says
                 // "swapping"; the sync runs while the databases are still being checked.
                 extractor.syncTree = { try TreeSync.sync($0) }
                 let databases = try extractor.extract(into: layout.new)
                 try cancel.throwIfCancelled()
                 TestPausePoint.reach("synced")
-                return (databases, reader.entries.count, reader.manifest == nil)
+                return (databases, reader.entries.count, reader.manifest == nil, extractor.damagedDatabases.current.keys.sorted())
             }
         } catch {
             discardExtracted()
@@ -127,7 +131,8 @@ struct RestoreTransaction {
         throttle.report(BackupProgress(phase: .done), force: true)
         return RestoreResult(backupName: backupName, storesDirectory: layout.live,
                              databasesChecked: extracted.databases, fileCount: extracted.files,
-                             warning: extracted.unverified ? Extractor.unverifiedWarning : nil)
+                             warning: extracted.unverified ? Extractor.unverifiedWarning : nil,
+                             damagedDatabases: extracted.damaged)
     }
 
     /// The app rejected the restored store: put the old one back, reload it, tell the app.

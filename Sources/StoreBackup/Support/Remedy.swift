@@ -9,6 +9,11 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConve
     /// Allow a backup without a manifest, checked only by CRC and database checks
     /// (``StoreHelper/allowUnverified``).
     case allowUnverified
+    /// Restore the backup although its databases were already damaged when it was made
+    /// (``StoreHelper/acceptDamagedDatabases``).
+    case acceptDamagedDatabases
+    /// Use a newer storebackup: the backup's format is newer than this version reads.
+    case upgradeStoreBackup
     /// Run recovery on the store (``StoreHelper/recover()``).
     case recoverStore
     /// The server's certificate is signed by a certificate authority of one's own: trust that
@@ -29,6 +34,8 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConve
         case .listBackups: return "list the destination's backups for the exact name"
         case .givePassword: return "give its password"
         case .allowUnverified: return "allow unverified backups to restore it with only CRC and database checks"
+        case .acceptDamagedDatabases: return "restore it anyway with acceptDamagedDatabases (the damaged databases come back as they were)"
+        case .upgradeStoreBackup: return "upgrade storebackup"
         case .recoverStore: return "run recovery on it"
         case .trustCertificateAuthority: return "if it is signed by your own certificate authority, trust that CA's PEM file"
         case .authorizeDropbox: return "authorize the Dropbox app again"

@@ -47,6 +47,18 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case checksumMismatch(name: String, entry: String)
     /// A database failed `PRAGMA integrity_check` (or `quick_check`); `result` is SQLite's answer.
     case databaseCheckFailed(path: String, result: String)
+    /// Databases of the backup fail `PRAGMA integrity_check` although their bytes match the
+    /// SHA-256 the manifest recorded: they were already damaged in the live store when the
+    /// backup was made (the backup kept them faithfully). `databases` are relative paths,
+    /// `result` SQLite's answer for the first. ``StoreHelper/acceptDamagedDatabases`` restores
+    /// such a backup anyway.
+    case databaseDamagedAtSource(name: String, databases: [String], result: String)
+    /// `create` found a database of the stores directory damaged (SQLite called it malformed
+    /// while taking its snapshot); no backup was made.
+    case databaseDamagedInStore(path: String, reason: String)
+    /// The backup was written in a newer archive format than this version reads
+    /// (`newestReadable`, ``Manifest/currentFormat``); nothing was read beyond the format.
+    case newerFormat(name: String, format: Int, newestReadable: Int)
     /// SQLite returned an error; `message` is SQLite's.
     case sqlite(path: String, operation: String, message: String)
     /// libzip could not write the archive (disk full, permissions…).
@@ -109,6 +121,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .backupNotFound: return .listBackups
         case .passwordRequired: return .givePassword
         case .unverifiableBackup: return .allowUnverified
+        case .databaseDamagedAtSource: return .acceptDamagedDatabases
+        case .newerFormat: return .upgradeStoreBackup
         case .reloadFailed(_, let rolledBack): return rolledBack ? nil : .recoverStore
         case .transfer(let failure): return failure.remedy
         case .invalidDestination(_, _, let remedy): return remedy
@@ -151,6 +165,18 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return "backup \"\(name)\" is damaged: \(entry) does not match the checksum in its manifest"
         case .databaseCheckFailed(let path, let result):
             return "database \(path) failed its integrity check: \(result)"
+        case .databaseDamagedAtSource(let name, let databases, let result):
+            let list = databases.joined(separator: ", ")
+            let verb = databases.count == 1 ? "was" : "were"
+            // SQLite's answer can run to many lines; the message stays one, and short.
+            let lines = result.split(whereSeparator: { $0.isNewline || $0 == ";" })
+                .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("***") }
+            let answer = lines.prefix(2).joined(separator: "; ") + (lines.count > 2 ? "; …" : "")
+            return "backup \"\(name)\": \(list) \(verb) already damaged when the backup was made (it fails its integrity check: \(answer); its bytes match the checksum the backup recorded, so the damage was in the live store)"
+        case .databaseDamagedInStore(let path, let reason):
+            return "database \(path) is damaged in the stores directory (SQLite: \(reason)); no backup was made: restore it from an earlier backup, or repair it (sqlite3 \"\(path)\" .recover)"
+        case .newerFormat(let name, let format, let newestReadable):
+            return "backup \"\(name)\" was made by a newer storebackup (format \(format)); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(newestReadable)"
         case .sqlite(let path, let operation, let message):
             return "SQLite error on \(path) during \(operation): \(message)"
         case .archiveWrite(let reason):

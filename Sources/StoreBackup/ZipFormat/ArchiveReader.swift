@@ -101,6 +101,7 @@ final class ArchiveReader: @unchecked Sendable {
     private func readEntries(passwords: PasswordProvider?) throws {
         let count = zip_get_num_entries(archive, 0)
         guard count >= 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot read the entry list") }
+        try checkFormatMarkers(count: UInt64(count))
         var seen = Set<String>()
         var manifestIndex: UInt64?
         var encryptedIndex: UInt64?
@@ -166,8 +167,26 @@ final class ArchiveReader: @unchecked Sendable {
             guard Self.occurrences(of: Array("\"path\"".utf8), in: data) <= 2 * entries.count + 2 else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest lists more files than the archive holds")
             }
+            // The format first, alone: a newer manifest may not decode as this version's.
+            if let format = try? Manifest.decodeFormat(data), format > Manifest.currentFormat {
+                throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.currentFormat)
+            }
             do { manifest = try Manifest.decode(data) } catch {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
+            }
+        }
+    }
+
+    /// A later format is announced by an entry `.storebackup/format-N` as well as by the
+    /// manifest's `format` field (see docs/FORMAT.md): looked for among all names before any
+    /// entry is judged, so that a newer archive is refused as newer, not as damaged or unsafe
+    /// because of a name this version does not know.
+    private func checkFormatMarkers(count: UInt64) throws {
+        for index in 0..<count {
+            guard let raw = zip_get_name(archive, index, zip_flags_t(ZIP_FL_ENC_RAW)),
+                  let format = Manifest.format(ofMarkerEntry: raw) else { continue }
+            if format > Manifest.currentFormat {
+                throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.currentFormat)
             }
         }
     }

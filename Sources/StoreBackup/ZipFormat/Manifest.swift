@@ -75,15 +75,28 @@ public struct Manifest: Codable, Sendable, Equatable {
         return try encoder.encode(self)
     }
 
+    /// Only the manifest's `format` field, which every format keeps (readers check it first).
+    static func decodeFormat(_ data: Data) throws -> Int {
+        struct FormatOnly: Decodable { var format: Int }
+        return try JSONDecoder().decode(FormatOnly.self, from: data).format
+    }
+
+    /// Entries named `.storebackup/format-N` (N a decimal number) mark an archive of format N.
+    static let formatMarkerPrefix = ".storebackup/format-"
+
+    /// N for an entry named ``formatMarkerPrefix`` + N, from its raw name; nil for any other name.
+    static func format(ofMarkerEntry raw: UnsafePointer<CChar>) -> Int? {
+        // Every entry's name passes here: compare bytes before making a String.
+        guard strncmp(raw, formatMarkerPrefix, formatMarkerPrefix.utf8.count) == 0 else { return nil }
+        let name = String(decoding: UnsafeRawBufferPointer(start: raw, count: strlen(raw)), as: UTF8.self)
+        let digits = name.dropFirst(formatMarkerPrefix.count)
+        guard !digits.isEmpty, digits.count <= 9, digits.allSatisfy({ $0.isASCII && $0.isNumber }) else { return nil }
+        return Int(digits)
+    }
+
     static func decode(_ data: Data) throws -> Manifest {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         return try decoder.decode(Manifest.self, from: data)
     }
-}
-
-/// The library's version, written into every manifest.
-package enum StoreBackupVersion {
-    /// The version string, e.g. "0.1.0".
-    package static let current = "0.1.0"
 }
