@@ -164,7 +164,13 @@ struct PruneCommand: AsyncParsableCommand {
         }
         for (target, groups) in plans {
             let pruner = BackupPruner(destination: target.destination, stateDirectory: target.stateDirectory, passwords: target.passwords)
-            let deleted = await Terminal.runCancellable { try await pruner.execute(groups) }
+            let place = target.destination.displayName
+            let deleted = await Terminal.runCancellable {
+                try await pruner.execute(groups) { name, until in
+                    let when = until.map { "until " + ISO8601DateFormatter().string(from: $0) } ?? "by a legal hold"
+                    Terminal.info("storebackup: kept \(name) at \(place): locked \(when) (S3 Object Lock)")
+                }
+            }
             if !deleted.isEmpty { Terminal.info("storebackup: deleted \(deleted.count) backups from \(target.destination.displayName)") }
         }
     }
