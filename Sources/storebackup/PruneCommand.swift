@@ -117,8 +117,10 @@ struct PruneCommand: AsyncParsableCommand {
                 // Retention applies at each of the store's destinations (or only at --to).
                 for value in destination.destination.map({ [$0] }) ?? job.allDestinations {
                     let target: any BackupDestination
+                    var options = configuration.destinationOptions()
+                    destination.connection.applyLimits(to: &options)
                     do {
-                        target = try DestinationResolver.resolve(value, options: configuration.destinationOptions())
+                        target = try DestinationResolver.resolve(value, options: options)
                     } catch { Terminal.fail(error) }
                     targets.append(Target(destination: target, policy: policy, storesDirectory: job.storesDirectory,
                                           stateDirectory: configuration.stateStore.directory,
