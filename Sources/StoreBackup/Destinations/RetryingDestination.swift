@@ -3,7 +3,7 @@ import Logging
 
 /// Wraps any destination and gives each of its operations (list, upload, download,
 /// delete) one retry budget by time (``RetryPolicy/budget``). Requests retry inside it
-/// (``RetryingTransport``: a resumed download, one failed S3 part); what a request cannot
+/// (`RetryingTransport`: a resumed download, one failed S3 part); what a request cannot
 /// heal on its own (bytes that arrived damaged, a busy service that outlasted a request's
 /// tries) redoes the operation, from the same budget. So however the retries fall, an
 /// operation gives up about `budget` seconds after it started, plus its last try.
