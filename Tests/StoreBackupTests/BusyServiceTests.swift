@@ -90,6 +90,29 @@ final class BusyServiceTests: XCTestCase {
         XCTAssertGreaterThan(busyDeletes, 0, "deletes met SlowDown")
     }
 
+    /// A service that stays busy: the operation gives up when its budget is spent, and
+    /// says so (with how to give it longer), having retried more than once.
+    func testASpentBudgetIsReportedWithTheWayToGiveMore() throws {
+        let servers = try TestServers(label: "busy-budget")
+        defer { servers.stop() }
+        let s3 = try servers.start("s3")
+        let environment = [
+            "AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
+            "AWS_REGION": s3["region"] as! String, "HOME": work,
+        ]
+        let plan = work + "/plan-always.json"
+        try JSONSerialization.data(withJSONObject: ["rules": [["fault": "503", "retry_after": NSNull()]]])
+            .write(to: URL(fileURLWithPath: plan))
+        let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(s3["port"]!)", "--plan", plan])
+        let listed = try runStoreBackup(["list", "--to", "s3://backups/app", "--s3-endpoint", proxy["url"] as! String, "--retry-for", "3s"],
+                                        environment: environment)
+        XCTAssertNotEqual(listed.status, 0)
+        XCTAssertTrue(listed.stderr.contains("HTTP 503"), listed.stderr)
+        XCTAssertTrue(listed.stderr.contains("over 3s; --retry-for or retry-for: allows longer"), listed.stderr)
+        let log = try String(contentsOfFile: proxy["log"] as! String, encoding: .utf8)
+        XCTAssertGreaterThan(log.split(separator: "\n").count, 2, "the request was retried before giving up")
+    }
+
     // MARK: the runs
 
     /// Four creates of the large store; returns the backups' names, each listed with its size.
