@@ -602,7 +602,7 @@ class Proxy:
             return self.control(csock, cf, method, target, kind, length, expect100, client_close)
 
         n, rule = self.current_plan().decide(method, target)
-        entry = {"n": n, "conn": conn_id, "request": head.first, "fault": None,
+        entry = {"n": n, "conn": conn_id, "request": head.first, "fault": None, "started": round(time.time(), 3),
                  "status": None, "up_bytes": 0, "down_bytes": 0}
         if rule is not None and rule.fault != "none":
             entry["fault"] = rule.describe()

@@ -5,8 +5,10 @@ within 10 % of 20 MB/s), against rclone's S3 server on loopback.
     python3 scripts/bench_lib/ratelimit.py [--binary PATH] [--size-mb N] [--rate 20M] [--runs N]
 
 Makes one archive of N MiB of random data (default 200) in a local folder, then uploads
-it with `storebackup copy` (upload only, no archiving) to S3, `--runs` times, and prints
-each run's rate (archive bytes / wall time) and the median's deviation from the cap.
+it with `storebackup copy` (no archiving) to S3 through the fault proxy without faults,
+`--runs` times, and prints each run's rate on the wire (the PUT bodies' bytes over the
+span from the first PUT's start to the last one's end, from the proxy's log) and the
+median's deviation from the cap.
 S3 multipart upload runs 4 parts in parallel: the cap is the total across them.
 """
 import argparse
@@ -56,14 +58,21 @@ def main():
         archive = [n for n in os.listdir(local) if n.endswith(".zip")][0]
         size = os.path.getsize(os.path.join(local, archive))
         rates = []
+        proxy = json.loads(subprocess.run([sys.executable, servers, "start", "proxy", "--root", root,
+                                           "--upstream", "127.0.0.1:%d" % server["port"]],
+                                          check=True, stdout=subprocess.PIPE).stdout)
         for run in range(args.runs):
             target = "s3://bench/run%d" % run
-            begin = time.monotonic()
-            subprocess.run([args.binary, "copy", archive, "--from", local, "--to", target, "--s3-endpoint", server["endpoint"],
-                            "--limit-upload", args.rate], check=True, env=env, stdout=subprocess.DEVNULL)
-            seconds = time.monotonic() - begin
-            rates.append(size / seconds)
-            print("run %d: %.1f MB in %.2f s = %.2f MB/s" % (run + 1, size / 1e6, seconds, size / seconds / 1e6))
+            # Rate on the wire: the fault proxy (no faults) in front of the server logs each
+            # request's start, end and body bytes; the upload is the span of the PUTs.
+            subprocess.run([args.binary, "copy", archive, "--from", local, "--to", target, "--s3-endpoint", proxy["url"],
+                            "--limit-upload", args.rate], check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            with open(proxy["log"]) as log:
+                puts = [e for e in map(json.loads, log) if e["request"].startswith("PUT /bench/run%d/" % run)]
+            sent = sum(e["up_bytes"] for e in puts)
+            seconds = max(e["time"] for e in puts) - min(e["started"] for e in puts)
+            rates.append(sent / seconds)
+            print("run %d: %.1f MB in %.2f s = %.2f MB/s on the wire" % (run + 1, sent / 1e6, seconds, sent / seconds / 1e6))
         median = statistics.median(rates)
         deviation = (median - rate) / rate
         verdict = "PASS" if abs(deviation) <= 0.10 else "FAIL"

@@ -50,8 +50,9 @@ public final class RateLimit: Sendable {
         guard bytes > 0 else { return true }
         let now = Date()
         let slot = paidUntil.withLock { paid -> Date in
-            // An idle allowance does not pile up: at most a tenth of a second of burst.
-            let start = max(paid, now.addingTimeInterval(-0.1))
+            // An idle allowance piles up to a quarter of a second: enough that a thread
+            // held up by other work catches up, too little to break the cap visibly.
+            let start = max(paid, now.addingTimeInterval(-0.25))
             paid = start.addingTimeInterval(Double(bytes) / Double(bytesPerSecond))
             return paid
         }
