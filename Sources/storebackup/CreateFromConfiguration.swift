@@ -44,6 +44,7 @@ extension CreateCommand {
         }
         var options = configuration.destinationOptions()
         if destination.caFile != nil || destination.insecure { options.transport = destination.options.transport }
+        destination.connection.applyLimits(to: &options)
         let logger = Logger(label: "storebackup") { _ in StreamLogHandler.standardError(label: "storebackup") }
         let service = BackupService(jobs: [adjusted], stateStore: configuration.stateStore, destinationOptions: options, logger: logger)
         let storeName = adjusted.name

@@ -50,9 +50,62 @@ struct ConnectionOption: ParsableArguments {
             help: ArgumentHelp("Credentials file (NAME=value lines, chmod 600); takes precedence over the environment.", valueName: "file"))
     var credentials: String?
 
+    @Option(name: .customLong("retry-for"),
+            help: ArgumentHelp("How long each operation on a remote destination (an upload, a download, a listing, a delete) may keep retrying what its service calls transient: network errors, timeouts, 408, 429, 5xx, S3 SlowDown, Dropbox too_many_write_operations; with growing, jittered pauses and the server's Retry-After. A duration: 90s, 5m, 1h; 0 retries nothing (default: retry-for: in the configuration, else STOREBACKUP_RETRY_FOR, else 5m).", valueName: "duration"),
+            transform: { text in
+                do { return try DurationText.parseSeconds(text) } catch { throw ValidationError("--retry-for: \(error)") }
+            })
+    var retryFor: Double?
+
+    @Option(name: .customLong("limit-upload"),
+            help: ArgumentHelp("Cap on bytes per second sent to remote destinations, the total of parallel parts and mirrors: 500k, 5M, 1G (decimal: 5M is 5,000,000 B/s; default: limit-upload: in the configuration, else none).", valueName: "rate"),
+            transform: { text in
+                do { return try RateLimit.parse(text, option: "--limit-upload") } catch { throw ValidationError("\(error)") }
+            })
+    var limitUpload: RateLimit?
+
+    @Option(name: .customLong("limit-download"),
+            help: ArgumentHelp("Cap on bytes per second received from remote destinations, as --limit-upload (default: limit-download: in the configuration, else none).", valueName: "rate"),
+            transform: { text in
+                do { return try RateLimit.parse(text, option: "--limit-download") } catch { throw ValidationError("\(error)") }
+            })
+    var limitDownload: RateLimit?
+
+    @Option(name: .customLong("retain-days"),
+            help: ArgumentHelp("Lock each new backup for this many days with S3 Object Lock, so nobody (no stolen key) can delete it before then; the bucket must have Object Lock enabled. Other destinations refuse it (default: retain-days: in the configuration).", valueName: "days"),
+            transform: { text in
+                guard let days = Int(text), days >= 1 else { throw ValidationError("--retain-days: \"\(text)\" is not a whole number of days ≥ 1") }
+                return days
+            })
+    var retainDays: Int?
+
+    @Option(name: .customLong("retain-mode"),
+            help: ArgumentHelp("S3 Object Lock mode for --retain-days: governance (default; users allowed to bypass governance can still delete) or compliance (nobody can).", valueName: "mode"),
+            transform: { text in
+                guard let mode = ObjectLockRetention.Mode(text: text) else {
+                    throw ValidationError("--retain-mode: \"\(text)\" is not a mode; use governance or compliance")
+                }
+                return mode
+            })
+    var retainMode: ObjectLockRetention.Mode?
+
+    /// Puts the retry budget, rate caps and lock given on the command line over `options`
+    /// (the configuration's or the defaults).
+    func applyLimits(to options: inout DestinationOptions) {
+        if let retainDays {
+            options.objectLock = ObjectLockRetention(days: retainDays, mode: retainMode ?? options.objectLock?.mode ?? .governance)
+        } else if let retainMode, options.objectLock != nil {
+            options.objectLock?.mode = retainMode
+        }
+        if let retryFor { options.retry.budget = retryFor }
+        if let limitUpload { options.transport.uploadLimit = limitUpload }
+        if let limitDownload { options.transport.downloadLimit = limitDownload }
+    }
+
     var options: DestinationOptions {
         var options = DestinationOptions(s3Endpoint: s3Endpoint, sshKey: sshKey, knownHosts: knownHosts, credentialsFile: credentials,
                                          logger: Terminal.logger)
+        applyLimits(to: &options)
         if let caFile { options.transport.caFile = caFile }
         if insecure {
             options.transport.insecure = true

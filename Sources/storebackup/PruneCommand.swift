@@ -117,8 +117,10 @@ struct PruneCommand: AsyncParsableCommand {
                 // Retention applies at each of the store's destinations (or only at --to).
                 for value in destination.destination.map({ [$0] }) ?? job.allDestinations {
                     let target: any BackupDestination
+                    var options = configuration.destinationOptions()
+                    destination.connection.applyLimits(to: &options)
                     do {
-                        target = try DestinationResolver.resolve(value, options: configuration.destinationOptions())
+                        target = try DestinationResolver.resolve(value, options: options)
                     } catch { Terminal.fail(error) }
                     targets.append(Target(destination: target, policy: policy, storesDirectory: job.storesDirectory,
                                           stateDirectory: configuration.stateStore.directory,
@@ -164,7 +166,13 @@ struct PruneCommand: AsyncParsableCommand {
         }
         for (target, groups) in plans {
             let pruner = BackupPruner(destination: target.destination, stateDirectory: target.stateDirectory, passwords: target.passwords)
-            let deleted = await Terminal.runCancellable { try await pruner.execute(groups) }
+            let place = target.destination.displayName
+            let deleted = await Terminal.runCancellable {
+                try await pruner.execute(groups) { name, until in
+                    let when = until.map { "until " + ISO8601DateFormatter().string(from: $0) } ?? "by a legal hold"
+                    Terminal.info("storebackup: kept \(name) at \(place): locked \(when) (S3 Object Lock)")
+                }
+            }
             if !deleted.isEmpty { Terminal.info("storebackup: deleted \(deleted.count) backups from \(target.destination.displayName)") }
         }
     }

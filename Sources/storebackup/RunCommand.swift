@@ -15,7 +15,12 @@ struct RunCommand: AsyncParsableCommand {
             store never overlap. After each successful backup the store's retention is applied to \
             this host's backups of that store. Outcomes go to the state files (`storebackup status`) \
             and to the hooks. SIGTERM or SIGINT stops it: a backup in progress is cancelled and \
-            leaves nothing behind. Logs go to stderr (STOREBACKUP_LOG_LEVEL=debug for more).
+            leaves nothing behind. Logs go to stderr (STOREBACKUP_LOG_LEVEL=debug for more). \
+            Each operation on a remote destination (an upload, a listing, a delete) retries what its \
+            service calls transient (network errors, timeouts, 408, 429, 5xx, S3 SlowDown, Dropbox \
+            too_many_write_operations) for up to `retry-for:` in the configuration (default 5m), with \
+            growing, jittered pauses; `limit-upload:`/`limit-download:` cap the run's bytes per second, \
+            and `retain-days:` locks each new S3 backup (S3 Object Lock).
             """)
 
     @OptionGroup var configurationFile: ConfigurationOption

@@ -40,7 +40,8 @@ struct StatusCommand: AsyncParsableCommand {
             rows = stateStore.loadAll()
         }
 
-        let options = configuration?.destinationOptions() ?? DestinationOptions()
+        var options = configuration?.destinationOptions() ?? DestinationOptions()
+        options.objectLock = nil  // status only looks: a lock for new backups does not apply
         var leftoverText: [String: String] = [:]
         if leftovers {
             for url in Set(rows.compactMap(\.destination)) { leftoverText[url] = await Self.leftovers(url, options: options) }

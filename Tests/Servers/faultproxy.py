@@ -40,7 +40,8 @@ applies its fault:
 Faults:
   - "status" with `status` (e.g. 500), or the shorthands "500", "429", "503"
     (any 3-digit code works). 429 and 503 carry `Retry-After: 1` unless
-    `retry_after` says otherwise (null: no header). The upstream never sees
+    `retry_after` says otherwise (null: no header). `body` replaces the
+    answer's text (e.g. S3's SlowDown error document). The upstream never sees
     the request. The request body is read and discarded, then the answer goes
     out and the connection stays open, except after `Expect: 100-continue`,
     where the answer goes out at once with `Connection: close`.
@@ -149,6 +150,9 @@ class Rule:
         if fault not in ("status", "reset", "delay", "flip", "range200", "none"):
             raise ValueError("unknown fault %r" % fault)
         self.fault = fault
+        # `body`: the answer's text instead of the default one (S3's
+        # <Error><Code>SlowDown</Code>…</Error>, say), for a "status" fault.
+        self.body = spec["body"].encode() if isinstance(spec.get("body"), str) else None
         if "retry_after" in spec:
             ra = spec["retry_after"]
             self.retry_after = None if ra is None else str(ra)
@@ -598,7 +602,7 @@ class Proxy:
             return self.control(csock, cf, method, target, kind, length, expect100, client_close)
 
         n, rule = self.current_plan().decide(method, target)
-        entry = {"n": n, "conn": conn_id, "request": head.first, "fault": None,
+        entry = {"n": n, "conn": conn_id, "request": head.first, "fault": None, "started": round(time.time(), 3),
                  "status": None, "up_bytes": 0, "down_bytes": 0}
         if rule is not None and rule.fault != "none":
             entry["fault"] = rule.describe()
@@ -610,7 +614,7 @@ class Proxy:
             headers = []
             if rule.retry_after is not None:
                 headers.append(("Retry-After", rule.retry_after))
-            body = ("injected fault: %s\n" % rule.describe()).encode()
+            body = rule.body if rule.body is not None else ("injected fault: %s\n" % rule.describe()).encode()
             entry["status"] = rule.status
             if expect100 and kind != "none":
                 # Answer before the body comes; the client may or may not

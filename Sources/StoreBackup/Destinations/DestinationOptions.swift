@@ -24,6 +24,9 @@ public struct DestinationOptions: Sendable {
     public var environment: [String: String]
     /// Where remote destinations note their retries (debug and info levels); silent by default.
     public var logger: Logger
+    /// Lock each new backup for a number of days (S3 Object Lock); nil: no lock. Any
+    /// destination but S3 refuses to be resolved with it.
+    public var objectLock: ObjectLockRetention?
 
     /// Options; `transport` defaults to ``TransportOptions/fromEnvironment(_:)`` of `environment`,
     /// `retry` to ``RetryPolicy/fromEnvironment(_:)``; `logger` to one that drops everything.

@@ -23,6 +23,7 @@ public enum DestinationResolver {
             guard let url = URL(string: text), url.host == nil || url.host == "" || url.host == "localhost" else {
                 throw StoreBackupError.invalidDestination(url: text, reason: "a file:// URL needs an absolute path, e.g. file:///var/backups")
             }
+            try refuseObjectLock("a local folder", options)
             return LocalFolderDestination(folder: url.path)
         }
         if let schemeEnd = text.range(of: "://") {
@@ -32,10 +33,13 @@ public enum DestinationResolver {
                 try checkBucketAuthority(text)
                 return RetryingDestination(try S3Destination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "webdav", "webdavs":
+                try refuseObjectLock("WebDAV", options)
                 return RetryingDestination(try WebDAVDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "sftp":
+                try refuseObjectLock("SFTP", options)
                 return RetryingDestination(try SFTPDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "dropbox":
+                try refuseObjectLock("Dropbox", options)
                 return RetryingDestination(try DropboxDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             default:
                 throw StoreBackupError.invalidDestination(
@@ -44,7 +48,16 @@ public enum DestinationResolver {
             }
         }
         guard !text.isEmpty else { throw StoreBackupError.invalidDestination(url: text, reason: "empty path") }
+        try refuseObjectLock("a local folder", options)
         return LocalFolderDestination(folder: text)
+    }
+
+    /// Only S3 can make a backup immutable; elsewhere `--retain-days` would be a promise
+    /// nothing keeps, so it is an error.
+    static func refuseObjectLock(_ kind: String, _ options: DestinationOptions) throws {
+        guard let lock = options.objectLock else { return }
+        throw StoreBackupError.invalidDestination(
+            url: "--retain-days \(lock.days)", reason: "\(kind) cannot lock backups; Object Lock needs S3 (drop --retain-days / retain-days: for this destination)")
     }
 
     /// `s3://BUCKET/PREFIX` names a bucket only: keys come from the environment or the

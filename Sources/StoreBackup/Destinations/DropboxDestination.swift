@@ -295,13 +295,24 @@ public struct DropboxDestination: BackupDestination {
     private func send(label: String, cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)? = nil,
                       _ make: (String) -> TransferRequest) throws -> TransferResponse {
         var token = try tokens.token(cancel: cancel)
-        var response = try perform(make(token), cancel: cancel, progress: progress)
+        var response = try perform(Self.retryingBusyAnswers(make(token)), cancel: cancel, progress: progress)
         if response.status == 401, let renewed = try tokens.renew(replacing: token, cancel: cancel) {
             token = renewed
-            response = try perform(make(token), cancel: cancel, progress: progress)
+            response = try perform(Self.retryingBusyAnswers(make(token)), cancel: cancel, progress: progress)
         }
         if response.status == 401 { throw authenticationError(response) }
         return response
+    }
+
+    /// `request`, with Dropbox's documented "try again later" answer besides 429/5xx:
+    /// 409 `too_many_write_operations` (another write to the same namespace was under way;
+    /// nothing was written), retried by the transport from the operation's budget.
+    static func retryingBusyAnswers(_ request: TransferRequest) -> TransferRequest {
+        var request = request
+        request.isTransientAnswer = { response in
+            response.status == 409 && DropboxRouteError(response.body)?.has("too_many_write_operations") == true
+        }
+        return request
     }
 
     private func perform(_ request: TransferRequest, cancel: CancellationFlag?,

@@ -1,14 +1,17 @@
 import Foundation
 import Logging
 
-/// Wraps any destination and retries whole operations (list, upload, download, delete)
-/// when they fail in a way that may heal, after each request already had its own retries.
-/// Backends stay free of retry logic; this and `RetryingTransport` are the only places.
+/// Wraps any destination and gives each of its operations (list, upload, download,
+/// delete) one retry budget by time (``RetryPolicy/budget``). Requests retry inside it
+/// (`RetryingTransport`: a resumed download, one failed S3 part); what a request cannot
+/// heal on its own (bytes that arrived damaged, a busy service that outlasted a request's
+/// tries) redoes the operation, from the same budget. So however the retries fall, an
+/// operation gives up about `budget` seconds after it started, plus its last try.
 /// Capabilities (``BackupDestination/localPath(of:)`` and the like) pass straight through.
 public struct RetryingDestination: WrappingDestination {
     /// The destination whose calls are retried.
     public let base: any BackupDestination
-    /// How often and how patiently.
+    /// How patiently.
     public let policy: RetryPolicy
     /// Where each retry of a whole operation is noted (info level); silent by default.
     public let logger: Logger
@@ -50,17 +53,33 @@ public struct RetryingDestination: WrappingDestination {
     }
 
     private func retrying<T: Sendable>(_ operation: () async throws -> T) async throws -> T {
-        var attempt = 1
-        while true {
-            do {
-                return try await operation()
-            } catch StoreBackupError.transfer(let failure) where failure.isRetryable && attempt < policy.operationAttempts {
-                let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
-                logger.info("retrying an operation", metadata: ["destination": "\(displayName)", "attempt": "\(attempt + 1)",
-                                                                "error": "\(failure.message)"])
-                do { try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000)) } catch { throw StoreBackupError.cancelled }
-                attempt += 1
+        // A budget already open (a wrapper around a wrapper) is shared, not renewed.
+        let budget = RetryBudget.current ?? RetryBudget(policy: policy)
+        return try await RetryBudget.$current.withValue(budget) {
+            var attempt = 1
+            while true {
+                do {
+                    return try await operation()
+                } catch StoreBackupError.transfer(let failure) where failure.isRetryable {
+                    let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
+                    guard attempt < policy.operationAttempts, budget.allows(delay: delay) else {
+                        throw StoreBackupError.transfer(Self.givenUp(failure, budget: budget))
+                    }
+                    logger.info("retrying an operation", metadata: ["destination": "\(displayName)", "attempt": "\(attempt + 1)",
+                                                                    "error": "\(failure.message)"])
+                    do { try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000)) } catch { throw StoreBackupError.cancelled }
+                    attempt += 1
+                }
             }
         }
+    }
+
+    /// The failure, saying that the budget ran out when it did (and how to give more).
+    static func givenUp(_ failure: TransferFailure, budget: RetryBudget) -> TransferFailure {
+        guard budget.isSpent, budget.policy.budget > 0 else { return failure }
+        var described = failure
+        described.message += " (still failing after \(budget.retriesSpent) retries over \(DurationText.format(budget.policy.budget)); "
+            + "--retry-for or retry-for: allows longer)"
+        return described
     }
 }

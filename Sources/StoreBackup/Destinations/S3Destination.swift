@@ -20,6 +20,8 @@ public struct S3Destination: BackupDestination {
     let secretKey: String
     let sessionToken: String?
     let transport: RetryingTransport
+    /// Lock each new backup (``ObjectLockRetention``); nil: no lock.
+    var objectLock: ObjectLockRetention? = nil
 
     /// Objects above this size use a multipart upload.
     static let multipartThreshold: Int64 = 32 << 20
@@ -48,7 +50,8 @@ public struct S3Destination: BackupDestination {
         return S3Destination(
             bucket: bucket, prefix: prefix, endpoint: endpoint, region: region, accessKey: accessKey,
             secretKey: secretKey, sessionToken: try options.credential("AWS_SESSION_TOKEN"),
-            transport: RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger))
+            transport: RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger),
+            objectLock: options.objectLock)
     }
 
     public var displayName: String { "s3://\(bucket)" + (prefix.isEmpty ? "" : "/\(prefix)") }
@@ -129,14 +132,14 @@ public struct S3Destination: BackupDestination {
         var put = request("PUT", url(key: key(name)), label: "\(displayName)/\(name)")
         put.body = .file(path: file, offset: 0, length: size)
         put.headers.append(("Content-MD5", FileDigest.base64(digest)))
-        var attempt = 1
-        var response: TransferResponse
-        repeat {
-            response = try perform(put, cancel: cancel) { sent, _ in
-                progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
-            }
-            attempt += 1
-        } while Self.isBadDigest(response) && attempt <= transport.policy.requestAttempts
+        put.headers += objectLock?.headers() ?? []
+        put.isTransientAnswer = { Self.isBadDigest($0) }
+        let response = try perform(put, cancel: cancel) { sent, _ in
+            progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
+        }
+        if Self.isBadDigest(response) {
+            throw StoreBackupError.transferFailed(.transient, label: displayName, "upload \(name): the server kept receiving different bytes")
+        }
         try check(response, expecting: [200], context: "upload \(name)")
         // Where the ETag is an MD5, it must be this file's: else remove it and try again.
         if let etag = Self.md5ETag(response.header("etag")), etag != FileDigest.hex(digest) {
@@ -163,6 +166,16 @@ public struct S3Destination: BackupDestination {
     struct ObjectInfo {
         var size: Int64
         var etag: String?
+        /// The version a HEAD without a version id found, on a versioned bucket.
+        var versionID: String? = nil
+        /// Object Lock: the retain-until date, and whether a legal hold is on.
+        var retainUntil: Date? = nil
+        var legalHold = false
+
+        /// Whether Object Lock forbids deleting this version now.
+        func isLocked(now: Date = Date()) -> Bool {
+            legalHold || (retainUntil.map { $0 > now } ?? false)
+        }
 
         /// Whether this object holds exactly `file`: the same size and an ETag that is the
         /// MD5 of the file (single PUT) or of its parts' MD5s (multipart, `HEX-N`).
@@ -208,7 +221,11 @@ public struct S3Destination: BackupDestination {
         let response = try perform(request("HEAD", url(key: key), label: displayName), cancel: cancel)
         if response.status == 404 { return nil }
         try check(response, expecting: [200], context: "look up \(key)")
-        return ObjectInfo(size: response.header("content-length").flatMap { Int64($0) } ?? -1, etag: response.header("etag"))
+        let version = response.header("x-amz-version-id").flatMap { $0.isEmpty || $0 == "null" ? nil : $0 }
+        return ObjectInfo(size: response.header("content-length").flatMap { Int64($0) } ?? -1, etag: response.header("etag"),
+                          versionID: version,
+                          retainUntil: response.header("x-amz-object-lock-retain-until-date").flatMap(HTTPDates.iso8601),
+                          legalHold: response.header("x-amz-object-lock-legal-hold")?.uppercased() == "ON")
     }
 
     /// One multipart upload: create, parts in parallel from the file, complete; abort on failure.
@@ -226,8 +243,10 @@ public struct S3Destination: BackupDestination {
 
         func run() throws {
             let label = "\(destination.displayName)/\(key)"
-            let created = try destination.perform(
-                destination.request("POST", destination.url(key: key, query: [("uploads", "")]), label: label), cancel: cancel)
+            var create = destination.request("POST", destination.url(key: key, query: [("uploads", "")]), label: label)
+            // The lock is set when the upload starts; every part then carries its Content-MD5, as Object Lock requires.
+            create.headers += destination.objectLock?.headers() ?? []
+            let created = try destination.perform(create, cancel: cancel)
             try destination.check(created, expecting: [200], context: "start upload")
             guard let uploadID = try XMLElement.parse(created.body).value("UploadId") else {
                 throw StoreBackupError.destination(destination: destination.displayName, reason: "the server did not return an upload id")
@@ -239,6 +258,25 @@ public struct S3Destination: BackupDestination {
                 abort(uploadID: uploadID, label: label)
                 throw error
             }
+            if let lock = destination.objectLock { try ensureLocked(lock, label: label) }
+        }
+
+        /// Some servers (moto) drop the lock headers of CreateMultipartUpload: where the
+        /// completed object shows no lock, it is set with PutObjectRetention, so a backup
+        /// said to be locked is locked.
+        private func ensureLocked(_ lock: ObjectLockRetention, label: String) throws {
+            guard let info = try destination.head(key: key, cancel: cancel), info.retainUntil == nil else { return }
+            let headers = Dictionary(lock.headers(), uniquingKeysWith: { _, last in last })
+            let xml = "<Retention xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Mode>\(lock.mode.rawValue)</Mode>"
+                + "<RetainUntilDate>\(headers["x-amz-object-lock-retain-until-date"] ?? "")</RetainUntilDate></Retention>"
+            var query = [("retention", "")]
+            if let version = info.versionID { query.append(("versionId", version)) }
+            var put = destination.request("PUT", destination.url(key: key, query: query), label: label)
+            put.body = .bytes(Data(xml.utf8))
+            put.headers.append(("Content-Type", "application/xml"))
+            put.headers.append(("Content-MD5", FileDigest.base64(Insecure.MD5.hash(data: Data(xml.utf8)))))
+            let response = try destination.perform(put, cancel: cancel)
+            try destination.check(response, expecting: [200, 204], context: "lock \(key)")
         }
 
         private func uploadParts(uploadID: String, label: String) throws -> [(etag: String, digest: Data)] {
@@ -264,24 +302,22 @@ public struct S3Destination: BackupDestination {
                 label: "\(label) part \(number)")
             put.body = .file(path: file, offset: offset, length: length)
             put.headers.append(("Content-MD5", FileDigest.base64(digest)))
-            var attempt = 1
-            while true {
-                let response = try destination.perform(put, cancel: cancel)
-                let badDigest = S3Destination.isBadDigest(response)
-                    || (response.status == 200 && S3Destination.md5ETag(response.header("etag")).map { $0 != FileDigest.hex(digest) } == true)
-                if badDigest && attempt < destination.transport.policy.requestAttempts {
-                    attempt += 1
-                    continue
-                }
-                if badDigest {
-                    throw StoreBackupError.transferFailed(.transient, label: "\(label) part \(number)", "the server kept receiving different bytes")
-                }
-                try destination.check(response, expecting: [200], context: "upload part \(number)")
-                guard let etag = response.header("etag") else {
-                    throw StoreBackupError.destination(destination: destination.displayName, reason: "part \(number) has no ETag")
-                }
-                return (etag, digest)
+            let expected = FileDigest.hex(digest)
+            // Sent again (from the operation's retry budget) while the server saw other bytes.
+            let badDigest: @Sendable (TransferResponse) -> Bool = { response in
+                S3Destination.isBadDigest(response)
+                    || (response.status == 200 && S3Destination.md5ETag(response.header("etag")).map { $0 != expected } == true)
             }
+            put.isTransientAnswer = badDigest
+            let response = try destination.perform(put, cancel: cancel)
+            if badDigest(response) {
+                throw StoreBackupError.transferFailed(.transient, label: "\(label) part \(number)", "the server kept receiving different bytes")
+            }
+            try destination.check(response, expecting: [200], context: "upload part \(number)")
+            guard let etag = response.header("etag") else {
+                throw StoreBackupError.destination(destination: destination.displayName, reason: "part \(number) has no ETag")
+            }
+            return (etag, digest)
         }
 
         private func complete(uploadID: String, parts: [(etag: String, digest: Data)], label: String) throws {
@@ -389,7 +425,25 @@ public struct S3Destination: BackupDestination {
             let response = try perform(
                 request("GET", url(query: [("list-type", "2"), ("max-keys", "1"), ("prefix", listPrefix)]), label: displayName), cancel: cancel)
             try check(response, expecting: [200], context: "check the bucket")
+            if objectLock != nil { try checkObjectLockEnabled(cancel: cancel) }
         }
+    }
+
+    /// `--retain-days` needs a bucket created with Object Lock (GET ?object-lock says
+    /// `Enabled`); otherwise the PUTs would fail, or worse, succeed unlocked on a server
+    /// that ignores the headers. Checked before anything is archived.
+    func checkObjectLockEnabled(cancel: CancellationFlag?) throws {
+        let response = try perform(request("GET", url(query: [("object-lock", "")]), label: displayName), cancel: cancel)
+        let root = try? XMLElement.parse(response.body)
+        if response.status == 200, root?.value("ObjectLockEnabled") == "Enabled" { return }
+        if response.status == 200 || response.status == 404 || response.status == 501
+            || root?.value("Code") == "ObjectLockConfigurationNotFoundError" || root?.value("Code") == "NotImplemented" {
+            throw StoreBackupError.invalidDestination(
+                url: displayName,
+                reason: "bucket \"\(bucket)\" does not have S3 Object Lock enabled, so --retain-days cannot lock backups there; "
+                    + "use a bucket created with Object Lock (x-amz-bucket-object-lock-enabled: true), or drop --retain-days")
+        }
+        try check(response, expecting: [200], context: "check Object Lock")
     }
 
     // MARK: download and delete
@@ -412,10 +466,20 @@ public struct S3Destination: BackupDestination {
         try BackupName.validate(name)
         try await runBlocking(name: "storebackup-s3-delete") { cancel in
             // S3 answers 204 for a missing key too; look first so an unknown name is an error.
-            guard try exists(key: key(name), cancel: cancel) else {
+            guard let info = try head(key: key(name), cancel: cancel) else {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }
-            let response = try perform(request("DELETE", url(key: key(name)), label: displayName), cancel: cancel)
+            if info.isLocked() { throw StoreBackupError.backupLocked(name: name, destination: displayName, until: info.retainUntil) }
+            // On a versioned bucket (Object Lock implies one) a DELETE without a version id
+            // only hides the object behind a delete marker while its bytes stay: delete the
+            // version itself, so a backup gone from `list` is really gone.
+            let query = info.versionID.map { [("versionId", $0)] } ?? []
+            let response = try perform(request("DELETE", url(key: key(name), query: query), label: displayName), cancel: cancel)
+            if response.status == 403, objectLock != nil || info.versionID != nil,
+               (try? XMLElement.parse(response.body))?.value("Code") == "AccessDenied" {
+                // A lock the HEAD did not show (no permission to read retention, say).
+                throw StoreBackupError.backupLocked(name: name, destination: displayName, until: info.retainUntil)
+            }
             try check(response, expecting: [200, 204], context: "delete \(name)")
         }
     }

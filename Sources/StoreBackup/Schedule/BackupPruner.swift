@@ -51,8 +51,9 @@ public struct BackupPruner: Sendable {
         return groups.sorted { ($0.origin?.description ?? "~") < ($1.origin?.description ?? "~") }
     }
 
-    /// Deletes what a plan does not keep; returns the deleted names. Stops at the first failure.
-    public func execute(_ groups: [Group]) async throws -> [String] {
+    /// Deletes what a plan does not keep; returns the deleted names. Stops at the first failure,
+    /// except a backup S3 Object Lock keeps: that one is kept and handed to `locked`.
+    public func execute(_ groups: [Group], locked: (@Sendable (_ name: String, _ until: Date?) -> Void)? = nil) async throws -> [String] {
         var deleted: [String] = []
         for group in groups {
             for backup in group.toDelete {
@@ -61,6 +62,10 @@ public struct BackupPruner: Sendable {
                     try await destination.delete(backup.name)
                 } catch StoreBackupError.backupNotFound {
                     // Someone else removed it meanwhile: the outcome we wanted.
+                } catch StoreBackupError.backupLocked(let name, _, let until) {
+                    // S3 Object Lock keeps it: kept, and said so; the rest of the prune goes on.
+                    locked?(name, until)
+                    continue
                 }
                 deleted.append(backup.name)
                 BackupMetrics.recordRetention(destination: destination.displayName, removed: 1)

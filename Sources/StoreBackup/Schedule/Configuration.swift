@@ -19,6 +19,8 @@ import Yams
 /// hooks:
 ///   on-failure: {url: "https://example.test/alert", timeout: 10s}
 /// metrics: {file: /var/lib/prometheus/node-exporter/storebackup.prom}
+/// retry-for: 10m                          # each remote operation may retry this long (default 5m)
+/// limit-upload: 5M                        # bytes/s for the whole run (k, M, G are decimal)
 /// ```
 ///
 /// Every per-store key may also be given at the top level as a default. `${NAME}` in any
@@ -39,6 +41,13 @@ public struct BackupConfiguration: Sendable, Equatable {
     public var credentialsFile: String?
     public var sshKey: String?
     public var knownHosts: String?
+    /// `retry-for: 5m`: how long each operation on a remote destination may retry (see ``RetryPolicy/budget``).
+    public var retryFor: Double?
+    /// `limit-upload: 5M` / `limit-download: 20M`: bytes per second, the total of every transfer of a run.
+    public var limitUpload: Int64?
+    public var limitDownload: Int64?
+    /// `retain-days: 30` and `retain-mode: governance|compliance`: S3 Object Lock on each new backup.
+    public var objectLock: ObjectLockRetention?
     /// `metrics: {file: PATH}`: where the command line writes Prometheus metrics in the text
     /// format after each run, for node_exporter's textfile collector (see ``BackupMetrics``).
     public var metricsFile: String?
@@ -54,6 +63,10 @@ public struct BackupConfiguration: Sendable, Equatable {
         var options = DestinationOptions(s3Endpoint: s3Endpoint, sshKey: sshKey, knownHosts: knownHosts,
                                          credentialsFile: credentialsFile, environment: environment)
         if let caFile { options.transport.caFile = caFile }
+        if let retryFor { options.retry.budget = retryFor }
+        options.objectLock = objectLock
+        options.transport.uploadLimit = limitUpload.map(RateLimit.init(bytesPerSecond:))
+        options.transport.downloadLimit = limitDownload.map(RateLimit.init(bytesPerSecond:))
         return options
     }
 
@@ -104,7 +117,8 @@ private struct ConfigurationReader {
 
     static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks"]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path"]).union(
-        ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics"])
+        ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics",
+         "retry-for", "limit-upload", "limit-download", "retain-days", "retain-mode"])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
 
     func fail(_ node: Node?, _ key: String, _ message: String) -> StoreBackupError {
@@ -174,6 +188,31 @@ private struct ConfigurationReader {
         configuration.credentialsFile = try top["credentials"].map { try string($0, at: "credentials") }
         configuration.sshKey = try top["ssh-key"].map { try string($0, at: "ssh-key") }
         configuration.knownHosts = try top["known-hosts"].map { try string($0, at: "known-hosts") }
+        if let node = top["retry-for"] {
+            do { configuration.retryFor = try DurationText.parseSeconds(try string(node, at: "retry-for")) } catch StoreBackupError.invalidSchedule(let reason) {
+                throw fail(node, "retry-for", reason)
+            }
+        }
+        if let node = top["retain-days"] {
+            let days = try count(node, at: "retain-days")
+            guard days >= 1 else { throw fail(node, "retain-days", "must be a whole number of days ≥ 1") }
+            var mode = ObjectLockRetention.Mode.governance
+            if let modeNode = top["retain-mode"] {
+                guard let parsed = ObjectLockRetention.Mode(text: try string(modeNode, at: "retain-mode")) else {
+                    throw fail(modeNode, "retain-mode", "must be governance or compliance")
+                }
+                mode = parsed
+            }
+            configuration.objectLock = ObjectLockRetention(days: days, mode: mode)
+        } else if let modeNode = top["retain-mode"] {
+            throw fail(modeNode, "retain-mode", "needs retain-days: (how long to lock each backup)")
+        }
+        for (key, path) in [("limit-upload", \BackupConfiguration.limitUpload), ("limit-download", \BackupConfiguration.limitDownload)] {
+            guard let node = top[key] else { continue }
+            do { configuration[keyPath: path] = try RateLimit.parse(try string(node, at: key), option: key + ":").bytesPerSecond } catch StoreBackupError.invalidSchedule(let reason) {
+                throw fail(node, key, reason)
+            }
+        }
         if let metricsNode = top["metrics"] {
             let metrics = try mapping(metricsNode, at: "metrics", allowed: ["file"])
             configuration.metricsFile = try metrics["file"].map { try string($0, at: "metrics.file") }

@@ -88,7 +88,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case wrongPassword(name: String)
     /// The configuration file could not be used; the problem says where and why.
     case invalidConfiguration(ConfigurationProblem)
-    /// A schedule, duration or retention span could not be read; `reason` says how to write it.
+    /// A schedule, duration, rate or retention span could not be read; `reason` says how to write it.
     case invalidSchedule(reason: String)
     /// ``BackupService/backUpNow(_:)`` was asked for a store the service does not have.
     case unknownStore(name: String)
@@ -99,6 +99,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// The backup holds nothing at these paths (``StoreHelper/extract(_:paths:into:progress:)``,
     /// ``StoreHelper/listContents(_:matching:)``); nothing was written.
     case notInBackup(name: String, paths: [String])
+    /// The backup cannot be deleted yet: S3 Object Lock keeps it until `until` (nil: a
+    /// legal hold, or a lock whose date the server did not say). `prune` counts it as kept.
+    case backupLocked(name: String, destination: String, until: Date?)
     /// An extract was refused before anything was written; `reason` says why (e.g. the
     /// target folder exists and is not empty).
     case extractRefused(reason: String)
@@ -214,6 +217,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .notInBackup(let name, let paths):
             let list = paths.map { "\"\($0)\"" }.joined(separator: ", ")
             return "backup \"\(name)\" holds nothing at \(list) (see: storebackup ls \"\(name)\"); nothing was written"
+        case .backupLocked(let name, let destination, let until):
+            let when = until.map { "until " + ISO8601DateFormatter().string(from: $0) } ?? "by a legal hold or a lock without a date"
+            return "backup \"\(name)\" at \(destination) is locked \(when) (S3 Object Lock); it cannot be deleted before then"
         case .extractRefused(let reason):
             return reason
         case .unexpected(let reason):

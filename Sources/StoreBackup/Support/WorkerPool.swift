@@ -33,12 +33,14 @@ enum WorkerPool {
     static func start(name: String, width: Int, batch: Bool = false, stackSize: Int? = nil,
                       _ body: @escaping @Sendable (_ worker: Int) -> Void) -> Group {
         let group = Group()
+        // The starting operation's retry budget goes with its work onto the new threads.
+        let budget = RetryBudget.current
         for number in 0..<max(1, min(width, maximumWidth)) {
             group.running.enter()
             let thread = Thread {
                 defer { group.running.leave() }
                 if batch { yieldToInteractiveThreads() }
-                body(number)
+                RetryBudget.$current.withValue(budget) { body(number) }
             }
             thread.name = width == 1 ? name : "\(name)-\(number)"
             if let stackSize { thread.stackSize = stackSize }

@@ -20,7 +20,8 @@ struct CurlTransfer {
             throw StoreBackupError.transferFailed(.other, label: request.label, "cannot create a libcurl handle")
         }
         defer { curl_easy_cleanup(handle) }
-        let context = try TransferContext(request: request, cancel: cancel, progress: progress)
+        let context = try TransferContext(request: request, cancel: cancel, progress: progress,
+                                          uploadLimit: options.uploadLimit, downloadLimit: options.downloadLimit)
         defer { context.close() }
         let unmanaged = Unmanaged.passRetained(context)
         defer { unmanaged.release() }
@@ -198,8 +199,15 @@ final class TransferContext: @unchecked Sendable {
     /// The running hash of a `.sha256` sink.
     private(set) var hasher: SHA256?
 
-    init(request: TransferRequest, cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)?) throws {
+    /// The command's shared caps on bytes per second, when it has them.
+    private let uploadLimit: RateLimit?
+    private let downloadLimit: RateLimit?
+
+    init(request: TransferRequest, cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)?,
+         uploadLimit: RateLimit? = nil, downloadLimit: RateLimit? = nil) throws {
         self.request = request
+        self.uploadLimit = uploadLimit
+        self.downloadLimit = downloadLimit
         self.cancel = cancel
         self.progress = progress
         switch request.body {
@@ -254,6 +262,7 @@ final class TransferContext: @unchecked Sendable {
             failure = StoreBackupError.io(path: request.label, operation: "read upload data", errno: got < 0 ? errno : EIO)
             return Int(CURL_READFUNC_ABORT)
         }
+        if let uploadLimit, !uploadLimit.pace(got, cancel: cancel) { return Int(CURL_READFUNC_ABORT) }
         bodyPosition += Int64(got)
         return got
     }
@@ -266,6 +275,7 @@ final class TransferContext: @unchecked Sendable {
 
     func receive(_ bytes: UnsafeRawBufferPointer) -> Int {
         if failure != nil { return 0 }
+        if let downloadLimit, !downloadLimit.pace(bytes.count, cancel: cancel) { return 0 }
         received += Int64(bytes.count)
         let success = (200..<300).contains(currentStatus) || currentStatus == 0
         if hasher != nil && success {

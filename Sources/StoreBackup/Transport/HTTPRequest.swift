@@ -49,6 +49,10 @@ struct TransferRequest: Sendable {
     var createMissingDirectories = false
     /// What to call this request in messages (never contains secrets).
     var label: String
+    /// Answers besides 408, 429 and 5xx that the service documents as "try again later"
+    /// (Dropbox's 409 `too_many_write_operations`, S3's 400 `BadDigest` after a damaged
+    /// body): the transport retries them within the operation's ``RetryBudget``.
+    var isTransientAnswer: (@Sendable (TransferResponse) -> Bool)? = nil
 }
 
 /// What came back.
@@ -77,6 +81,10 @@ public struct TransportOptions: Sendable {
     public var lowSpeedLimit: Int
     /// Seconds of slowness (below ``lowSpeedLimit``) after which a transfer is dropped.
     public var lowSpeedTime: Int
+    /// The command's cap on bytes sent (`--limit-upload`), shared by all its transfers.
+    public var uploadLimit: RateLimit?
+    /// The command's cap on bytes received (`--limit-download`), shared by all its transfers.
+    public var downloadLimit: RateLimit?
 
     /// Settings with the defaults the command line uses.
     public init(caFile: String? = nil, insecure: Bool = false, connectTimeout: Int = 20,

@@ -1,31 +1,44 @@
 import Foundation
 import Logging
 
-/// How often and how patiently to retry. Defaults follow rclone: 10 low-level retries
-/// per request, 3 retries of a whole operation.
+/// How patiently to retry: a budget by time for each whole operation (an upload, a
+/// download, a listing, a delete), spent by every retry inside it, whichever request
+/// needed one. Waits grow exponentially with full jitter, and a server's `Retry-After`
+/// is honoured, so a busy service is given minutes, not a handful of quick tries.
 public struct RetryPolicy: Sendable {
-    /// Tries per request (network errors, timeouts, 408, 429, 5xx).
+    /// Seconds an operation may keep retrying, from its start (`--retry-for`, `retry-for:`,
+    /// `STOREBACKUP_RETRY_FOR`); 0 means no retries. A try already under way is never cut short.
+    public var budget: Double
+    /// An extra cap on tries per request (`STOREBACKUP_RETRY_ATTEMPTS`); none by default.
     public var requestAttempts: Int
-    /// Tries of a whole operation (upload, download, list, delete) after its requests gave up.
+    /// An extra cap on tries of a whole operation (`STOREBACKUP_RETRY_OPERATIONS`); none by default.
     public var operationAttempts: Int
     /// First backoff; doubles each time up to `maximumDelay`, with full jitter.
     public var initialDelay: Double
     /// Longest wait between tries, in seconds.
     public var maximumDelay: Double
 
+    /// The default budget: 5 minutes per operation, enough for a nightly job to outwait a
+    /// busy service, short enough that a dead one is reported the same night.
+    public static let defaultBudget: Double = 300
+
     /// A policy; the defaults are those of the command line.
-    public init(requestAttempts: Int = 10, operationAttempts: Int = 3, initialDelay: Double = 0.2, maximumDelay: Double = 20) {
+    public init(budget: Double = RetryPolicy.defaultBudget, requestAttempts: Int = .max, operationAttempts: Int = .max,
+                initialDelay: Double = 0.2, maximumDelay: Double = 20) {
+        self.budget = budget
         self.requestAttempts = requestAttempts
         self.operationAttempts = operationAttempts
         self.initialDelay = initialDelay
         self.maximumDelay = maximumDelay
     }
 
-    /// The default policy, with `STOREBACKUP_RETRY_ATTEMPTS` (tries per request) and
-    /// `STOREBACKUP_RETRY_OPERATIONS` (tries per whole operation) when set to a number ≥ 1:
+    /// The default policy, with `STOREBACKUP_RETRY_FOR` (a duration: `90s`, `5m`) as the
+    /// budget, and `STOREBACKUP_RETRY_ATTEMPTS` (tries per request) and
+    /// `STOREBACKUP_RETRY_OPERATIONS` (tries per operation) as caps when set to a number ≥ 1:
     /// a scheduled job that should fail fast, or a flaky link that needs more patience.
     public static func fromEnvironment(_ environment: [String: String]) -> RetryPolicy {
         var policy = RetryPolicy()
+        if let text = environment["STOREBACKUP_RETRY_FOR"], let value = try? DurationText.parseSeconds(text) { policy.budget = value }
         if let text = environment["STOREBACKUP_RETRY_ATTEMPTS"], let value = Int(text), value >= 1 { policy.requestAttempts = value }
         if let text = environment["STOREBACKUP_RETRY_OPERATIONS"], let value = Int(text), value >= 1 { policy.operationAttempts = value }
         return policy
@@ -35,8 +48,8 @@ public struct RetryPolicy: Sendable {
     /// (capped), else exponential backoff with full jitter.
     func delay(afterAttempt attempt: Int, retryAfter: Double?) -> Double {
         if let retryAfter { return min(max(retryAfter, 0), 120) }
-        let ceiling = min(maximumDelay, initialDelay * pow(2, Double(attempt - 1)))
-        return Double.random(in: ceiling / 2...ceiling)
+        let ceiling = min(maximumDelay, initialDelay * pow(2, Double(min(attempt, 60) - 1)))
+        return Double.random(in: 0...ceiling)
     }
 
     /// Sleeps (a retry backoff, not synchronisation), waking early on cancellation.
@@ -50,10 +63,48 @@ public struct RetryPolicy: Sendable {
     }
 }
 
-/// The one place requests are retried: wraps `CurlTransfer` for every remote destination.
-/// Retries network failures, timeouts, 429, 408 and 5xx with backoff (Retry-After honoured);
-/// never retries 4xx answers that cannot heal. A download into a file resumes where it
-/// stopped (HTTP Range, or SFTP resume) instead of starting over.
+/// The time one operation may still spend retrying, shared by every request it makes
+/// (S3's parallel parts included): a retried part spends the same budget as the rest.
+/// ``RetryingDestination`` opens one per operation and binds it to ``current``;
+/// ``WorkerPool`` carries it onto the threads it starts.
+final class RetryBudget: Sendable {
+    let policy: RetryPolicy
+    let deadline: Date
+    private let retries = Locked(0)
+    private let refused = Locked(false)
+
+    init(policy: RetryPolicy, now: Date = Date()) {
+        self.policy = policy
+        deadline = now.addingTimeInterval(max(0, policy.budget))
+    }
+
+    /// The operation's budget on this task or thread, if one is open.
+    @TaskLocal static var current: RetryBudget?
+
+    /// Whether a wait of `delay` seconds still ends inside the budget; counts the retry when it does.
+    func allows(delay: Double) -> Bool {
+        guard Date().addingTimeInterval(delay) <= deadline else {
+            refused.withLock { $0 = true }
+            return false
+        }
+        retries.withLock { $0 += 1 }
+        return true
+    }
+
+    /// Retries spent so far.
+    var retriesSpent: Int { retries.current }
+
+    /// Whether a retry was refused because the budget ran out (as opposed to a cap on
+    /// tries, or a failure that cannot heal).
+    var isSpent: Bool { refused.current }
+}
+
+/// Wraps `CurlTransfer` for every remote destination: the place requests are retried.
+/// Retries network failures, timeouts, 408, 429, 5xx and the answers a service documents
+/// as transient (``TransferRequest/isTransientAnswer``) with backoff (Retry-After
+/// honoured), inside the operation's ``RetryBudget``; never retries 4xx answers that
+/// cannot heal. A download into a file resumes where it stopped (HTTP Range, or SFTP
+/// resume) instead of starting over.
 struct RetryingTransport: Sendable {
     let transfer: CurlTransfer
     let policy: RetryPolicy
@@ -68,17 +119,23 @@ struct RetryingTransport: Sendable {
 
     func perform(_ request: TransferRequest, cancel: CancellationFlag?,
                  progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
+        // Outside an operation (a token refresh during `auth`), the request has a budget of its own.
+        let budget = RetryBudget.current ?? RetryBudget(policy: policy)
         var attempt = 1
         var current = request
         var confirmedRefusal = false
         while true {
             do {
                 let response = try transfer.perform(current, cancel: cancel, progress: progress)
-                let retryable = response.status == 429 || response.status == 408 || response.status >= 500
-                guard retryable && attempt < policy.requestAttempts else { return response }
-                try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: Self.retryAfter(response)), cancel: cancel)
+                guard Self.isTransient(response, request) && attempt < policy.requestAttempts else { return response }
+                let delay = policy.delay(afterAttempt: attempt, retryAfter: Self.retryAfter(response))
+                guard budget.allows(delay: delay) else { return response }
+                logger.debug("retrying a request", metadata: ["request": "\(request.label)", "attempt": "\(attempt + 1)",
+                                                              "delay": "\(delay)", "status": "\(response.status)"])
+                try RetryPolicy.wait(seconds: delay, cancel: cancel)
             } catch StoreBackupError.transfer(let failure) where failure.isRetryable && attempt < policy.requestAttempts {
                 let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
+                guard budget.allows(delay: delay) else { throw StoreBackupError.transfer(failure) }
                 logger.debug("retrying a request", metadata: ["request": "\(request.label)", "attempt": "\(attempt + 1)",
                                                               "delay": "\(delay)", "error": "\(failure.message)"])
                 try RetryPolicy.wait(seconds: delay, cancel: cancel)
@@ -86,11 +143,20 @@ struct RetryingTransport: Sendable {
                 // libssh2 reports a connection cut during authentication as a refused key;
                 // only a refusal on a second, fresh connection is believed.
                 confirmedRefusal = true
-                try RetryPolicy.wait(seconds: policy.delay(afterAttempt: attempt, retryAfter: nil), cancel: cancel)
+                let delay = policy.delay(afterAttempt: attempt, retryAfter: nil)
+                guard budget.allows(delay: delay) else { throw StoreBackupError.transfer(failure) }
+                try RetryPolicy.wait(seconds: delay, cancel: cancel)
             }
             attempt += 1
             current = Self.resumed(request)
         }
+    }
+
+    /// Whether an answer is one that heals by waiting: 408, 429, 5xx (S3's `SlowDown` is a
+    /// 503), or what the request's service documents as transient.
+    static func isTransient(_ response: TransferResponse, _ request: TransferRequest) -> Bool {
+        if response.status == 429 || response.status == 408 || response.status >= 500 { return true }
+        return request.isTransientAnswer?(response) ?? false
     }
 
     /// An SSH key refusal, which is believed only when it happens twice.

@@ -1,0 +1,172 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+/// Issue 36, point 3: immutable backups with S3 Object Lock, against moto (rclone's S3
+/// server does not implement Object Lock). The server is the oracle: each backup's
+/// retention is read back from a signed HEAD's `x-amz-object-lock-*` headers (moto 5.2
+/// does not implement GetObjectRetention), and versions with GET ?versions.
+final class ObjectLockTests: XCTestCase {
+    var servers: TestServers!
+    var moto: [String: Any] = [:]
+    var work = ""
+    var store = ""
+
+    var endpoint: String { moto["endpoint"] as! String }
+    var environment: [String: String] {
+        ["AWS_ACCESS_KEY_ID": moto["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": moto["secret_key"] as! String,
+         "AWS_REGION": "us-east-1", "HOME": work]
+    }
+
+    override func setUpWithError() throws {
+        servers = try TestServers(label: "objectlock")
+        moto = try servers.start("moto")
+        work = try TestEnvironment.temporaryDirectory("objectlock")
+        store = work + "/Stores"
+        try StoreFixture.make(at: store, logRows: 200, blobCount: 2)
+    }
+
+    override func tearDownWithError() throws {
+        servers?.stop()
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    func to(_ bucket: String) -> [String] { ["--to", "s3://\(bucket)/app", "--s3-endpoint", endpoint] }
+
+    func testLockIsSetOnAMultipartBackupAndDeleteIsRefused() throws {
+        try makeBucket("locked", objectLock: true)
+        // Large enough for a multipart upload: the lock goes on CreateMultipartUpload.
+        try shell("head -c 35651584 /dev/urandom > '\(store)/.App_SUPPORT/video.bin'")
+        let created = try runStoreBackup(["create", store, "--retain-days", "3"] + to("locked"), environment: environment)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+
+        let retention = try lock(of: "/locked/app/\(encode(name))")
+        XCTAssertEqual(retention.mode, "GOVERNANCE")
+        let until = try XCTUnwrap(retention.until.flatMap(HTTPDates.iso8601), "\(retention)")
+        XCTAssertGreaterThan(until, Date().addingTimeInterval(2.9 * 86_400))
+        XCTAssertLessThan(until, Date().addingTimeInterval(3.1 * 86_400))
+
+        let deleted = try runStoreBackup(["delete", name, "--yes"] + to("locked"), environment: environment)
+        XCTAssertNotEqual(deleted.status, 0)
+        XCTAssertTrue(deleted.stderr.contains("is locked until"), deleted.stderr)
+        XCTAssertTrue(deleted.stderr.contains("S3 Object Lock"), deleted.stderr)
+        let listed = try runStoreBackup(["list"] + to("locked"), environment: environment)
+        XCTAssertTrue(listed.stdout.contains(name), "a refused delete leaves the backup listed: \(listed.stdout)")
+        XCTAssertEqual(try versions(bucket: "locked").filter { $0.contains(name) }.count, 1, "no delete marker was added")
+    }
+
+    func testComplianceModeAndPruneKeepsLockedBackupsAndSaysUntilWhen() throws {
+        try makeBucket("locked", objectLock: true)
+        var names: [String] = []
+        for _ in 0..<2 {
+            let created = try runStoreBackup(["create", store, "--retain-days", "1", "--retain-mode", "compliance"] + to("locked"),
+                                             environment: environment)
+            XCTAssertEqual(created.status, 0, created.stderr)
+            names.append(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        XCTAssertEqual(try lock(of: "/locked/app/\(encode(names[0]))").mode, "COMPLIANCE")
+
+        let pruned = try runStoreBackup(["prune", "--keep-last", "1", "--yes"] + to("locked"), environment: environment)
+        XCTAssertEqual(pruned.status, 0, "a locked backup is kept, not an error: \(pruned.stderr)")
+        XCTAssertTrue(pruned.stderr.contains("kept \(names[0])"), pruned.stderr)
+        XCTAssertTrue(pruned.stderr.contains("locked until"), pruned.stderr)
+        let listed = try runStoreBackup(["list"] + to("locked"), environment: environment)
+        for name in names { XCTAssertTrue(listed.stdout.contains(name), listed.stdout) }
+    }
+
+    func testPreflightRefusesABucketWithoutObjectLock() throws {
+        let created = try runStoreBackup(["create", store, "--retain-days", "1"] + to(moto["bucket"] as! String), environment: environment)
+        XCTAssertNotEqual(created.status, 0)
+        XCTAssertTrue(created.stderr.contains("does not have S3 Object Lock enabled"), created.stderr)
+        XCTAssertEqual(try versions(bucket: moto["bucket"] as! String), [], "nothing was uploaded")
+    }
+
+    func testOtherDestinationsSayTheyCannotLock() throws {
+        let created = try runStoreBackup(["create", store, "--retain-days", "1", "--to", work + "/folder"], environment: environment)
+        XCTAssertNotEqual(created.status, 0)
+        XCTAssertTrue(created.stderr.contains("a local folder cannot lock backups; Object Lock needs S3"), created.stderr)
+    }
+
+    /// On a versioned bucket, delete removes the version itself: no delete marker hides
+    /// bytes that stay.
+    func testDeleteOnAVersionedBucketRemovesTheBytes() throws {
+        try makeBucket("versioned", objectLock: false)
+        let versioning = work + "/versioning.xml"
+        try Data("<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>".utf8).write(to: URL(fileURLWithPath: versioning))
+        XCTAssertEqual(try raw("PUT", "/versioned?versioning", headers: ["Content-Type: application/xml"], bodyFile: versioning).status, 200)
+        let created = try runStoreBackup(["create", store] + to("versioned"), environment: environment)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(try versions(bucket: "versioned").count, 1)
+        let deleted = try runStoreBackup(["delete", name, "--yes"] + to("versioned"), environment: environment)
+        XCTAssertEqual(deleted.status, 0, deleted.stderr)
+        XCTAssertEqual(try versions(bucket: "versioned"), [], "no version and no delete marker is left")
+        let listed = try runStoreBackup(["list", "--json"] + to("versioned"), environment: environment)
+        XCTAssertFalse(listed.stdout.contains(name), listed.stdout)
+    }
+
+    // MARK: the server side
+
+    func makeBucket(_ name: String, objectLock: Bool) throws {
+        let answer = try raw("PUT", "/" + name, headers: objectLock ? ["x-amz-bucket-object-lock-enabled: true"] : [])
+        XCTAssertEqual(answer.status, 200, answer.body)
+    }
+
+    /// Every version and delete marker in `bucket` (ListObjectVersions), as "KIND KEY".
+    func versions(bucket: String) throws -> [String] {
+        let answer = try raw("GET", "/\(bucket)?versions")
+        XCTAssertEqual(answer.status, 200, answer.body)
+        var found: [String] = []
+        for kind in ["Version", "DeleteMarker"] {
+            for piece in answer.body.components(separatedBy: "<\(kind)>").dropFirst() {
+                found.append(kind + " " + (value("Key", in: piece) ?? "?"))
+            }
+        }
+        return found
+    }
+
+    /// The lock a signed HEAD reports on the object at `path`: mode and retain-until date.
+    func lock(of path: String) throws -> (mode: String?, until: String?) {
+        let answer = try raw("HEAD", path, extra: ["-I"])
+        XCTAssertEqual(answer.status, 200, answer.body)
+        var headers: [String: String] = [:]
+        for line in answer.body.split(whereSeparator: \.isNewline) {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        return (headers["x-amz-object-lock-mode"], headers["x-amz-object-lock-retain-until-date"])
+    }
+
+    /// curl with a SigV4 signature (moto hides locked objects' headers from anonymous requests).
+    func raw(_ method: String, _ path: String, headers: [String] = [], bodyFile: String? = nil,
+             extra: [String] = []) throws -> (status: Int, body: String) {
+        var arguments = ["-sS", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                         "-w", "\n%{http_code}"] + extra
+        if method != "HEAD" { arguments += ["-X", method] }
+        for header in headers { arguments += ["-H", header] }
+        if let bodyFile { arguments += ["--data-binary", "@" + bodyFile] }
+        arguments.append(endpoint + path)
+        let result = try runTool("/usr/bin/curl", arguments, stdin: "user = \"\(environment["AWS_ACCESS_KEY_ID"]!):\(environment["AWS_SECRET_ACCESS_KEY"]!)\"\n")
+        guard let newline = result.stdout.lastIndex(of: "\n") else { return (0, result.stdout + result.stderr) }
+        return (Int(result.stdout[result.stdout.index(after: newline)...]) ?? 0, String(result.stdout[..<newline]))
+    }
+
+    func value(_ tag: String, in xml: String) -> String? {
+        guard let start = xml.range(of: "<\(tag)>"), let end = xml.range(of: "</\(tag)>", range: start.upperBound..<xml.endIndex) else { return nil }
+        return String(xml[start.upperBound..<end.lowerBound])
+    }
+
+    func encode(_ name: String) -> String {
+        name.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? name
+    }
+
+    private func shell(_ command: String) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        try process.run()
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0)
+    }
+}
