@@ -10,7 +10,7 @@ final class RetryBudgetTests: XCTestCase {
     /// each of them must see that same budget, not open a fresh one per request.
     func testTheOperationBudgetReachesEveryWorkerThread() async throws {
         let budget = RetryBudget(policy: RetryPolicy(budget: 60))
-        let seen = try await RetryBudget.$current.withValue(budget) {
+        let seen = try await RetryBudget.withCurrent(budget) {
             try await runBlocking(name: "budget-test") { _ in
                 let outer = RetryBudget.current === budget
                 let parts = try WorkerPool.map(Array(1...4), name: "budget-test-part", width: 4) { _ in RetryBudget.current === budget }

@@ -55,7 +55,7 @@ public struct RetryingDestination: WrappingDestination {
     private func retrying<T: Sendable>(_ operation: () async throws -> T) async throws -> T {
         // A budget already open (a wrapper around a wrapper) is shared, not renewed.
         let budget = RetryBudget.current ?? RetryBudget(policy: policy)
-        return try await RetryBudget.$current.withValue(budget) {
+        return try await RetryBudget.withCurrent(budget) {
             var attempt = 1
             while true {
                 do {

@@ -26,6 +26,11 @@ enum WorkerPool {
         func join() { running.wait() }
     }
 
+    /// The retry budget of the operation the current task or thread works for (Transport's
+    /// `RetryBudget`), kept here so that ``start(name:width:batch:stackSize:_:)`` can carry
+    /// it onto the threads it starts without this layer knowing what a retry is.
+    @TaskLocal static var operationBudget: (any AnyObject & Sendable)?
+
     /// Starts `width` threads (clamped to 1...``maximumWidth``), each running `body` with its
     /// number. With `batch`, the threads run as Linux `SCHED_BATCH`: the same share of the
     /// CPU, but an app thread that wakes up (say, after its commit's fsync) runs at once
@@ -34,13 +39,13 @@ enum WorkerPool {
                       _ body: @escaping @Sendable (_ worker: Int) -> Void) -> Group {
         let group = Group()
         // The starting operation's retry budget goes with its work onto the new threads.
-        let budget = RetryBudget.current
+        let budget = operationBudget
         for number in 0..<max(1, min(width, maximumWidth)) {
             group.running.enter()
             let thread = Thread {
                 defer { group.running.leave() }
                 if batch { yieldToInteractiveThreads() }
-                RetryBudget.$current.withValue(budget) { body(number) }
+                $operationBudget.withValue(budget) { body(number) }
             }
             thread.name = width == 1 ? name : "\(name)-\(number)"
             if let stackSize { thread.stackSize = stackSize }

@@ -79,7 +79,12 @@ final class RetryBudget: Sendable {
     }
 
     /// The operation's budget on this task or thread, if one is open.
-    @TaskLocal static var current: RetryBudget?
+    static var current: RetryBudget? { WorkerPool.operationBudget as? RetryBudget }
+
+    /// Runs `body` with `budget` as ``current`` (and on every worker thread it starts).
+    static func withCurrent<T>(_ budget: RetryBudget, _ body: () async throws -> T) async rethrows -> T {
+        try await WorkerPool.$operationBudget.withValue(budget, operation: body)
+    }
 
     /// Whether a wait of `delay` seconds still ends inside the budget; counts the retry when it does.
     func allows(delay: Double) -> Bool {
