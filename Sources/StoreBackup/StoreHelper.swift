@@ -55,6 +55,11 @@ public struct RestoreResult: Sendable {
     /// What could not be checked, when ``StoreHelper/allowUnverified`` let a backup without
     /// a manifest through; nil for a fully checked restore.
     public var warning: String? = nil
+    /// The processes that had the store open, when ``StoreHelper/allowStoreInUse`` let the
+    /// restore go on regardless; nil when nothing else had it open.
+    public var storeInUseWarning: String? = nil
+    /// How long the app was stopped, when ``StoreHelper/appCommands`` stopped and started it.
+    public var appDowntime: AppDowntime? = nil
 }
 
 /// The front door: back up, list, restore, verify and delete one stores directory's backups.
@@ -97,6 +102,22 @@ public struct StoreHelper: Sendable {
     /// Restore a backup that has no manifest (made by hand or by another tool), checking
     /// only CRCs and `PRAGMA integrity_check`. Off by default: such a backup is refused.
     public var allowUnverified = false
+
+    /// Shell commands that stop the app before the swap and start it after (see
+    /// ``AppCommands``); nil: the app is not stopped by the restore (the reload hooks close
+    /// its connections, or it does not run).
+    public var appCommands: AppCommands? = nil
+
+    /// Restore even when other processes have the store open (they would go on writing
+    /// into the replaced files, and lose those writes), with a warning in the result and the
+    /// log. Off by default: a restore is refused with ``StoreBackupError/storeInUse(reason:remedy:)``
+    /// when ``StoreUsage`` finds another process holding the store, or cannot see every process.
+    public var allowStoreInUse = false
+
+    /// Also look for other processes before downloading and unpacking, to fail fast. The
+    /// check after ``ReloadHooks/willSwap`` always runs. Turn this off when `willSwap` is what
+    /// closes another process's connections. Skipped when ``appCommands`` stop the app.
+    public var checkStoreInUseEarly = true
 
     /// How many threads deflate on create; nil: one per core (the fastest backup).
     ///
@@ -371,6 +392,9 @@ public struct StoreHelper: Sendable {
         var transaction = RestoreTransaction(layout: layout, source: destination, passwords: passwords, hooks: hooks,
                                              logger: logger)
         transaction.allowUnverified = allowUnverified
+        transaction.appCommands = appCommands
+        transaction.allowStoreInUse = allowStoreInUse
+        transaction.checkStoreInUseEarly = checkStoreInUseEarly
         return try await transaction.run(nameOrLatest, progress: progress)
     }
 
@@ -383,20 +407,26 @@ public struct StoreHelper: Sendable {
     public func recover() throws -> RecoveryOutcome {
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "recover")
         defer { withExtendedLifetime(lock) {} }
-        return try layout.recoverIfNeeded(logger: logger)
+        return try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start)
     }
 }
 
 extension StoreLayout {
     /// Removes dead commands' temporaries beside the store and in `TMPDIR`, then runs
     /// recovery when a restore journal is present, telling `logger` what it did (notice).
+    /// When that restore had stopped the app, the app's start command (the journal's, else
+    /// `startCommand`) is run, or the log says the app may still be stopped.
     /// Callers hold the store lock.
-    func recoverIfNeeded(logger: Logger) throws -> RecoveryOutcome {
+    func recoverIfNeeded(logger: Logger, startCommand: String? = nil) throws -> RecoveryOutcome {
         ScratchFiles.sweep(around: self)
         guard FileSystem.fileExists(journal) else { return .nothingToDo }
+        let interrupted = RestoreJournal.load(from: journal)
         let outcome = try RestoreTransaction.recover(self)
         if let message = outcome.message {
             logger.notice("\(message)", metadata: ["store": "\(live)"])
+        }
+        if let interrupted, interrupted.appStopped == true {
+            RestoreTransaction.startAppAfterInterruptedRestore(interrupted.startCommand ?? startCommand, logger: logger)
         }
         return outcome
     }

@@ -1,0 +1,40 @@
+import Foundation
+
+/// Shell commands that stop and start the app around a restore's swap, for an app that runs
+/// in its own process (a service): the backup is downloaded, unpacked and checked while
+/// the app runs; only the in-use check, the swap and the reload happen while it is stopped.
+///
+/// `start` runs after the restore is committed or rolled back, and also when it fails or is
+/// cancelled after `stop` ran: the app is never left stopped by a restore that can still
+/// act. Both run with `/bin/sh -c`, in a process group of their own that is killed when
+/// `timeout` passes.
+public struct AppCommands: Sendable, Equatable {
+    /// Stops the app and returns once it has closed the store (e.g. `systemctl stop myapp`).
+    public var stop: String
+    /// Starts the app again (e.g. `systemctl start myapp`); nil leaves it stopped.
+    public var start: String?
+    /// Seconds each command may run before its process group is killed (a stop that times
+    /// out fails: nothing is swapped).
+    public var timeout: Double
+
+    public static let defaultTimeout: Double = 60
+
+    public init(stop: String, start: String? = nil, timeout: Double = AppCommands.defaultTimeout) {
+        self.stop = stop
+        self.start = start
+        self.timeout = timeout
+    }
+}
+
+/// How long the app was stopped by a restore, and how its start went.
+public struct AppDowntime: Sendable, Equatable {
+    /// From starting the stop command to the start command's return (or, without a start
+    /// command, to the end of the restore).
+    public var seconds: Double
+    /// The stop command's own run time.
+    public var stopSeconds: Double
+    /// The start command's own run time; nil when there was none.
+    public var startSeconds: Double?
+    /// Why the start command failed; nil when it succeeded or there was none.
+    public var startFailure: String?
+}
