@@ -116,9 +116,6 @@ struct RestoreCommand: AsyncParsableCommand {
         printer.finishLine()
         if let warning = result.warning { Terminal.info("storebackup: warning: \(warning)") }
         Terminal.info("storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)")
-        if let downtime = result.appDowntime {
-            Terminal.info("storebackup: the app was stopped for \(String(format: "%.3f", downtime.seconds)) s (stop command \(String(format: "%.3f", downtime.stopSeconds)) s\(downtime.startSeconds.map { ", start command " + String(format: "%.3f", $0) + " s" } ?? ""))")
-        }
         if json { try printJSON(result) }
         if let failure = result.appDowntime?.startFailure {
             Terminal.fail(StoreBackupError.restoreRefused(reason: "the store was restored, but \(failure); start the app"))

@@ -27,7 +27,7 @@ public struct AppCommands: Sendable, Equatable {
 }
 
 /// How long the app was stopped by a restore, and how its start went.
-public struct AppDowntime: Sendable, Equatable {
+public struct AppDowntime: Sendable, Equatable, CustomStringConvertible {
     /// From starting the stop command to the start command's return (or, without a start
     /// command, to the end of the restore).
     public var seconds: Double
@@ -37,4 +37,11 @@ public struct AppDowntime: Sendable, Equatable {
     public var startSeconds: Double?
     /// Why the start command failed; nil when it succeeded or there was none.
     public var startFailure: String?
+
+    /// One line, e.g. `the app was stopped for 0.412 s (stop command 0.350 s, start command 0.041 s)`.
+    public var description: String {
+        func format(_ seconds: Double) -> String { String(format: "%.3f s", seconds) }
+        let start = startSeconds.map { ", start command " + format($0) } ?? "; there is no start command: it is still stopped"
+        return "the app was stopped for \(format(seconds)) (stop command \(format(stopSeconds))\(start))"
+    }
 }

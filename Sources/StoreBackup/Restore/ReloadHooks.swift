@@ -32,6 +32,10 @@ public struct ReloadHooks: Sendable {
     /// Called with `reload`'s error after a rejected store was moved aside and the old one is
     /// live (and reloaded) again.
     public var didRollback: @Sendable (_ error: Error) async -> Void
+    /// Whether `reload` must run on the untouched store when a restore is abandoned after
+    /// `willSwap` (the app paused and must resume). Not for ``checkDatabases``: it pauses
+    /// nothing, and checking a large live store again would only cost time.
+    var resumesApp = true
 
     /// Makes hooks; only `reload` is required.
     public init(
@@ -45,9 +49,11 @@ public struct ReloadHooks: Sendable {
     }
 
     /// What the command line does: open every database in the store and run `PRAGMA quick_check`.
-    public static let checkDatabases = ReloadHooks(reload: { directory in
-        try DatabaseCheck.quickCheckAll(in: directory)
-    })
+    public static let checkDatabases: ReloadHooks = {
+        var hooks = ReloadHooks(reload: { directory in try DatabaseCheck.quickCheckAll(in: directory) })
+        hooks.resumesApp = false
+        return hooks
+    }()
 }
 
 /// Checks a store's databases the way the command line's restore does.

@@ -52,9 +52,9 @@ extension RestoreTransaction {
             logger.warning("the interrupted restore had stopped the app with its stop command and did not start it again; start the app")
             return
         }
-        logger.notice("the interrupted restore had stopped the app; starting it: \(startCommand)")
+        logger.notice("the interrupted restore had stopped the app; starting it (start command)")
         if let failure = ShellCommand.run(startCommand, timeout: AppCommands.defaultTimeout).failure {
-            logger.error("the start command `\(startCommand)` failed (\(failure)); start the app")
+            logger.error("the start command failed (\(failure)); start the app")
         }
     }
 }

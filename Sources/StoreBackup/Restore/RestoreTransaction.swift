@@ -141,24 +141,25 @@ struct RestoreTransaction {
                            appStopped: true, startCommand: commands.start).save(to: layout.journal)
         let clock = ContinuousClock()
         let stopped = clock.now
-        logger.notice("stopping the app: \(commands.stop)")
+        // The commands are not logged: they may carry credentials.
+        logger.notice("stopping the app (stop command)")
         let stop = await Self.runShell(commands.stop, timeout: commands.timeout)
         let stopSeconds = StoreHelper.seconds(clock.now - stopped)
         var outcome: Result<RestoreResult, Error>
         if let failure = stop.failure {
             discardExtracted(unpacked, appStopped: true)
             outcome = .failure(StoreBackupError.restoreRefused(
-                reason: "the stop command `\(commands.stop)` failed (\(failure)); nothing was swapped"))
+                reason: "the stop command failed (\(failure)); nothing was swapped"))
         } else {
             do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
         }
         var downtime = AppDowntime(seconds: 0, stopSeconds: stopSeconds)
         if let start = commands.start {
-            logger.notice("starting the app: \(start)")
+            logger.notice("starting the app (start command)")
             let began = clock.now
             let started = await Self.runShell(start, timeout: commands.timeout)
             downtime.startSeconds = StoreHelper.seconds(clock.now - began)
-            downtime.startFailure = started.failure.map { "the start command `\(start)` failed (\($0))" }
+            downtime.startFailure = started.failure.map { "the start command failed (\($0))" }
         }
         downtime.seconds = StoreHelper.seconds(clock.now - stopped)
         if case .success = outcome {
@@ -178,8 +179,7 @@ struct RestoreTransaction {
                 try? finished.save(to: layout.journal)
             }
         }
-        let seconds = String(format: "%.3f", downtime.seconds)
-        logger.notice("the app was stopped for \(seconds) s\(commands.start == nil ? " and is still stopped (no start command)" : "")")
+        logger.notice("\(downtime.description)")
         if let failure = downtime.startFailure { logger.error("\(failure)") }
         var result = try outcome.get()
         result.appDowntime = downtime
@@ -218,7 +218,7 @@ struct RestoreTransaction {
             if Task.isCancelled { throw StoreBackupError.cancelled }
         } catch {
             discardExtracted(unpacked, appStopped: appStopped)
-            if hadLiveStore { try? await hooks.reload(layout.live) }
+            if hadLiveStore && hooks.resumesApp { try? await hooks.reload(layout.live) }
             throw error
         }
         // The renames are durable before the journal says "reloading".

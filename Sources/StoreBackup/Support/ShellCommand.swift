@@ -1,3 +1,4 @@
+import CPosix
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -8,7 +9,8 @@ import Glibc
 ///
 /// Its own group keeps a terminal's Ctrl-C (sent to the foreground group) away from the
 /// command, so a stop or start runs to its end while the restore winds down. Its output
-/// goes to our standard error, keeping standard output for results (`--json`).
+/// goes to our standard error, keeping standard output for results (`--json`); no other
+/// descriptor of ours is passed on.
 enum ShellCommand {
     enum Outcome: Sendable, Equatable {
         case succeeded
@@ -54,11 +56,14 @@ enum ShellCommand {
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_adddup2(&actions, STDERR_FILENO, STDOUT_FILENO)
+        // Nothing else of ours reaches the app a start command launches: a descriptor it kept
+        // (a pipe of whoever runs storebackup, a database) would outlive this restore.
+        _ = sb_spawn_close_from(&actions, 3)
 
         let arguments: [UnsafeMutablePointer<CChar>?] = ["/bin/sh", "-c", command].map { (text: String) in strdup(text) } + [nil]
         defer { arguments.forEach { free($0) } }
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, environ)
+        let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, Glibc.environ)
         guard spawned == 0 else { return .couldNotStart(errno: spawned) }
 
         // The deadline kills the group unless the command has been reaped first (the lock
