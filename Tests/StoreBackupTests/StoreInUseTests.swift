@@ -254,6 +254,29 @@ final class StoreInUseTests: XCTestCase {
         try assertNothingLeftBehind()
     }
 
+    func testConfigurationKeysForStopAndStart() throws {
+        let stores = """
+            stores:
+              - name: app
+                path: /srv/app/Stores
+                schedule: daily 02:30
+            """
+        let parsed = try BackupConfiguration.parse(yaml: stores + """
+
+                stop-command: systemctl stop app
+                start-command: systemctl start app
+                stop-timeout: 2m
+            """)
+        XCTAssertEqual(parsed.stores[0].appCommands,
+                       AppCommands(stop: "systemctl stop app", start: "systemctl start app", timeout: 120))
+        XCTAssertNil(try BackupConfiguration.parse(yaml: stores).stores[0].appCommands)
+        XCTAssertThrowsError(try BackupConfiguration.parse(yaml: stores + "\n    start-command: systemctl start app")) { error in
+            XCTAssertTrue("\(error)".contains("stores[0].stop-command: missing"), "\(error)")
+        }
+        // Per store only: each app has its own.
+        XCTAssertThrowsError(try BackupConfiguration.parse(yaml: "stop-command: x\n" + stores))
+    }
+
     func testLocksAreReadFromProcLocksLines() {
         let lock = FileLocks.parse("3: POSIX  ADVISORY  READ 4242 08:1f:131090 128 128")
         XCTAssertEqual(lock?.pid, 4242)
