@@ -76,6 +76,26 @@ final class StoreInUseTests: XCTestCase {
         XCTAssertNotNil(summary?["storeInUseWarning"], forced.stdout)
     }
 
+    func testWithoutRootOtherUsersProcessesAreUnseenAndRefusedUnlessForced() throws {
+        guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv") else {
+            throw XCTSkip("needs root (to drop to nobody) and setpriv")
+        }
+        try prepareBackup(mode: "wal")
+        XCTAssertEqual(try runTool("/bin/chown", ["-R", "nobody:", work]).status, 0)
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", TestEnvironment.binary,
+                        "restore", "latest", store, "--from", backups, "--yes"]
+        let refused = try runTool("/usr/bin/setpriv", asNobody)
+        XCTAssertEqual(refused.status, 1, refused.stderr)
+        // This test process (among others) runs as root: nobody cannot read its descriptors.
+        XCTAssertTrue(refused.stderr.contains("cannot tell whether \(store) is in use: the open files of ")
+                      && refused.stderr.contains("processes of other users cannot be read without root: 1 (")
+                      && refused.stderr.contains("run as root to see every process, or pass --force to restore anyway"), refused.stderr)
+        try assertNothingLeftBehind()
+        let forced = try runTool("/usr/bin/setpriv", asNobody + ["--force"])
+        XCTAssertEqual(forced.status, 0, forced.stderr)
+        XCTAssertTrue(forced.stderr.contains("warning: restoring although the in-use check could not see every process"), forced.stderr)
+    }
+
     // MARK: stop and start
 
     func testStopAndStartAroundTheSwapWAL() throws {

@@ -49,8 +49,8 @@ struct RestoreTransaction {
         // mid-swap is whole again even when this restore goes no further.
         _ = try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start)
         // Fail fast: the app must be stopped before minutes of downloading, not after.
-        var inUseWarning: String?
-        if appCommands == nil && checkStoreInUseEarly { inUseWarning = try checkNotInUse(afterStop: false) }
+        // (When allowed anyway, the check before the swap gives the one warning.)
+        if appCommands == nil && checkStoreInUseEarly && !allowStoreInUse { _ = try checkNotInUse(afterStop: false) }
 
         let backup = try await source.resolve(nameOrLatest)
         if FileSystem.fileExists(layout.new) {
@@ -58,9 +58,7 @@ struct RestoreTransaction {
         }
         let staged = try await stage(backup.name, progress: progress)
         defer { if staged.downloaded { unlink(staged.path) } }
-        var result = try await install(archive: staged.path, backupName: backup.name, throttle: ProgressThrottle(progress))
-        result.storeInUseWarning = result.storeInUseWarning ?? inUseWarning
-        return result
+        return try await install(archive: staged.path, backupName: backup.name, throttle: ProgressThrottle(progress))
     }
 
     /// The backup as a file on this machine: the source's own file when it keeps one here
@@ -256,7 +254,8 @@ struct RestoreTransaction {
         let users = usage.isUnused ? nil : usage.describeUsers(still: afterStop)
         let unseen = usage.blindSpots.isEmpty ? nil : usage.blindSpots.joined(separator: "; ")
         if allowStoreInUse {
-            let warning = "restoring a store in use: " + [users, unseen].compactMap { $0 }.joined(separator: "; ")
+            let warning = users.map { "restoring a store in use: " + $0 + (unseen.map { "; " + $0 } ?? "") }
+                ?? "restoring although the in-use check could not see every process: \(unseen ?? "")"
             logger.warning("\(warning)")
             return warning
         }

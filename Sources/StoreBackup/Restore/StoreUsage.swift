@@ -182,7 +182,11 @@ enum ProcessTable {
     /// Every descriptor of `pid` that names a file (not a socket, pipe or anonymous inode).
     static func openFiles(of pid: Int32) -> Descriptors {
         let folder = "/proc/\(pid)/fd"
-        guard let directory = opendir(folder) else { return errno == EACCES || errno == EPERM ? .denied : .gone }
+        guard let directory = opendir(folder) else {
+            guard errno == EACCES || errno == EPERM else { return .gone }
+            // A kernel thread has no files (and no executable): nothing to hide.
+            return isKernelThread(pid) ? .gone : .denied
+        }
         defer { closedir(directory) }
         var files: [OpenFile] = []
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
@@ -199,6 +203,17 @@ enum ProcessTable {
             files.append(OpenFile(path: path, identity: identity))
         }
         return .links(files)
+    }
+
+    /// Kernel threads (PF_KTHREAD in `/proc/PID/stat`'s flags, readable by anyone) have no files.
+    static func isKernelThread(_ pid: Int32) -> Bool {
+        guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return false }
+        let text = String(decoding: data, as: UTF8.self)
+        // The command name (in parentheses) may hold spaces: count fields after its end.
+        guard let close = text.lastIndex(of: ")") else { return false }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        guard fields.count > 6, let flags = UInt64(fields[6]) else { return false }
+        return flags & 0x0020_0000 != 0
     }
 
     /// `/proc/PID/comm`, or `?` once the process has gone.
