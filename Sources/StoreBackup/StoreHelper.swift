@@ -370,7 +370,9 @@ public struct StoreHelper: Sendable {
     ///   when `hooks.reload` rejected the restored store (it is kept in `<store>_FailedRestore`),
     ///   ``StoreBackupError/corruptArchive(name:reason:)`` and
     ///   ``StoreBackupError/checksumMismatch(name:entry:)`` for a damaged backup (the live store
-    ///   is untouched), ``StoreBackupError/restoreRefused(reason:)``.
+    ///   is untouched), ``StoreBackupError/restoreRefused(reason:)``,
+    ///   ``StoreBackupError/storeInUse(reason:remedy:)`` when another process has the store open
+    ///   (checked before downloading and again after ``ReloadHooks/willSwap``; see ``allowStoreInUse``).
     public func restore(
         _ nameOrLatest: String, hooks: ReloadHooks = .checkDatabases, progress: ProgressHandler? = nil
     ) async throws -> RestoreResult {

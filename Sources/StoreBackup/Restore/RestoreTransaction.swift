@@ -249,7 +249,11 @@ struct RestoreTransaction {
     /// Refuses when other processes have the live store open, or when the check could not
     /// see every process; with ``allowStoreInUse`` it warns instead (the warning is returned).
     private func checkNotInUse(afterStop: Bool) throws -> String? {
+        let clock = ContinuousClock()
+        let began = clock.now
         let usage = StoreUsage.scan(storesDirectory: layout.live)
+        logger.debug("in-use check", metadata: ["seconds": "\(StoreHelper.seconds(clock.now - began))",
+                                                "processes": "\(usage.users.count)"])
         if usage.isUnused && usage.blindSpots.isEmpty { return nil }
         let users = usage.isUnused ? nil : usage.describeUsers(still: afterStop)
         let unseen = usage.blindSpots.isEmpty ? nil : usage.blindSpots.joined(separator: "; ")
