@@ -114,6 +114,12 @@ public struct StoreHelper: Sendable {
     /// when ``StoreUsage`` finds another process holding the store, or cannot see every process.
     public var allowStoreInUse = false
 
+    /// Restore when the in-use check could not see every process (not root: other users'
+    /// open files are unreadable), with a warning, while still refusing for every process it
+    /// did see holding the store. For an app running as its own user, whose store no other
+    /// user's process opens. Off by default, like the command line.
+    public var allowUnseenProcesses = false
+
     /// Also look for other processes before downloading and unpacking, to fail fast. The
     /// check after ``ReloadHooks/willSwap`` always runs. Turn this off when `willSwap` is what
     /// closes another process's connections. Skipped when ``appCommands`` stop the app.
@@ -396,6 +402,7 @@ public struct StoreHelper: Sendable {
         transaction.allowUnverified = allowUnverified
         transaction.appCommands = appCommands
         transaction.allowStoreInUse = allowStoreInUse
+        transaction.allowUnseenProcesses = allowUnseenProcesses
         transaction.checkStoreInUseEarly = checkStoreInUseEarly
         return try await transaction.run(nameOrLatest, progress: progress)
     }

@@ -29,6 +29,9 @@ struct RestoreTransaction {
     /// Restore although other processes have the store open, with a warning
     /// (see ``StoreHelper/allowStoreInUse``).
     var allowStoreInUse = false
+    /// Restore when the only doubt is processes the check could not see
+    /// (see ``StoreHelper/allowUnseenProcesses``).
+    var allowUnseenProcesses = false
     /// Check for other processes before downloading too, to fail fast (see
     /// ``StoreHelper/checkStoreInUseEarly``); skipped when ``appCommands`` will stop the app.
     var checkStoreInUseEarly = true
@@ -257,7 +260,7 @@ struct RestoreTransaction {
         if usage.isUnused && usage.blindSpots.isEmpty { return nil }
         let users = usage.isUnused ? nil : usage.describeUsers(still: afterStop)
         let unseen = usage.blindSpots.isEmpty ? nil : usage.blindSpots.joined(separator: "; ")
-        if allowStoreInUse {
+        if allowStoreInUse || (users == nil && allowUnseenProcesses) {
             let warning = users.map { "restoring a store in use: " + $0 + (unseen.map { "; " + $0 } ?? "") }
                 ?? "restoring although the in-use check could not see every process: \(unseen ?? "")"
             logger.warning("\(warning)")
