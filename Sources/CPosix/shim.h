@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -51,6 +52,17 @@ static inline int sb_wait_writeback(int fd, long long offset, long long count) {
 #else
     (void)fd; (void)offset; (void)count;
     return 0;
+#endif
+}
+
+/// Makes a posix_spawn close every descriptor from `from` up in the child (glibc >= 2.34),
+/// so only the standard three reach it. Returns 0, or an error number (ENOSYS where missing).
+static inline int sb_spawn_close_from(posix_spawn_file_actions_t *actions, int from) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+    return posix_spawn_file_actions_addclosefrom_np(actions, from);
+#else
+    (void)actions; (void)from;
+    return ENOSYS;
 #endif
 }
 

@@ -90,6 +90,28 @@ public struct StoreHelper: Sendable {
     /// ``StoreBackupError/databaseDamagedAtSource(name:databases:result:)``.
     public var acceptDamagedDatabases = false
 
+    /// Shell commands that stop the app before the swap and start it after (see
+    /// ``AppCommands``); nil: the app is not stopped by the restore (the reload hooks close
+    /// its connections, or it does not run).
+    public var appCommands: AppCommands? = nil
+
+    /// Restore even when other processes have the store open (they would go on writing
+    /// into the replaced files, and lose those writes), with a warning in the result and the
+    /// log. Off by default: a restore is refused with ``StoreBackupError/storeInUse(reason:remedy:)``
+    /// when ``StoreUsage`` finds another process holding the store, or cannot see every process.
+    public var allowStoreInUse = false
+
+    /// Restore when the in-use check could not see every process (not root: other users'
+    /// open files are unreadable), with a warning, while still refusing for every process it
+    /// did see holding the store. For an app running as its own user, whose store no other
+    /// user's process opens. Off by default, like the command line.
+    public var allowUnseenProcesses = false
+
+    /// Also look for other processes before downloading and unpacking, to fail fast. The
+    /// check after ``ReloadHooks/willSwap`` always runs. Turn this off when `willSwap` is what
+    /// closes another process's connections. Skipped when ``appCommands`` stop the app.
+    public var checkStoreInUseEarly = true
+
     /// How many threads deflate on create; nil: one per core (the fastest backup).
     ///
     /// Fewer leave CPU to the app while the backup runs: on every core, the app's commits wait
@@ -130,7 +152,7 @@ public struct StoreHelper: Sendable {
     var layout: StoreLayout { StoreLayout(storesDirectory: storesDirectory) }
 
     static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        duration.inSeconds
     }
 
     // MARK: create
@@ -345,7 +367,9 @@ public struct StoreHelper: Sendable {
     ///   when `hooks.reload` rejected the restored store (it is kept in `<store>_FailedRestore`),
     ///   ``StoreBackupError/corruptArchive(name:reason:)`` and
     ///   ``StoreBackupError/checksumMismatch(name:entry:)`` for a damaged backup (the live store
-    ///   is untouched), ``StoreBackupError/restoreRefused(reason:)``.
+    ///   is untouched), ``StoreBackupError/restoreRefused(reason:)``,
+    ///   ``StoreBackupError/storeInUse(reason:remedy:)`` when another process has the store open
+    ///   (checked before downloading and again after ``ReloadHooks/willSwap``; see ``allowStoreInUse``).
     public func restore(
         _ nameOrLatest: String, hooks: ReloadHooks = .checkDatabases, progress: ProgressHandler? = nil
     ) async throws -> RestoreResult {
@@ -368,6 +392,10 @@ public struct StoreHelper: Sendable {
                                              logger: logger)
         transaction.allowUnverified = allowUnverified
         transaction.acceptDamagedDatabases = acceptDamagedDatabases
+        transaction.appCommands = appCommands
+        transaction.allowStoreInUse = allowStoreInUse
+        transaction.allowUnseenProcesses = allowUnseenProcesses
+        transaction.checkStoreInUseEarly = checkStoreInUseEarly
         return try await transaction.run(nameOrLatest, progress: progress)
     }
 
@@ -380,20 +408,26 @@ public struct StoreHelper: Sendable {
     public func recover() throws -> RecoveryOutcome {
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "recover")
         defer { withExtendedLifetime(lock) {} }
-        return try layout.recoverIfNeeded(logger: logger)
+        return try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start)
     }
 }
 
 extension StoreLayout {
     /// Removes dead commands' temporaries beside the store and in `TMPDIR`, then runs
     /// recovery when a restore journal is present, telling `logger` what it did (notice).
+    /// When that restore had stopped the app, the app's start command (the journal's, else
+    /// `startCommand`) is run, or the log says the app may still be stopped.
     /// Callers hold the store lock.
-    func recoverIfNeeded(logger: Logger) throws -> RecoveryOutcome {
+    func recoverIfNeeded(logger: Logger, startCommand: String? = nil) throws -> RecoveryOutcome {
         ScratchFiles.sweep(besideStoreIn: parent)
         guard FileSystem.fileExists(journal) else { return .nothingToDo }
+        let interrupted = RestoreJournal.load(from: journal)
         let outcome = try RestoreTransaction.recover(self)
         if let message = outcome.message {
             logger.notice("\(message)", metadata: ["store": "\(live)"])
+        }
+        if let interrupted, interrupted.appStopped == true {
+            RestoreTransaction.startAppAfterInterruptedRestore(interrupted.startCommand ?? startCommand, logger: logger)
         }
         return outcome
     }

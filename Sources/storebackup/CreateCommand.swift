@@ -32,6 +32,9 @@ struct CreateCommand: AsyncParsableCommand {
     @Flag(help: "Print the result as JSON.")
     var json = false
 
+    @Flag(name: [.short, .long], help: "Also say which other processes had the store open (information only: backing up a store in use is normal).")
+    var verbose = false
+
     @Flag(help: "After a successful upload, apply the store's retention from the configuration (see `prune`).")
     var prune = false
 
@@ -75,19 +78,38 @@ struct CreateCommand: AsyncParsableCommand {
         configured.threads = threads
         let helper = configured
         let printer = ProgressPrinter.shared
+        // Before the backup: its own reading of the store is this process, never listed.
+        let usage = json || verbose ? StoreUsage.scan(storesDirectory: helper.storesDirectory) : nil
+        if verbose, let usage { Self.describe(usage) }
         let result = await Terminal.runCancellable { try await helper.createBackup(progress: printer.handler()) }
         printer.finishLine()
         if json {
-            let summary: [String: Any] = [
+            var summary: [String: Any] = [
                 "name": result.name, "encrypted": encrypt, "size": result.size, "destination": result.destination,
                 "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
                 "archiveSeconds": result.archiveSeconds, "uploadSeconds": result.uploadSeconds,
             ]
+            if let usage {
+                summary["openBy"] = usage.users.map { ["file": $0.file, "pid": Int($0.pid), "command": $0.command] as [String: Any] }
+                if !usage.blindSpots.isEmpty { summary["openByUnseen"] = usage.blindSpots }
+            }
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
             Terminal.output(String(decoding: data, as: UTF8.self))
         } else {
             Terminal.info("storebackup: created \"\(result.name)\" (\(Terminal.formatBytes(result.size))) in \(result.destination)")
             Terminal.output(result.name)
         }
+    }
+
+    /// `--verbose`: which processes had the store open when the backup began.
+    static func describe(_ usage: StoreUsage) {
+        if usage.isUnused {
+            Terminal.info("storebackup: no other process has the store open")
+        } else {
+            for user in usage.users {
+                Terminal.info("storebackup: \(user.file) is open in process \(user.pid) (\(user.command))")
+            }
+        }
+        for unseen in usage.blindSpots { Terminal.info("storebackup: not seen: \(unseen)") }
     }
 }

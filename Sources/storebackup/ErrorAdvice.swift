@@ -26,6 +26,8 @@ enum ErrorAdvice {
         case .checkDropboxAppKey: return "; check --app-key / STOREBACKUP_DROPBOX_APP_KEY"
         case .giveS3Endpoint: return "; give the server with --s3-endpoint"
         case .giveSSHKey: return "; pass the key with --ssh-key"
+        case .stopStoreUsers: return "; stop it first, or use --stop-command/--start-command"
+        case .allowStoreInUse: return "; run as root to see every process, or pass --force to restore anyway"
         }
     }
 }

@@ -17,6 +17,13 @@ struct RestoreCommand: AsyncParsableCommand {
             --from may be given several times: the destinations are tried in that order, and one \
             that cannot be reached or lacks the backup is skipped with a warning ("latest" is \
             resolved at each); the command says which one it restores from.
+
+            A store that another process has open is refused: that process would go on \
+            writing into the replaced files. Stop the app first, or give --stop-command and \
+            --start-command: the backup is then downloaded, unpacked and checked while the app \
+            runs, the app is stopped only for the swap, and started again after it (also after \
+            a rollback or a failure). A store of the configuration with this path takes its \
+            stop-command, start-command and stop-timeout from there.
             """)
 
     @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
@@ -38,8 +45,44 @@ struct RestoreCommand: AsyncParsableCommand {
     @Flag(help: "Restore a backup whose databases fail PRAGMA integrity_check although they match the backup's checksums: they were already damaged in the live store when the backup was made, and come back as they were then.")
     var acceptDamagedDatabases = false
 
-    @Flag(help: "Print the result as JSON: {name, storesDirectory, files, databasesChecked, damagedDatabases, warning}.")
+    @Option(help: ArgumentHelp("Stops the app before the swap (run with /bin/sh -c), e.g. 'systemctl stop myapp'.", valueName: "command"))
+    var stopCommand: String?
+
+    @Option(help: ArgumentHelp("Starts the app after the swap, also after a rollback or a failure, e.g. 'systemctl start myapp'.", valueName: "command"))
+    var startCommand: String?
+
+    @Option(help: ArgumentHelp("Seconds the stop (and start) command may run before it is killed (default 60).", valueName: "seconds"))
+    var stopTimeout: Double?
+
+    @Flag(help: "Restore even if other processes have the store open (they lose what they write afterwards), with a warning naming them.")
+    var force = false
+
+    @Flag(help: "Print the result as JSON: {name, storesDirectory, files, databasesChecked, damagedDatabases, warning, app}.")
     var json = false
+
+    @OptionGroup var configurationFile: ConfigurationOption
+
+    func validate() throws {
+        if startCommand != nil && stopCommand == nil {
+            throw ValidationError("--start-command needs --stop-command (the restore starts the app only after it stopped it)")
+        }
+        if let stopTimeout, !(stopTimeout > 0) { throw ValidationError("--stop-timeout must be a positive number of seconds") }
+    }
+
+    /// The stop and start commands: the command line's, else those of the configured store
+    /// with this path (a configuration that cannot be read is ignored unless --config named it).
+    func appCommands(for storesDirectory: String) -> AppCommands? {
+        var configured: AppCommands?
+        let configuration = configurationFile.path != nil
+            ? configurationFile.load()
+            : try? BackupConfiguration.load(path: configurationFile.effectivePath)
+        if let configuration, let job = configuration.stores.first(where: { $0.storesDirectory == storesDirectory }) {
+            configured = job.appCommands
+        }
+        guard let stop = stopCommand ?? configured?.stop else { return nil }
+        return AppCommands(stop: stop, start: startCommand ?? (stopCommand == nil ? configured?.start : nil),
+                           timeout: stopTimeout ?? configured?.timeout ?? AppCommands.defaultTimeout)
+    }
 
     func run() async throws {
         let name: String
@@ -57,6 +100,8 @@ struct RestoreCommand: AsyncParsableCommand {
                                      passwords: password.provider(confirm: false), logger: Terminal.logger)
         configured.allowUnverified = allowUnverified
         configured.acceptDamagedDatabases = acceptDamagedDatabases
+        configured.allowStoreInUse = force
+        configured.appCommands = appCommands(for: configured.storesDirectory)
         let helper = configured
         if !yes {
             guard Terminal.standardInputIsTerminal else {
@@ -77,16 +122,28 @@ struct RestoreCommand: AsyncParsableCommand {
         if !result.damagedDatabases.isEmpty {
             Terminal.info("storebackup: warning: restored as they were when the backup was made, already damaged (they fail PRAGMA integrity_check): \(result.damagedDatabases.joined(separator: ", "))")
         }
-        if json {
-            var summary: [String: Any] = [
-                "name": result.backupName, "storesDirectory": result.storesDirectory, "files": result.fileCount,
-                "databasesChecked": result.databasesChecked, "damagedDatabases": result.damagedDatabases,
-            ]
-            if let warning = result.warning { summary["warning"] = warning }
-            let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
-            Terminal.output(String(decoding: data, as: UTF8.self))
-        }
         Terminal.info("storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)")
+        if json { try printJSON(result) }
+        if let failure = result.appDowntime?.startFailure {
+            Terminal.fail(StoreBackupError.restoreRefused(reason: "the store was restored, but \(failure); start the app"))
+        }
+    }
+
+    private func printJSON(_ result: RestoreResult) throws {
+        var summary: [String: Any] = [
+            "name": result.backupName, "storesDirectory": result.storesDirectory, "files": result.fileCount,
+            "databasesChecked": result.databasesChecked, "damagedDatabases": result.damagedDatabases,
+        ]
+        if let warning = result.warning { summary["warning"] = warning }
+        if let warning = result.storeInUseWarning { summary["storeInUseWarning"] = warning }
+        if let downtime = result.appDowntime {
+            var app: [String: Any] = ["downtimeSeconds": downtime.seconds, "stopSeconds": downtime.stopSeconds]
+            if let start = downtime.startSeconds { app["startSeconds"] = start }
+            if let failure = downtime.startFailure { app["startFailure"] = failure }
+            summary["app"] = app
+        }
+        let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
+        Terminal.output(String(decoding: data, as: UTF8.self))
     }
 
     /// With several --from: the first destination, in the order given, that answers and

@@ -50,7 +50,9 @@ final class CrashSafetyTests: XCTestCase {
             var paused = environment
             paused["STOREBACKUP_TEST_PAUSE_AT"] = expectation.step
             if expectation.failReload { paused["STOREBACKUP_TEST_FAIL_RELOAD"] = "1" }
-            let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"], environment: paused)
+            // --force: the pinned reader is exactly what restore refuses otherwise (see StoreInUseTests).
+            let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes", "--force"],
+                                                environment: paused)
             XCTAssertTrue(restore.waitForLine(containing: "test pause at \(expectation.step)"),
                           "\(expectation.step): never reached; stderr: \(restore.stderrSoFar)")
             restore.kill9()

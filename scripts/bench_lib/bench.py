@@ -391,6 +391,39 @@ def restore_phase(sb, store, pristine, work, runs, env):
     return tools, archive
 
 
+def downtime_phase(sb, pristine, work, runs):
+    """Restore onto a live store with trivial stop and start commands (`true`): the app's
+    downtime less the commands' own run time is what restore itself adds while the app is
+    stopped (the in-use check, the swap and the reload; unpacking and checks happen before)."""
+    src = os.path.join(work, "downtime-src")
+    target = os.path.join(work, "downtime-out", "Stores")
+    remove(src, os.path.dirname(target))
+    os.makedirs(os.path.dirname(target))
+    reset_store(pristine, target)
+    proc = subprocess.run([sb, "create", target, "--to", src], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if proc.returncode != 0:
+        log(f"storebackup create for the downtime phase failed: {tail(proc.stderr.decode(errors='replace'))}")
+        return None
+    result = {"own": [], "downtime": [], "failures": []}
+    for round_index in range(runs):
+        reset_store(pristine, target)
+        os.sync()
+        proc = subprocess.run([sb, "restore", "latest", target, "--from", src, "--yes", "--json",
+                               "--stop-command", "true", "--start-command", "true"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            app = json.loads(proc.stdout)["app"]
+            result["downtime"].append(app["downtimeSeconds"])
+            result["own"].append(app["downtimeSeconds"] - app["stopSeconds"] - app["startSeconds"])
+            log(f"downtime round {round_index + 1}: {app['downtimeSeconds'] * 1000:.1f} ms, "
+                f"{result['own'][-1] * 1000:.1f} ms without the commands")
+        except (ValueError, KeyError, TypeError):
+            result["failures"].append(tail(proc.stderr.decode(errors="replace")))
+            log(f"restore with stop/start commands failed: {result['failures'][-1]}")
+    remove(src, os.path.dirname(target))
+    return result
+
+
 IDLE_GROUP_NAME = "storebackup-bench-idle"
 # The key of a writer phase whose creates ran in the idle CPU group.
 IDLE_GROUP_KEY = ", create in an idle CPU group"
@@ -707,7 +740,7 @@ def upload_throughputs(ours, rclone):
     return statistics.median(rates), size / rclone.median / 1e6, size
 
 
-def build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_label):
+def build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_label, downtime=None):
     by = {t.key: t for t in creates + restores + (s3_tools or [])}
 
     def med(key):
@@ -774,6 +807,12 @@ def build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_
         t.append((f"`synchronous={synchronous}` writer: commit max during create ≤ {max_limit:.0f} ms{how}",
                   fmt_ms(during_max), f"≤ {max_limit:.0f} ms",
                   verdict(None if during_max is None else during_max * 1000, max_limit)))
+    if downtime and downtime["own"]:
+        own = statistics.median(downtime["own"])
+        t.append((f"app downtime of restore with `--stop-command true --start-command true`, less the commands' "
+                  f"own run time (in-use check, swap, reload), {store_label}",
+                  f"median {fmt_ms(own)} (whole downtime {fmt_ms(statistics.median(downtime['downtime']))})",
+                  "≤ 1 s", verdict(own, 1.0)))
     lines += ["## Targets", "", "| Target | Measured | Limit | Result |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | **{d}** |" for a, b, c, d in t]
     r_enc = ratio(med("sb_encrypt"), med("sb_default"))
@@ -883,7 +922,7 @@ def main():
     parser.add_argument("--store-label", default="")
     parser.add_argument("--quick", action="store_true",
                         help="only the tools the targets need (no --level 6, --encrypt, Litestream, S3)")
-    parser.add_argument("--skip", default="", help="comma list of phases to skip: create,restore,writer,s3")
+    parser.add_argument("--skip", default="", help="comma list of phases to skip: create,restore,downtime,writer,s3")
     ARGS = args = parser.parse_args()
     global LOAD_AT_START
     LOAD_AT_START = ", ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -907,6 +946,7 @@ def main():
     remove(os.path.join(args.work, "out"))
     restores, archive = ([], None) if "restore" in skip else restore_phase(sb, store, args.pristine, args.work,
                                                                             args.runs, env)
+    downtime = downtime_phase(sb, args.pristine, args.work, args.runs) if sb and "downtime" not in skip else None
     writers = {}
     if sb and "writer" not in skip:
         for synchronous in ("NORMAL", "FULL"):
@@ -937,13 +977,15 @@ def main():
     elif args.s3 == "no" or "s3" in skip:
         s3_note = "S3 upload: not measured (skipped)"
 
-    report = build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_label)
+    report = build_report(args, sb, creates, restores, writers, s3_tools, s3_note, store_label, downtime)
     with open(args.out + ".tmp", "w") as f:
         f.write(report)
     os.replace(args.out + ".tmp", args.out)
     print(report)
     log(f"report written to {args.out}")
     failed = [t.label for t in creates + restores + (s3_tools or []) if t.failures]
+    if downtime and downtime["failures"]:
+        failed.append("restore with stop and start commands")
     if any(w["failures"] for w in writers.values()):
         failed.append("create under a concurrent writer")
     if failed:

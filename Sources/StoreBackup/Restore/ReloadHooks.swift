@@ -9,8 +9,11 @@ import Foundation
 /// 1. ``willSwap``: pause writes and close every connection to the store's databases.
 ///    Throwing abandons the restore before anything is swapped (the unpacked copy is
 ///    removed) and ``reload`` is called on the untouched live store so the app resumes.
-/// 2. The live folder is renamed to `<store>_Old` and the restored one into its place.
-/// 3. ``reload``: open the restored store and check that the app can use it. Returning
+/// 2. No other process may have the store open (``StoreUsage``; this process is not
+///    counted): otherwise the restore throws ``StoreBackupError/storeInUse(reason:remedy:)``,
+///    the unpacked copy is removed and ``reload`` is called on the untouched live store.
+/// 3. The live folder is renamed to `<store>_Old` and the restored one into its place.
+/// 4. ``reload``: open the restored store and check that the app can use it. Returning
 ///    commits the restore. Throwing rejects it: the restored store is moved to
 ///    `<store>_FailedRestore` (replacing an earlier one: only the newest is kept), the old
 ///    one is put back, ``reload`` is called again on it, and
@@ -32,6 +35,10 @@ public struct ReloadHooks: Sendable {
     /// Called with `reload`'s error after a rejected store was moved aside and the old one is
     /// live (and reloaded) again.
     public var didRollback: @Sendable (_ error: StoreBackupError) async -> Void
+    /// Whether `reload` must run on the untouched store when a restore is abandoned after
+    /// `willSwap` (the app paused and must resume). Not for ``checkDatabases``: it pauses
+    /// nothing, and checking a large live store again would only cost time.
+    var resumesApp = true
 
     /// Makes hooks; only `reload` is required.
     public init(
@@ -45,7 +52,9 @@ public struct ReloadHooks: Sendable {
     }
 
     /// What the command line does: open every database in the store and run `PRAGMA quick_check`.
-    public static let checkDatabases = ReloadHooks(reload: { directory in
-        try DatabaseCheck.quickCheckAll(in: directory)
-    })
+    public static let checkDatabases: ReloadHooks = {
+        var hooks = ReloadHooks(reload: { directory in try DatabaseCheck.quickCheckAll(in: directory) })
+        hooks.resumesApp = false
+        return hooks
+    }()
 }

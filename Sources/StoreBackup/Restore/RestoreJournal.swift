@@ -17,11 +17,19 @@ struct RestoreJournal: Codable, Sendable {
         case rollingBack
         /// The restore succeeded; removing `_Old`.
         case committing
+        /// The store is whole again (committed, rolled back or never touched); only the
+        /// app's start command is left to run.
+        case startingApp
     }
 
     var phase: Phase
     var backupName: String
     var hadLiveStore: Bool
+    /// The restore ran the app's stop command (written before it runs): until the journal
+    /// goes, the app may be stopped, and recovery says so.
+    var appStopped: Bool? = nil
+    /// The app's start command, for recovery to run when the restore died before it did.
+    var startCommand: String? = nil
     var pid: Int32 = getpid()
     var updatedAt = Date()
 

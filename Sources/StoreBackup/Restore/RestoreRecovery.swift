@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 extension RestoreTransaction {
     /// Brings the store back to a whole state after a restore was killed, reading what it
@@ -38,6 +39,22 @@ extension RestoreTransaction {
             try swapper.removeOld()
             RestoreJournal.remove(at: layout.journal)
             return .finishedCleanup(backup: name)
+        case .startingApp:
+            RestoreJournal.remove(at: layout.journal)
+            return .appStartPending(backup: name)
+        }
+    }
+
+    /// A restore that had stopped the app died before starting it: run the start command
+    /// now when it is known, else say the app may still be stopped.
+    static func startAppAfterInterruptedRestore(_ startCommand: String?, logger: Logger) {
+        guard let startCommand else {
+            logger.warning("the interrupted restore had stopped the app with its stop command and did not start it again; start the app")
+            return
+        }
+        logger.notice("the interrupted restore had stopped the app; starting it (start command)")
+        if let failure = ShellCommand.run(startCommand, timeout: AppCommands.defaultTimeout).failure {
+            logger.error("the start command failed (\(failure)); start the app")
         }
     }
 }

@@ -16,4 +16,9 @@ public struct RestoreResult: Sendable {
     /// already damaged in the live store when the backup was made and
     /// ``StoreHelper/acceptDamagedDatabases`` was set (relative paths); empty otherwise.
     public var damagedDatabases: [String] = []
+    /// The processes that had the store open, when ``StoreHelper/allowStoreInUse`` let the
+    /// restore go on regardless; nil when nothing else had it open.
+    public var storeInUseWarning: String? = nil
+    /// How long the app was stopped, when ``StoreHelper/appCommands`` stopped and started it.
+    public var appDowntime: AppDowntime? = nil
 }

@@ -26,6 +26,17 @@ struct RestoreTransaction {
     var allowUnverified = false
     /// Restore databases damaged before the backup (see ``StoreHelper/acceptDamagedDatabases``).
     var acceptDamagedDatabases = false
+    /// Stop and start the app around the swap (see ``StoreHelper/appCommands``).
+    var appCommands: AppCommands?
+    /// Restore although other processes have the store open, with a warning
+    /// (see ``StoreHelper/allowStoreInUse``).
+    var allowStoreInUse = false
+    /// Restore when the only doubt is processes the check could not see
+    /// (see ``StoreHelper/allowUnseenProcesses``).
+    var allowUnseenProcesses = false
+    /// Check for other processes before downloading too, to fail fast (see
+    /// ``StoreHelper/checkStoreInUseEarly``); skipped when ``appCommands`` will stop the app.
+    var checkStoreInUseEarly = true
 
     private var swapper: StoreSwapper { StoreSwapper(layout: layout) }
 
@@ -41,7 +52,10 @@ struct RestoreTransaction {
         defer { withExtendedLifetime(lock) {} }
         // Before anything that can fail for outside reasons (the destination), so a store left
         // mid-swap is whole again even when this restore goes no further.
-        _ = try layout.recoverIfNeeded(logger: logger)
+        _ = try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start)
+        // Fail fast: the app must be stopped before minutes of downloading, not after.
+        // (When allowed anyway, the check before the swap gives the one warning.)
+        if appCommands == nil && checkStoreInUseEarly && !allowStoreInUse { _ = try checkNotInUse(afterStop: false) }
 
         let backup = try await source.resolve(nameOrLatest)
         if FileSystem.fileExists(layout.new) {
@@ -100,15 +114,119 @@ struct RestoreTransaction {
             throw error
         }
 
-        // 2. Swap, then let the app reload; roll back if it refuses the new store.
-        // Last point where cancelling is honoured: after this the swap runs to its end.
-        if Task.isCancelled { discardExtracted(); throw StoreBackupError.cancelled }
+        let unpacked = Unpacked(backupName: backupName, hadLiveStore: hadLiveStore, databases: extracted.databases,
+                                files: extracted.files, unverified: extracted.unverified, damaged: extracted.damaged)
+        // Last point where cancelling is honoured before the app is stopped.
+        if Task.isCancelled { discardExtracted(unpacked, appStopped: false); throw StoreBackupError.cancelled }
         throttle.report(BackupProgress(phase: .swapping), force: true)
+        guard let commands = appCommands else {
+            return try await swapAndReload(unpacked, appStopped: false, throttle: throttle)
+        }
+        return try await withAppStopped(commands, unpacked) {
+            try await swapAndReload(unpacked, appStopped: true, throttle: throttle)
+        }
+    }
+
+    /// What step 1 unpacked into `_New`.
+    private struct Unpacked: Sendable {
+        var backupName: String
+        var hadLiveStore: Bool
+        var databases: [String]
+        var files: Int
+        var unverified: Bool
+        /// Databases damaged at the source, restored because they were accepted.
+        var damaged: [String]
+    }
+
+    /// Runs the stop command, then `body` (the swap) if it succeeded, then the start command
+    /// whatever happened: after a commit, a rollback, a failure or a cancellation; then a
+    /// committed restore's `_Old` goes. The journal says the app is stopped from before the
+    /// stop runs until the start has run.
+    private func withAppStopped(_ commands: AppCommands, _ unpacked: Unpacked,
+                                _ body: () async throws -> RestoreResult) async throws -> RestoreResult {
+        try RestoreJournal(phase: .extracting, backupName: unpacked.backupName, hadLiveStore: unpacked.hadLiveStore,
+                           appStopped: true, startCommand: commands.start).save(to: layout.journal)
+        let clock = ContinuousClock()
+        let stopped = clock.now
+        // The commands are not logged: they may carry credentials.
+        logger.notice("stopping the app (stop command)")
+        let stop = await Self.runShell(commands.stop, timeout: commands.timeout)
+        let stopSeconds = (clock.now - stopped).inSeconds
+        var outcome: Result<RestoreResult, Error>
+        if let failure = stop.failure {
+            discardExtracted(unpacked, appStopped: true)
+            outcome = .failure(StoreBackupError.restoreRefused(
+                reason: "the stop command failed (\(failure)); nothing was swapped"))
+        } else {
+            do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
+        }
+        var downtime = AppDowntime(seconds: 0, stopSeconds: stopSeconds)
+        if let start = commands.start {
+            logger.notice("starting the app (start command)")
+            let began = clock.now
+            let started = await Self.runShell(start, timeout: commands.timeout)
+            downtime.startSeconds = (clock.now - began).inSeconds
+            downtime.startFailure = started.failure.map { "the start command failed (\($0))" }
+        }
+        downtime.seconds = (clock.now - stopped).inSeconds
+        if case .success = outcome {
+            do {
+                try swapper.removeOld()
+                RestoreJournal.remove(at: layout.journal)
+            } catch { outcome = .failure(error) }
+        }
+        if let left = RestoreJournal.load(from: layout.journal) {
+            if left.phase == .startingApp {
+                RestoreJournal.remove(at: layout.journal)
+            } else {
+                // A step failed half-way and recovery must finish it; the app has had its start.
+                var finished = left
+                finished.appStopped = nil
+                finished.startCommand = nil
+                try? finished.save(to: layout.journal)
+            }
+        }
+        logger.notice("\(downtime.description)")
+        if let failure = downtime.startFailure { logger.error("\(failure)") }
+        var result = try outcome.get()
+        result.appDowntime = downtime
+        return result
+    }
+
+    /// A shell command on a thread of its own; cancelling does not stop it (a stop or start
+    /// runs to its end or its timeout).
+    private static func runShell(_ command: String, timeout: Double) async -> ShellCommand.Outcome {
+        (try? await runBlocking(name: "storebackup-app-command") { _ in ShellCommand.run(command, timeout: timeout) })
+            ?? .couldNotStart(errno: EAGAIN)
+    }
+
+    /// 2. Swap, then let the app reload; roll back if it refuses the new store.
+    /// 3. Commit: `_Old` goes only once the journal says so.
+    private func swapAndReload(_ unpacked: Unpacked, appStopped: Bool, throttle: ProgressThrottle) async throws -> RestoreResult {
+        let backupName = unpacked.backupName, hadLiveStore = unpacked.hadLiveStore
+        let layout = self.layout
+        let journal = { (phase: RestoreJournal.Phase) throws -> Void in
+            try RestoreJournal(phase: phase, backupName: backupName, hadLiveStore: hadLiveStore,
+                               appStopped: appStopped ? true : nil, startCommand: appStopped ? appCommands?.start : nil)
+                .save(to: layout.journal)
+        }
         do { try await hooks.willSwap() } catch {
-            discardExtracted()
+            discardExtracted(unpacked, appStopped: appStopped)
             // The app may have paused half-way; let it resume on its untouched store.
             if hadLiveStore { try? await hooks.reload(layout.live) }
             throw StoreBackupError.restoreRefused(reason: "the app's willSwap hook failed (\(error)); the live store was not touched")
+        }
+        // The race: a process may have opened the store while the backup was unpacked, or
+        // the hooks or the stop command left a connection open.
+        let inUseWarning: String?
+        do {
+            inUseWarning = try checkNotInUse(afterStop: appStopped)
+            // Cancelled while the app was stopping: nothing is swapped (the start still runs).
+            if Task.isCancelled { throw StoreBackupError.cancelled }
+        } catch {
+            discardExtracted(unpacked, appStopped: appStopped)
+            if hadLiveStore && hooks.resumesApp { try? await hooks.reload(layout.live) }
+            throw error
         }
         // The renames are durable before the journal says "reloading".
         try journal(.swapping)
@@ -120,29 +238,67 @@ struct RestoreTransaction {
         do {
             try await hooks.reload(layout.live)
         } catch {
-            throw await rollBack(after: error, backupName: backupName, hadLiveStore: hadLiveStore)
+            throw await rollBack(after: error, backupName: backupName, hadLiveStore: hadLiveStore, appStopped: appStopped)
         }
 
-        // 3. Commit: `_Old` goes only once the journal says so.
         try journal(.committing)
         TestPausePoint.reach("before-cleanup")
-        try swapper.removeOld()
-        RestoreJournal.remove(at: layout.journal)
+        // With the app stopped, `_Old` goes after its start: removing a large store is not downtime.
+        if !appStopped {
+            try swapper.removeOld()
+            RestoreJournal.remove(at: layout.journal)
+        }
         throttle.report(BackupProgress(phase: .done), force: true)
         return RestoreResult(backupName: backupName, storesDirectory: layout.live,
-                             databasesChecked: extracted.databases, fileCount: extracted.files,
-                             warning: extracted.unverified ? Extractor.unverifiedWarning : nil,
-                             damagedDatabases: extracted.damaged)
+                             databasesChecked: unpacked.databases, fileCount: unpacked.files,
+                             warning: unpacked.unverified ? Extractor.unverifiedWarning : nil,
+                             damagedDatabases: unpacked.damaged, storeInUseWarning: inUseWarning)
+    }
+
+    /// Refuses when other processes have the live store open, or when the check could not
+    /// see every process; with ``allowStoreInUse`` it warns instead (the warning is returned).
+    private func checkNotInUse(afterStop: Bool) throws -> String? {
+        let clock = ContinuousClock()
+        let began = clock.now
+        let usage = StoreUsage.scan(storesDirectory: layout.live)
+        logger.debug("in-use check", metadata: ["seconds": "\((clock.now - began).inSeconds)",
+                                                "processes": "\(usage.users.count)"])
+        if usage.isUnused && usage.blindSpots.isEmpty { return nil }
+        let users = usage.isUnused ? nil : usage.describeUsers(still: afterStop)
+        let unseen = usage.blindSpots.isEmpty ? nil : usage.blindSpots.joined(separator: "; ")
+        if allowStoreInUse || (users == nil && allowUnseenProcesses) {
+            let warning = users.map { "restoring a store in use: " + $0 + (unseen.map { "; " + $0 } ?? "") }
+                ?? "restoring although the in-use check could not see every process: \(unseen ?? "")"
+            logger.warning("\(warning)")
+            return warning
+        }
+        if let users {
+            if afterStop {
+                throw StoreBackupError.storeInUse(reason: "\(users) after the stop command; nothing was swapped", remedy: nil)
+            }
+            throw StoreBackupError.storeInUse(reason: users, remedy: .stopStoreUsers)
+        }
+        throw StoreBackupError.storeInUse(reason: "cannot tell whether \(layout.live) is in use: \(unseen ?? "")", remedy: .allowStoreInUse)
+    }
+
+    /// The store is whole: the journal goes, or, while the app is stopped, says only its start is left.
+    private func settleJournal(backupName: String, hadLiveStore: Bool, appStopped: Bool) {
+        guard appStopped else { return RestoreJournal.remove(at: layout.journal) }
+        let pending = RestoreJournal(phase: .startingApp, backupName: backupName, hadLiveStore: hadLiveStore,
+                                     appStopped: true, startCommand: appCommands?.start)
+        if (try? pending.save(to: layout.journal)) == nil { RestoreJournal.remove(at: layout.journal) }
     }
 
     /// The app rejected the restored store: put the old one back, reload it, tell the app.
     /// Returns the error the restore throws.
-    private func rollBack(after reloadError: Error, backupName: String, hadLiveStore: Bool) async -> Error {
+    private func rollBack(after reloadError: Error, backupName: String, hadLiveStore: Bool, appStopped: Bool) async -> Error {
         let report: SetAsideReport?
         do {
-            try RestoreJournal(phase: .rollingBack, backupName: backupName, hadLiveStore: hadLiveStore).save(to: layout.journal)
+            try RestoreJournal(phase: .rollingBack, backupName: backupName, hadLiveStore: hadLiveStore,
+                               appStopped: appStopped ? true : nil, startCommand: appStopped ? appCommands?.start : nil)
+                .save(to: layout.journal)
             report = try swapper.putBackOld(hadLiveStore: hadLiveStore, keepRejected: true)
-            RestoreJournal.remove(at: layout.journal)
+            settleJournal(backupName: backupName, hadLiveStore: hadLiveStore, appStopped: appStopped)
         } catch {
             // The journal still says "rolling back": recovery (the next command) finishes it.
             // The old store is not live, so there is nothing to reload or report as rolled back.
@@ -164,5 +320,10 @@ struct RestoreTransaction {
     private func discardExtracted() {
         try? swapper.removeNew()
         RestoreJournal.remove(at: layout.journal)
+    }
+
+    private func discardExtracted(_ unpacked: Unpacked, appStopped: Bool) {
+        try? swapper.removeNew()
+        settleJournal(backupName: unpacked.backupName, hadLiveStore: unpacked.hadLiveStore, appStopped: appStopped)
     }
 }

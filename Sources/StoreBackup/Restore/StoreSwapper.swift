@@ -12,6 +12,9 @@ public enum RecoveryOutcome: Sendable, Equatable {
     case completedRestore(backup: String)
     /// A restore had succeeded and only cleanup was left; it is done.
     case finishedCleanup(backup: String)
+    /// A restore had left the store whole (committed or rolled back) but died before it ran
+    /// the app's start command.
+    case appStartPending(backup: String)
 
     /// One line for a log or terminal; nil when there was nothing to do.
     public var message: String? {
@@ -21,6 +24,7 @@ public enum RecoveryOutcome: Sendable, Equatable {
         case .rolledBack(let name): return "an interrupted restore of \"\(name)\" was rolled back; the previous store is live"
         case .completedRestore(let name): return "an interrupted restore of \"\(name)\" was completed"
         case .finishedCleanup(let name): return "an interrupted restore of \"\(name)\" had succeeded; its cleanup is finished"
+        case .appStartPending(let name): return "an interrupted restore of \"\(name)\" had left the store whole but not started the app again"
         }
     }
 }

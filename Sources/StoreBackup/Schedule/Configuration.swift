@@ -16,6 +16,9 @@ import Yams
 ///     destinations: [/var/backups/ledger, s3://bucket/ledger]   # built once, published to each
 ///     jitter: 10m
 ///     encrypt: {password-file: /etc/storebackup.pass}
+///     stop-command: systemctl stop ledger   # restore stops and starts the app around the swap
+///     start-command: systemctl start ledger
+///     stop-timeout: 60s
 /// hooks:
 ///   on-failure: {url: "https://example.test/alert", timeout: 10s}
 /// metrics: {file: /var/lib/prometheus/node-exporter/storebackup.prom}
@@ -115,8 +118,9 @@ private struct ConfigurationReader {
     let file: String
     let environment: [String: String]
 
-    static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks"]
-    static let topKeys: Set<String> = storeKeys.subtracting(["name", "path"]).union(
+    static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks",
+                                              "stop-command", "start-command", "stop-timeout"]
+    static let topKeys: Set<String> = storeKeys.subtracting(["name", "path", "stop-command", "start-command", "stop-timeout"]).union(
         ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics",
          "retry-for", "limit-upload", "limit-download", "retain-days", "retain-mode"])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
@@ -278,7 +282,29 @@ private struct ConfigurationReader {
                            retention: retention, compressionLevel: level, passwordFile: passwordFile, hooks: hooks)
         job.mirrors = mirrors
         job.threads = threads
+        job.appCommands = try readAppCommands(store, at: key)
         return job
+    }
+
+    /// `stop-command`, `start-command`, `stop-timeout`: how `restore` stops and starts this
+    /// store's app around the swap (per store only: each app has its own).
+    func readAppCommands(_ store: [String: Node], at key: String) throws -> AppCommands? {
+        let stop = try store["stop-command"].map { try string($0, at: key + ".stop-command") }
+        let start = try store["start-command"].map { try string($0, at: key + ".start-command") }
+        guard let stop else {
+            if let node = store["start-command"] ?? store["stop-timeout"] {
+                throw fail(node, key + ".stop-command", "missing: start-command and stop-timeout go with a stop-command")
+            }
+            return nil
+        }
+        var commands = AppCommands(stop: stop, start: start)
+        if let node = store["stop-timeout"] {
+            do { commands.timeout = try DurationText.parseSeconds(try string(node, at: key + ".stop-timeout")) } catch StoreBackupError.invalidSchedule(let reason) {
+                throw fail(node, key + ".stop-timeout", reason)
+            }
+            if !(commands.timeout > 0) { throw fail(node, key + ".stop-timeout", "must be more than 0 seconds") }
+        }
+        return commands
     }
 
     /// `destination: A`, or `destinations: [A, B, …]` (each backup published to every one);

@@ -22,6 +22,8 @@ public struct StoreJob: Sendable, Equatable {
     /// A file holding the archive password (`encrypt: {password-file: …}`); nil: not encrypted.
     public var passwordFile: String?
     public var hooks: BackupHooks
+    /// How `restore` stops and starts the app around the swap (`stop-command`, `start-command`, `stop-timeout`).
+    public var appCommands: AppCommands? = nil
 
     public init(name: String, storesDirectory: String, destination: String? = nil, schedule: Schedule,
                 jitter: TimeInterval = 0, retention: RetentionPolicy? = nil,

@@ -27,6 +27,12 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConve
     case giveS3Endpoint
     /// Name the SSH private key to use (``DestinationOptions/sshKey``).
     case giveSSHKey
+    /// Stop the processes that have the store open, or let the restore stop and start the
+    /// app (``StoreHelper/appCommands``).
+    case stopStoreUsers
+    /// The in-use check could not see every process: run with more privileges, or restore
+    /// anyway (``StoreHelper/allowStoreInUse``).
+    case allowStoreInUse
 
     /// The advice in the library's words.
     public var description: String {
@@ -42,6 +48,8 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConve
         case .checkDropboxAppKey: return "check the Dropbox app key"
         case .giveS3Endpoint: return "give the server as the S3 endpoint"
         case .giveSSHKey: return "give the SSH private key to use"
+        case .stopStoreUsers: return "stop it first, or have the restore stop and start the app"
+        case .allowStoreInUse: return "run as root to see every process, or allow restoring a store in use"
         }
     }
 }

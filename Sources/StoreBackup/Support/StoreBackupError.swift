@@ -80,6 +80,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// A restore was refused before touching the live store; `reason` says why
     /// (e.g. a leftover `<store>_New`, or the app's ``ReloadHooks/willSwap`` failed).
     case restoreRefused(reason: String)
+    /// A restore was refused because other processes have the store open (or the check could
+    /// not see every process); `reason` names them (see ``StoreUsage``). Nothing was changed.
+    case storeInUse(reason: String, remedy: Remedy?)
     /// No password could be had (none given, or an empty one), or the two entries differ.
     case passwordUnavailable(reason: String)
     /// The backup is encrypted and no password was given.
@@ -129,6 +132,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .reloadFailed(_, let rolledBack): return rolledBack ? nil : .recoverStore
         case .transfer(let failure): return failure.remedy
         case .invalidDestination(_, _, let remedy): return remedy
+        case .storeInUse(_, let remedy): return remedy
         default: return nil
         }
     }
@@ -197,6 +201,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
                 ? "the restored store failed to load (\(reason)); the previous store was put back"
                 : "the restored store failed to load (\(reason)) and the previous store could not be put back"
         case .restoreRefused(let reason):
+            return reason
+        case .storeInUse(let reason, _):
             return reason
         case .passwordUnavailable(let reason):
             return "no usable password: \(reason)"
