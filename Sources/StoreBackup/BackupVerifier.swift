@@ -18,6 +18,10 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     /// What could not be checked (a backup without a manifest, let through by
     /// ``BackupVerifier/allowUnverified``); nil when everything was.
     public var warning: String? = nil
+    /// A database (its path in the store) whose bytes match the checksum create recorded but
+    /// that fails `PRAGMA integrity_check`: the damage was already in the live store when the
+    /// backup was made. nil otherwise.
+    public var damagedDatabase: String? = nil
 }
 
 /// Checks backups without touching any live store: downloads each to a temporary place,
@@ -96,7 +100,16 @@ public struct BackupVerifier: Sendable {
             }
         } catch {
             let text = (error as? StoreBackupError)?.description ?? "\(error)"
-            return VerificationResult(name: name, ok: false, problem: text, files: 0, databases: 0)
+            var result = VerificationResult(name: name, ok: false, problem: text, files: 0, databases: 0)
+            // The extractor compares a database with its manifest SHA-256 before reporting its
+            // check, so a failed check with a manifest means create read it damaged.
+            if !allowUnverified, case .databaseCheckFailed(let path, let answer)? = error as? StoreBackupError {
+                let prefix = scratch + "/store/"
+                let database = path.hasPrefix(prefix) ? String(path.dropFirst(prefix.count)) : path
+                result.damagedDatabase = database
+                result.problem = StoreBackupError.damagedSource(backup: name, database: database, result: answer).description
+            }
+            return result
         }
     }
 }

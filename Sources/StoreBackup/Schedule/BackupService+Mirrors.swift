@@ -32,6 +32,18 @@ extension BackupService {
                 for slot in resolved { published[slot.index].error = error }
             }
         }
+        // Checked once, where the copy is cheapest to read (a local folder: no download).
+        let took = resolved.filter { published[$0.index].backup != nil }
+        if job.verifyAfterCreate, let checked = took.first(where: { $0.destination.localPath(of: published[$0.index].backup!.name) != nil }) ?? took.first {
+            do {
+                if let failure = try await verifyJustMade(job, backup: published[checked.index].backup!.name, at: checked.destination, log: log) {
+                    outcome.verificationFailed = true
+                    outcome.error = failure
+                }
+            } catch {
+                outcome.error = error
+            }
+        }
         for slot in resolved {
             guard let backup = published[slot.index].backup else { continue }
             if outcome.backup == nil { outcome.backup = backup }
@@ -39,7 +51,8 @@ extension BackupService {
             let pruner = BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
                                       passwords: job.passwordFile.map(PasswordProvider.file))
             pruner.origins.record(backup)
-            guard let policy = job.retention else { continue }
+            // A backup that failed its check (or a cancelled check) must not push out a good older one.
+            guard let policy = job.retention, outcome.error == nil else { continue }
             do {
                 outcome.pruned += try await applyRetention(policy, job: job, pruner: pruner, host: backup.manifest.hostName, log: log)
             } catch {

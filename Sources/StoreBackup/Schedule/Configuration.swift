@@ -16,6 +16,8 @@ import Yams
 ///     destinations: [/var/backups/ledger, s3://bucket/ledger]   # built once, published to each
 ///     jitter: 10m
 ///     encrypt: {password-file: /etc/storebackup.pass}
+///     verify: {schedule: "30 4 * * *", pick: rotate}   # restore drills: newest | rotate | all-within 7d
+///     verify-after-create: true           # the default: check each backup right after it is made
 /// hooks:
 ///   on-failure: {url: "https://example.test/alert", timeout: 10s}
 /// metrics: {file: /var/lib/prometheus/node-exporter/storebackup.prom}
@@ -122,7 +124,7 @@ private struct ConfigurationReader {
     let file: String
     let environment: [String: String]
 
-    static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks"]
+    static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks", "verify", "verify-after-create"]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path"]).union(
         ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics"])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
@@ -259,7 +261,33 @@ private struct ConfigurationReader {
                            retention: retention, compressionLevel: level, passwordFile: passwordFile, hooks: hooks)
         job.mirrors = mirrors
         job.threads = threads
+        job.verify = try setting("verify").map { try readVerify($0.0, at: $0.1) }
+        if let (flagNode, flagKey) = setting("verify-after-create") {
+            switch try string(flagNode, at: flagKey).lowercased() {
+            case "true", "yes", "on": job.verifyAfterCreate = true
+            case "false", "no", "off": job.verifyAfterCreate = false
+            default: throw fail(flagNode, flagKey, "must be true or false")
+            }
+        }
         return job
+    }
+
+    /// `verify: {schedule: "30 4 * * *", pick: rotate}`; pick defaults to newest.
+    func readVerify(_ node: Node, at key: String) throws -> VerifyDrill {
+        let values = try mapping(node, at: key, allowed: ["schedule", "pick"])
+        guard let scheduleNode = values["schedule"] else {
+            throw fail(node, key + ".schedule", "missing: when to verify, e.g. \"daily 04:30\" or \"30 4 * * *\"")
+        }
+        var drill: VerifyDrill
+        do { drill = VerifyDrill(schedule: try Schedule.parse(try string(scheduleNode, at: key + ".schedule"))) } catch StoreBackupError.invalidSchedule(let reason) {
+            throw fail(scheduleNode, key + ".schedule", reason)
+        }
+        if let pickNode = values["pick"] {
+            do { drill.pick = try VerifyDrill.Pick.parse(try string(pickNode, at: key + ".pick")) } catch StoreBackupError.invalidSchedule(let reason) {
+                throw fail(pickNode, key + ".pick", reason)
+            }
+        }
+        return drill
     }
 
     /// `destination: A`, or `destinations: [A, B, …]` (each backup published to every one);

@@ -90,6 +90,12 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// An extract was refused before anything was written; `reason` says why (e.g. the
     /// target folder exists and is not empty).
     case extractRefused(reason: String)
+    /// A backup just made, or picked by a restore drill, failed its verification; `problem`
+    /// says what (see ``VerificationResult/problem``).
+    case verificationFailed(backup: String, problem: String)
+    /// A backup's database matches the checksum create recorded but fails `PRAGMA
+    /// integrity_check`: it was already damaged in the live store when the backup was made.
+    case damagedSource(backup: String, database: String, result: String)
 
     /// What would help, when something specific would; ``description`` says it in the
     /// library's words, a front end in its own.
@@ -140,6 +146,12 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return "backup \"\(name)\" is damaged: \(entry) does not match the checksum in its manifest"
         case .databaseCheckFailed(let path, let result):
             return "database \(path) failed its integrity check: \(result)"
+        case .verificationFailed(let backup, let problem):
+            return "backup \"\(backup)\" failed its verification: \(problem)"
+        case .damagedSource(let backup, let database, let result):
+            return "database \(database) failed its integrity check and was already damaged in the live store when backup \"\(backup)\" was made "
+                + "(its bytes match what create read; PRAGMA integrity_check says: \(result)); "
+                + "the backup holds the damage as it was: repair the live database (or restore an older backup), then back up again"
         case .sqlite(let path, let operation, let message):
             return "SQLite error on \(path) during \(operation): \(message)"
         case .archiveWrite(let reason):
