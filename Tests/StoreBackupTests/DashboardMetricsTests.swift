@@ -17,10 +17,7 @@ final class DashboardMetricsTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: work)
     }
 
-    static var dashboardPath: String {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("Examples/grafana/storebackup.json").path
-    }
+    static var dashboardPath: String { TestEnvironment.packageRoot + "/Examples/grafana/storebackup.json" }
 
     func testEveryMetricTheDashboardQueriesIsExported() throws {
         let exported = try exportedMetricNames()
