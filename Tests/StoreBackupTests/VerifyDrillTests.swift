@@ -176,6 +176,46 @@ final class VerifyDrillTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: hookMarker))
     }
 
+    /// `storebackup run` runs drills on their own schedule (here every second, beside a daily
+    /// backup schedule): the state shows a drill's success and its next time, and a clean
+    /// stop clears the plan. Waiting is by polling the state file against a deadline.
+    func testRunMakesDrillsOnTheirOwnSchedule() throws {
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store, logRows: 50, blobCount: 1)
+        let configuration = try writeConfiguration(store: store)
+        let name = try createConfigured(configuration)
+        let scheduled = configuration + ".every-second.yml"
+        try String(contentsOfFile: configuration, encoding: .utf8)
+            .replacingOccurrences(of: "verify: {schedule: \"30 4 * * *\", pick: newest}", with: "verify: {schedule: every 1s, pick: rotate}")
+            .write(toFile: scheduled, atomically: true, encoding: .utf8)
+        let logPath = work + "/run.log"
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: TestEnvironment.binary)
+        process.arguments = ["run", "--config", scheduled]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
+        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
+        process.standardError = FileHandle(forWritingAtPath: logPath)
+        try process.run()
+        defer { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+
+        let states = BackupStateStore(directory: stateDirectory)
+        let deadline = Date().addingTimeInterval(120)
+        while states.load("app")?.lastVerifySuccess?.trigger != "drill" || states.load("app")?.nextVerify == nil {
+            guard Date() < deadline, process.isRunning else { return XCTFail("no drill recorded: \(try String(contentsOfFile: logPath, encoding: .utf8))") }
+            usleep(20_000)
+        }
+        XCTAssertEqual(states.load("app")?.lastVerifySuccess?.backups, [name])
+        kill(process.processIdentifier, SIGTERM)
+        process.waitUntilExit()
+        XCTAssertEqual(process.terminationStatus, 0)
+        let log = try String(contentsOfFile: logPath, encoding: .utf8)
+        XCTAssertTrue(log.contains("restore drill (rotate): verifying \(name)"), log)
+        XCTAssertNil(states.load("app")?.nextVerify, "a stopped service plans no drill")
+        XCTAssertEqual(states.load("app")?.lastSuccess?.backup, name, "no backup ran: the backup schedule is daily")
+    }
+
     /// `pick: rotate` walks through the backups one night at a time, oldest first, and comes
     /// round again; the drill's date is given, so no clock is waited for.
     func testRotationPicksADifferentBackupEachNightDeterministically() async throws {

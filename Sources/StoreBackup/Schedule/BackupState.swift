@@ -112,15 +112,20 @@ public struct BackupStateStore: Sendable {
         try DurableFile.write(try Self.encoder.encode(state), to: path(for: state.store))
     }
 
-    /// Loads, changes and saves one store's state.
+    /// Loads, changes and saves one store's state. Updates in this process take turns: a
+    /// store's backup schedule and its drill schedule write the same file from two tasks.
     @discardableResult
     public func update(_ store: String, default initial: @autoclosure () -> BackupState,
                        _ change: (inout BackupState) -> Void) throws -> BackupState {
-        var state = load(store) ?? initial()
-        change(&state)
-        try save(state)
-        return state
+        try Self.turns.withLock { _ in
+            var state = load(store) ?? initial()
+            change(&state)
+            try save(state)
+            return state
+        }
     }
+
+    private static let turns = Locked(())
 
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
