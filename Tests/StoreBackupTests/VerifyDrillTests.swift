@@ -252,6 +252,22 @@ final class VerifyDrillTests: XCTestCase {
         XCTAssertEqual(BackupStateStore(directory: stateDirectory).load("app")?.lastVerifySuccess?.backups, [picked[0]])
     }
 
+    /// Two stores sharing one folder: a store's drill verifies its own newest backup, not the
+    /// other store's newer one.
+    func testDrillLeavesOutAnotherStoresBackupsInASharedDestination() async throws {
+        let mine = work + "/Mine", other = work + "/Other"
+        try StoreFixture.make(at: mine, logRows: 20, blobCount: 1)
+        try StoreFixture.make(at: other, logRows: 20, blobCount: 1)
+        let own = try await StoreHelper(storesDirectory: mine, destination: LocalFolderDestination(folder: backups)).createBackup()
+        let theirs = try await StoreHelper(storesDirectory: other, destination: LocalFolderDestination(folder: backups)).createBackup()
+        XCTAssertGreaterThan(theirs.name, own.name, "the other store's backup is the newest in the folder")
+        let job = StoreJob(name: "mine", storesDirectory: mine, destination: backups, schedule: .daily(hour: 2, minute: 30))
+        let service = BackupService(jobs: [job], stateStore: BackupStateStore(directory: stateDirectory), logger: Logger(label: "test"))
+        let outcome = try await service.verifyNow("mine")
+        XCTAssertEqual(outcome.results.map(\.name), [own.name])
+        XCTAssertTrue(outcome.succeeded)
+    }
+
     /// The picks on a fixed listing: newest, and every backup within a span (at least the newest).
     func testPicksNewestAndAllWithin() throws {
         let now = Date(timeIntervalSince1970: 1_800_000_000)

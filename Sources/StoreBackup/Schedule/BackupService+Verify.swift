@@ -58,7 +58,7 @@ extension BackupService {
         do {
             let destination = try DestinationResolver.resolve(job.destination, options: destinationOptions(logging: log))
             outcome.destination = destination.displayName
-            let picked = settings.select(from: try await destination.sortedBackups(), at: date)
+            let picked = settings.select(from: try await backups(of: job, at: destination), at: date)
             guard !picked.isEmpty else { throw StoreBackupError.noBackups(destination: destination.displayName) }
             log.info("restore drill (\(settings.pick)): verifying \(picked.map(\.name).joined(separator: ", "))")
             let verifier = BackupVerifier(destination: destination, passwords: job.passwordFile.map(PasswordProvider.file))
@@ -103,6 +103,20 @@ extension BackupService {
             await runFailureHooks(job, event: event, log: log)
         }
         return outcome
+    }
+
+    /// The destination's backups that may be this store's: those whose manifest names another
+    /// stores directory (another store sharing the destination) are left out. Origins are read
+    /// where that is cheap (a local folder) or already cached; the others stay in.
+    func backups(of job: StoreJob, at destination: any BackupDestination) async throws -> [BackupListing] {
+        let listing = try await destination.sortedBackups()
+        let index = BackupOriginIndex(destination: destination, cacheDirectory: stateStore.directory,
+                                      passwords: job.passwordFile.map(PasswordProvider.file))
+        let origins = await index.origins(of: listing, download: false)
+        return listing.filter { backup in
+            guard let known = origins[backup.name], let origin = known else { return true }
+            return origin.storesDirectory == FileSystem.absolutePath(job.storesDirectory)
+        }
     }
 
     /// Verifies the backup a run just made, where it is cheapest to read (a local folder
