@@ -72,6 +72,30 @@ final class MirroredCreateTests: XCTestCase {
         XCTAssertEqual(try list(bucket).count, 2)
     }
 
+    /// `create --store NAME --to A --to B`: the given destinations replace the configured one,
+    /// and the configured run publishes to both and records each in the state.
+    func testConfiguredCreateWithSeveralToPublishesToEach() throws {
+        let configured = work + "/configured", local = work + "/given", bucket = "s3://backups/given"
+        let path = work + "/storebackup.yml"
+        try """
+            state-directory: \(work)/state
+            s3-endpoint: \(endpoint)
+            schedule: daily 02:30
+            stores:
+              - {name: app, path: \(work)/Stores, destination: \(configured)}
+            """.write(toFile: path, atomically: true, encoding: .utf8)
+        let run = try runStoreBackup(["create", "--config", path, "--store", "app", "--to", bucket, "--to", local], environment: environment)
+        XCTAssertEqual(run.status, 0, run.stderr)
+        let name = run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(try list(local).keys.sorted(), [name])
+        XCTAssertEqual(try list(bucket).keys.sorted(), [name])
+        XCTAssertFalse(FileManager.default.fileExists(atPath: configured), "the configured destination was replaced")
+        let state = try XCTUnwrap(BackupStateStore(directory: work + "/state").load("app"))
+        XCTAssertEqual(state.destinations?.count, 2, "\(state)")
+        XCTAssertEqual(state.lastVerifySuccess?.backups, [name], "checked after create")
+        XCTAssertEqual(state.lastVerifySuccess?.destination, local, "the local copy, though S3 came first: no download")
+    }
+
     func testOneFailingDestinationIsReportedAndTheOthersStillGetTheBackup() throws {
         let closedPort = try WebDAVDestinationTests.unusedPort()
         let broken = "webdav://backup@127.0.0.1:\(closedPort)/backups"
