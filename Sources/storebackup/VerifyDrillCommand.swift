@@ -17,8 +17,36 @@ extension VerifyCommand {
         let logger = Logger(label: "storebackup") { _ in StreamLogHandler.standardError(label: "storebackup") }
         let service = BackupService(jobs: [job], stateStore: configuration.stateStore, destinationOptions: options, logger: logger)
         let outcome = await Terminal.runCancellable { try await service.verifyNow(storeName) }
-        if let error = outcome.error { Terminal.fail(error) }
-        try Self.print(outcome.results, json: json)
+        let several = outcome.destinations.count > 1
+        if json {
+            // One object per backup verified (with its destination), and one per destination
+            // where nothing could be verified.
+            let encoder = JSONEncoder()
+            var rows: [[String: Any]] = []
+            for place in outcome.destinations {
+                for result in place.results {
+                    var row = try JSONSerialization.jsonObject(with: encoder.encode(result)) as? [String: Any] ?? [:]
+                    row["destination"] = place.destination
+                    rows.append(row)
+                }
+                if let error = place.error {
+                    rows.append(["destination": place.destination, "ok": false, "problem": Self.describe(error)])
+                }
+            }
+            let data = try JSONSerialization.data(withJSONObject: rows, options: [.prettyPrinted, .sortedKeys])
+            Terminal.output(String(decoding: data, as: UTF8.self))
+        } else {
+            if let only = outcome.destinations.first, !several, let error = only.error { Terminal.fail(error) }
+            for place in outcome.destinations {
+                if several { Terminal.output("at \(place.destination):") }
+                try Self.print(place.results, json: false)
+                if let error = place.error { Terminal.info("storebackup: error: \(Self.describe(error))") }
+            }
+        }
         if !outcome.succeeded { throw ExitCode(1) }
+    }
+
+    static func describe(_ error: any Error) -> String {
+        (error as? StoreBackupError)?.description ?? "\(error)"
     }
 }

@@ -268,6 +268,37 @@ final class VerifyDrillTests: XCTestCase {
         XCTAssertTrue(outcome.succeeded)
     }
 
+    /// A store with two destinations whose second copy is damaged: a drill at the first only
+    /// passes; with `destinations: all` it checks each copy, fails at the second, and says where.
+    func testDrillAtEveryDestinationFindsADamagedMirror() async throws {
+        let store = work + "/Stores", mirror = work + "/mirror"
+        try StoreFixture.make(at: store, logRows: 50, blobCount: 1)
+        let published = try await StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups))
+            .createBackup(alsoTo: [LocalFolderDestination(folder: mirror)])
+        let name = try XCTUnwrap(published.first?.backup?.name)
+        XCTAssertEqual(published.compactMap(\.backup?.name), [name, name])
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: mirror + "/" + name))
+        bytes[bytes.count / 2] ^= 0x01
+        try bytes.write(to: URL(fileURLWithPath: mirror + "/" + name))
+
+        var job = StoreJob(name: "app", storesDirectory: store, destination: backups, schedule: .daily(hour: 2, minute: 30))
+        job.mirrors = [mirror]
+        job.verify = VerifyDrill(schedule: .daily(hour: 4, minute: 30))
+        let states = BackupStateStore(directory: stateDirectory)
+        let firstOnly = try await BackupService(jobs: [job], stateStore: states, logger: Logger(label: "test")).verifyNow("app")
+        XCTAssertTrue(firstOnly.succeeded)
+        XCTAssertEqual(firstOnly.destinations.map(\.destination), [backups])
+
+        job.verify?.everyDestination = true
+        let every = try await BackupService(jobs: [job], stateStore: states, logger: Logger(label: "test")).verifyNow("app")
+        XCTAssertFalse(every.succeeded)
+        XCTAssertEqual(every.destinations.map(\.destination), [backups, mirror])
+        XCTAssertEqual(every.destinations.map(\.succeeded), [true, false])
+        XCTAssertEqual(every.failures.map(\.destination), [mirror])
+        XCTAssertEqual(states.load("app")?.lastVerifyFailure?.destination, mirror)
+        XCTAssertEqual(states.load("app")?.lastVerifyFailure?.backups, [name])
+    }
+
     /// The picks on a fixed listing: newest, and every backup within a span (at least the newest).
     func testPicksNewestAndAllWithin() throws {
         let now = Date(timeIntervalSince1970: 1_800_000_000)
@@ -286,10 +317,11 @@ final class VerifyDrillTests: XCTestCase {
             schedule: daily 02:30
             verify-after-create: false
             stores:
-              - {name: a, path: /tmp/a, verify: {schedule: "30 4 * * *", pick: all-within 7d}}
+              - {name: a, path: /tmp/a, verify: {schedule: "30 4 * * *", pick: all-within 7d, destinations: all}}
               - {name: b, path: /tmp/b, verify-after-create: true}
             """)
-        XCTAssertEqual(parsed.stores[0].verify, VerifyDrill(schedule: try Schedule.parse("30 4 * * *"), pick: .allWithin(seconds: 7 * 86_400)))
+        XCTAssertEqual(parsed.stores[0].verify, VerifyDrill(schedule: try Schedule.parse("30 4 * * *"), pick: .allWithin(seconds: 7 * 86_400),
+                                                            everyDestination: true))
         XCTAssertFalse(parsed.stores[0].verifyAfterCreate)
         XCTAssertNil(parsed.stores[1].verify)
         XCTAssertTrue(parsed.stores[1].verifyAfterCreate)

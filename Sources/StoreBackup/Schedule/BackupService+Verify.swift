@@ -3,24 +3,39 @@ import Logging
 
 /// How one restore drill of one store went.
 public struct DrillOutcome: Sendable {
+    /// How the drill went at one destination.
+    public struct AtDestination: Sendable {
+        /// The destination's display name.
+        public var destination: String
+        /// One result per backup picked there, newest first.
+        public var results: [VerificationResult] = []
+        /// Why nothing could be verified there (it could not list, or holds no backups).
+        public var error: (any Error)?
+
+        public var succeeded: Bool { error == nil && !results.isEmpty && results.allSatisfy(\.ok) }
+    }
+
     public var store: String
     public var startedAt: Date
     public var finishedAt: Date
-    /// Where the backups were verified (the store's first destination).
-    public var destination: String
-    /// One result per backup the drill picked, newest first.
-    public var results: [VerificationResult] = []
-    /// Why nothing could be verified (the destination could not list, or holds no backups).
-    public var error: (any Error)?
+    /// Each destination drilled, in the store's order (the first only, unless
+    /// ``VerifyDrill/everyDestination``).
+    public var destinations: [AtDestination] = []
 
-    /// True when every picked backup passed.
-    public var succeeded: Bool { error == nil && !results.isEmpty && results.allSatisfy(\.ok) }
-    /// The backups that failed.
-    public var failures: [VerificationResult] { results.filter { !$0.ok } }
+    /// Every result, destination by destination.
+    public var results: [VerificationResult] { destinations.flatMap(\.results) }
+    /// True when every picked backup passed at every destination drilled.
+    public var succeeded: Bool { !destinations.isEmpty && destinations.allSatisfy(\.succeeded) }
+    /// The backups that failed, with where.
+    public var failures: [(destination: String, result: VerificationResult)] {
+        destinations.flatMap { place in place.results.filter { !$0.ok }.map { (place.destination, $0) } }
+    }
 
     public var wasCancelled: Bool {
-        guard let error else { return false }
-        return error is CancellationError || (error as? StoreBackupError) == .cancelled
+        destinations.contains { place in
+            guard let error = place.error else { return false }
+            return error is CancellationError || (error as? StoreBackupError) == .cancelled
+        }
     }
 }
 
@@ -52,15 +67,44 @@ extension BackupService {
     func drill(_ job: StoreJob, at date: Date) async -> DrillOutcome {
         let log = logger.with(store: job.name)
         let settings = job.verify ?? VerifyDrill(schedule: job.schedule)
-        var outcome = DrillOutcome(
-            store: job.name, startedAt: Date(), finishedAt: Date(),
-            destination: job.destination.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment))
+        var outcome = DrillOutcome(store: job.name, startedAt: Date(), finishedAt: Date())
+        for value in settings.everyDestination ? job.allDestinations : [job.destination] {
+            let place = await drill(job, settings: settings, at: date, destination: value, log: log)
+            outcome.destinations.append(place)
+            if outcome.wasCancelled { return outcome }
+        }
+        outcome.finishedAt = Date()
+        let drilled = outcome.destinations.map(\.destination).joined(separator: ", ")
+        let unreachable = outcome.destinations.first { $0.error != nil }
+        recordVerification(job: job, destination: outcome.failures.first?.destination ?? unreachable?.destination ?? drilled,
+                           at: outcome.finishedAt, trigger: "drill",
+                           passed: outcome.results.filter(\.ok).map(\.name),
+                           failure: outcome.failures.first.map { ($0.result.name, $0.result.problem ?? "failed") }
+                               ?? unreachable.map { ("", "\($0.destination): " + Self.describe($0.error!)) },
+                           log: log)
+        if !outcome.succeeded {
+            let failed = outcome.failures.first
+            let error = failed.map { "restore drill: " + StoreBackupError.verificationFailed(backup: $0.result.name, problem: $0.result.problem ?? "failed").description }
+                ?? "restore drill: " + (unreachable.map { Self.describe($0.error!) } ?? "nothing was verified")
+            let event = HookEvent(event: "failure", store: job.name, storesDirectory: job.storesDirectory,
+                                  destination: failed?.destination ?? unreachable?.destination ?? drilled,
+                                  host: BackupOrigin.currentHost, startedAt: outcome.startedAt, finishedAt: outcome.finishedAt,
+                                  backup: failed?.result.name, error: error, task: "verify")
+            await runFailureHooks(job, event: event, log: log)
+        }
+        return outcome
+    }
+
+    /// The drill at one destination: pick, verify each, record each in the metrics.
+    private func drill(_ job: StoreJob, settings: VerifyDrill, at date: Date, destination value: String?, log: Logger) async -> DrillOutcome.AtDestination {
+        var place = DrillOutcome.AtDestination(
+            destination: value.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment))
         do {
-            let destination = try DestinationResolver.resolve(job.destination, options: destinationOptions(logging: log))
-            outcome.destination = destination.displayName
+            let destination = try DestinationResolver.resolve(value, options: destinationOptions(logging: log))
+            place.destination = destination.displayName
             let picked = settings.select(from: try await backups(of: job, at: destination), at: date)
             guard !picked.isEmpty else { throw StoreBackupError.noBackups(destination: destination.displayName) }
-            log.info("restore drill (\(settings.pick)): verifying \(picked.map(\.name).joined(separator: ", "))")
+            log.info("restore drill (\(settings.pick)): verifying \(picked.map(\.name).joined(separator: ", ")) at \(place.destination)")
             let verifier = BackupVerifier(destination: destination, passwords: job.passwordFile.map(PasswordProvider.file))
             for backup in picked {
                 let result = try await verifier.verify(.named(backup.name))[0]
@@ -70,8 +114,8 @@ extension BackupService {
                     log.notice("\(backup.name) was deleted while the drill verified it; not counted")
                     continue
                 }
-                outcome.results.append(result)
-                BackupMetrics.recordVerify(store: job.name, destination: outcome.destination, result: result, trigger: "drill", at: Date())
+                place.results.append(result)
+                BackupMetrics.recordVerify(store: job.name, destination: place.destination, result: result, trigger: "drill", at: Date())
                 if result.ok {
                     log.info("restore drill: \(backup.name) is restorable", metadata: ["files": "\(result.files)", "databases": "\(result.databases)"])
                 } else {
@@ -79,30 +123,15 @@ extension BackupService {
                 }
             }
         } catch {
-            outcome.error = error
-            if !outcome.wasCancelled {
-                log.error("restore drill could not verify any backup", metadata: ["error": "\(Self.describe(error))"])
+            place.error = error
+            let cancelled = error is CancellationError || (error as? StoreBackupError) == .cancelled
+            if !cancelled {
+                log.error("restore drill could not verify any backup", metadata: ["destination": "\(place.destination)", "error": "\(Self.describe(error))"])
                 let nothing = VerificationResult(name: "", ok: false, problem: Self.describe(error), files: 0, databases: 0)
-                BackupMetrics.recordVerify(store: job.name, destination: outcome.destination, result: nothing, trigger: "drill", at: Date())
+                BackupMetrics.recordVerify(store: job.name, destination: place.destination, result: nothing, trigger: "drill", at: Date())
             }
         }
-        outcome.finishedAt = Date()
-        if outcome.wasCancelled { return outcome }
-        recordVerification(job: job, destination: outcome.destination, at: outcome.finishedAt, trigger: "drill",
-                           passed: outcome.results.filter(\.ok).map(\.name),
-                           failure: outcome.failures.first.map { ($0.name, $0.problem ?? "failed") }
-                               ?? outcome.error.map { ("", Self.describe($0)) },
-                           log: log)
-        if !outcome.succeeded {
-            let failed = outcome.failures.first
-            let error = failed.map { "restore drill: " + StoreBackupError.verificationFailed(backup: $0.name, problem: $0.problem ?? "failed").description }
-                ?? "restore drill: " + Self.describe(outcome.error ?? StoreBackupError.noBackups(destination: outcome.destination))
-            let event = HookEvent(event: "failure", store: job.name, storesDirectory: job.storesDirectory, destination: outcome.destination,
-                                  host: BackupOrigin.currentHost, startedAt: outcome.startedAt, finishedAt: outcome.finishedAt,
-                                  backup: failed?.name, error: error, task: "verify")
-            await runFailureHooks(job, event: event, log: log)
-        }
-        return outcome
+        return place
     }
 
     /// The destination's backups that may be this store's: those whose manifest names another

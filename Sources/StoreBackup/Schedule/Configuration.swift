@@ -272,9 +272,10 @@ private struct ConfigurationReader {
         return job
     }
 
-    /// `verify: {schedule: "30 4 * * *", pick: rotate}`; pick defaults to newest.
+    /// `verify: {schedule: "30 4 * * *", pick: rotate, destinations: all}`; pick defaults to
+    /// newest, destinations to first.
     func readVerify(_ node: Node, at key: String) throws -> VerifyDrill {
-        let values = try mapping(node, at: key, allowed: ["schedule", "pick"])
+        let values = try mapping(node, at: key, allowed: ["schedule", "pick", "destinations"])
         guard let scheduleNode = values["schedule"] else {
             throw fail(node, key + ".schedule", "missing: when to verify, e.g. \"daily 04:30\" or \"30 4 * * *\"")
         }
@@ -285,6 +286,13 @@ private struct ConfigurationReader {
         if let pickNode = values["pick"] {
             do { drill.pick = try VerifyDrill.Pick.parse(try string(pickNode, at: key + ".pick")) } catch StoreBackupError.invalidSchedule(let reason) {
                 throw fail(pickNode, key + ".pick", reason)
+            }
+        }
+        if let placesNode = values["destinations"] {
+            switch try string(placesNode, at: key + ".destinations").lowercased() {
+            case "first": drill.everyDestination = false
+            case "all": drill.everyDestination = true
+            default: throw fail(placesNode, key + ".destinations", "must be first or all")
             }
         }
         return drill

@@ -5,7 +5,8 @@ import Foundation
 /// `PRAGMA integrity_check` on each database), so a backup that stopped being restorable is
 /// found on a quiet night rather than on the day it is needed.
 ///
-/// Written in the configuration as `verify: {schedule: "30 4 * * *", pick: rotate}`.
+/// Written in the configuration as `verify: {schedule: "30 4 * * *", pick: rotate}`
+/// (and `destinations: all` to drill every copy of a store with several destinations).
 public struct VerifyDrill: Sendable, Equatable {
     /// Which backups one drill verifies.
     public enum Pick: Sendable, Equatable, CustomStringConvertible {
@@ -41,10 +42,14 @@ public struct VerifyDrill: Sendable, Equatable {
     /// When drills run (the same forms as a backup's schedule).
     public var schedule: Schedule
     public var pick: Pick
+    /// Drill at every destination of the store (`destinations: all`), each copy on its own,
+    /// instead of the first only (the default: a remote drill downloads what it verifies).
+    public var everyDestination = false
 
-    public init(schedule: Schedule, pick: Pick = .newest) {
+    public init(schedule: Schedule, pick: Pick = .newest, everyDestination: Bool = false) {
         self.schedule = schedule
         self.pick = pick
+        self.everyDestination = everyDestination
     }
 
     /// The backups a drill at `date` verifies, newest first. `backups` is the destination's
