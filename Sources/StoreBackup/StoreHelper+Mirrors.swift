@@ -136,7 +136,10 @@ private final class SharedUploadProgress: Sendable {
                 done[index] = update.bytesDone
                 return done.values.reduce(0, +)
             }
-            progress(BackupProgress(phase: .uploading, bytesDone: sum, bytesTotal: total))
+            var merged = update
+            merged.bytesDone = sum
+            merged.bytesTotal = total
+            progress(merged)
         }
     }
 }
