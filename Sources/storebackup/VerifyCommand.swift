@@ -30,7 +30,7 @@ struct VerifyCommand: AsyncParsableCommand {
     @Flag(help: "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable.")
     var allowUnverified = false
 
-    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning}.")
+    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning, damagedDatabase} (with --store, each also has its destination).")
     var json = false
 
     @Option(help: ArgumentHelp("Run the restore drill of this store of the configuration (its destination, pick, state, metrics and hooks).", valueName: "name"))
@@ -44,6 +44,9 @@ struct VerifyCommand: AsyncParsableCommand {
         if all && name != nil { throw ValidationError("give a backup name or --all, not both") }
         if store != nil && (all || name != nil) {
             throw ValidationError("--store runs the store's drill, which picks the backups itself; give no name and no --all")
+        }
+        if store != nil && !destination.destinations.isEmpty {
+            throw ValidationError("--store verifies at the store's configured destinations; give no --from")
         }
     }
 

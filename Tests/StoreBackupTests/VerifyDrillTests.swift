@@ -91,6 +91,12 @@ final class VerifyDrillTests: XCTestCase {
         XCTAssertTrue(text.stdout.contains("last verify") && text.stdout.contains(name), text.stdout)
         XCTAssertFalse(text.stdout.contains("VERIFY FAILED"), text.stdout)
         XCTAssertFalse(FileManager.default.fileExists(atPath: hookMarker), "no failure, no hook")
+
+        // A drill picks its own backups and destinations.
+        for extra in [["latest"], ["--all"], ["--from", backups]] {
+            let refused = try runStoreBackup(["verify", "--store", "app", "--config", configuration] + extra, environment: environment)
+            XCTAssertEqual(refused.status, 64, "\(extra): \(refused.stderr)")
+        }
     }
 
     /// A byte of the archive changed in the destination: the drill fails (exit status 1),
