@@ -32,6 +32,13 @@ extension BackupService {
                 for slot in resolved { published[slot.index].error = error }
             }
         }
+        for slot in resolved {
+            guard let backup = published[slot.index].backup else { continue }
+            if outcome.backup == nil { outcome.backup = backup }
+            log.info("backup created", metadata: ["backup": "\(backup.name)", "size": "\(backup.size)", "destination": "\(backup.destination)"])
+            BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
+                         passwords: job.passwordFile.map(PasswordProvider.file)).origins.record(backup)
+        }
         // Checked once, where the copy is cheapest to read (a local folder: no download).
         let took = resolved.filter { published[$0.index].backup != nil }
         if job.verifyAfterCreate, let checked = took.first(where: { $0.destination.localPath(of: published[$0.index].backup!.name) != nil }) ?? took.first {
@@ -44,20 +51,18 @@ extension BackupService {
                 outcome.error = error
             }
         }
-        for slot in resolved {
-            guard let backup = published[slot.index].backup else { continue }
-            if outcome.backup == nil { outcome.backup = backup }
-            log.info("backup created", metadata: ["backup": "\(backup.name)", "size": "\(backup.size)", "destination": "\(backup.destination)"])
-            let pruner = BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
-                                      passwords: job.passwordFile.map(PasswordProvider.file))
-            pruner.origins.record(backup)
-            // A backup that failed its check (or a cancelled check) must not push out a good older one.
-            guard let policy = job.retention, outcome.error == nil else { continue }
-            do {
-                outcome.pruned += try await applyRetention(policy, job: job, pruner: pruner, host: backup.manifest.hostName, log: log)
-            } catch {
-                outcome.retentionError = [outcome.retentionError, "\(backup.destination): \(error)"].compactMap { $0 }.joined(separator: "; ")
-                log.error("retention failed", metadata: ["destination": "\(backup.destination)", "error": "\(error)"])
+        // A backup that failed its check (or a cancelled check) must not push out a good older one.
+        if let policy = job.retention, outcome.error == nil {
+            for slot in took {
+                let backup = published[slot.index].backup!
+                let pruner = BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
+                                          passwords: job.passwordFile.map(PasswordProvider.file))
+                do {
+                    outcome.pruned += try await applyRetention(policy, job: job, pruner: pruner, host: backup.manifest.hostName, log: log)
+                } catch {
+                    outcome.retentionError = [outcome.retentionError, "\(backup.destination): \(error)"].compactMap { $0 }.joined(separator: "; ")
+                    log.error("retention failed", metadata: ["destination": "\(backup.destination)", "error": "\(error)"])
+                }
             }
         }
         outcome.destinations = published

@@ -176,7 +176,10 @@ extension BackupService {
                     // A failed drill marks the store failed in `status`, as a failed backup does.
                     if trigger == "drill" { state.lastFailure = BackupState.Failure(at: date, error: "restore drill: \(failure.error)") }
                 } else if !passed.isEmpty {
-                    state.lastVerifySuccess = BackupState.Verification(at: date, backups: passed, destination: destination, trigger: trigger)
+                    // One name once, though several destinations passed it.
+                    var seen = Set<String>()
+                    let names = passed.filter { seen.insert($0).inserted }
+                    state.lastVerifySuccess = BackupState.Verification(at: date, backups: names, destination: destination, trigger: trigger)
                 }
             }
         } catch {
