@@ -16,8 +16,9 @@ public struct PublishOutcome: Sendable {
 extension StoreHelper {
     /// Builds one backup and publishes it to ``destination`` and to each of `mirrors`
     /// (the 3-2-1 rule): the store is archived once (in a local folder destination when there
-    /// is one, else in `TMPDIR`), and that file is uploaded to each destination in turn under
-    /// the name the first one took, where free.
+    /// is one, else in `TMPDIR`), and that file is uploaded to every destination at once
+    /// (the one it was built in last, as it moves there by rename), each under the name of
+    /// the archive's date where free there.
     ///
     /// A destination that fails (its preflight or its upload) does not stop the others;
     /// its outcome carries the error. Metrics are recorded per destination.
@@ -52,20 +53,51 @@ extension StoreHelper {
             if let host { reachable.removeAll { $0 == host.index }; reachable.append(host.index) }
             let archivePath = host?.archivePath
                 ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
+            let hostIndex = host?.index
+            let order = reachable
             outcomes = try await withBuiltArchive(at: archivePath, password: password, progress: progress) { archive in
                 var published = outcomes
-                var start: Date?   // the name the first destination took, so all share it where free
-                for index in reachable {
+                // Every destination but the in-place host at once; the host last, because
+                // publishing there moves the archive away by rename.
+                let others = order.filter { $0 != hostIndex }
+                let shared = SharedUploadProgress(progress, uploads: order.count, size: archive.size)
+                let results = try await withThrowingTaskGroup(of: (Int, Result<BackupResult, any Error>).self) { group in
+                    for index in others {
+                        let target = destinations[index]
+                        group.addTask {
+                            do {
+                                return (index, .success(try await publish(archive, to: target, progress: shared.handler(for: index))))
+                            } catch StoreBackupError.cancelled {
+                                throw StoreBackupError.cancelled
+                            } catch {
+                                return (index, .failure(error))
+                            }
+                        }
+                    }
+                    var results: [Int: Result<BackupResult, any Error>] = [:]
+                    for try await (index, result) in group { results[index] = result }
+                    return results
+                }
+                // The host takes the name the first destination took, so all share it where free.
+                let start = others.lazy.compactMap { try? results[$0]?.get() }.first.flatMap { BackupName.date(of: $0.name) }
+                var all = results
+                if let index = hostIndex {
                     if Task.isCancelled { throw StoreBackupError.cancelled }
                     do {
-                        let result = try await publish(archive, to: destinations[index], progress: progress, start: start)
-                        start = start ?? BackupName.date(of: result.name)
-                        published[index].backup = result
-                        BackupMetrics.recordBackup(store: metricsStoreName, destination: result.destination, size: result.size,
-                                                   seconds: result.archiveSeconds + result.uploadSeconds, at: Date())
+                        all[index] = .success(try await publish(archive, to: destinations[index], progress: shared.handler(for: index), start: start))
                     } catch StoreBackupError.cancelled {
                         throw StoreBackupError.cancelled
                     } catch {
+                        all[index] = .failure(error)
+                    }
+                }
+                for (index, result) in all {
+                    switch result {
+                    case .success(let backup):
+                        published[index].backup = backup
+                        BackupMetrics.recordBackup(store: metricsStoreName, destination: backup.destination, size: backup.size,
+                                                   seconds: backup.archiveSeconds + backup.uploadSeconds, at: Date())
+                    case .failure(let error):
                         published[index].error = StoreBackupError.wrapping(error)
                     }
                 }
@@ -81,5 +113,33 @@ extension StoreHelper {
         }
         recordFailures()
         return outcomes
+    }
+}
+
+/// The upload progress of several destinations at once as one: bytes done summed over
+/// them, out of the archive's size times their number.
+private final class SharedUploadProgress: Sendable {
+    private let progress: ProgressHandler?
+    private let total: Int64
+    private let done = Locked([Int: Int64]())
+
+    init(_ progress: ProgressHandler?, uploads: Int, size: Int64) {
+        self.progress = progress
+        self.total = size * Int64(max(1, uploads))
+    }
+
+    func handler(for index: Int) -> ProgressHandler? {
+        guard let progress else { return nil }
+        return { [done, total] update in
+            guard update.phase == .uploading else { return progress(update) }
+            let sum = done.withLock { done -> Int64 in
+                done[index] = update.bytesDone
+                return done.values.reduce(0, +)
+            }
+            var merged = update
+            merged.bytesDone = sum
+            merged.bytesTotal = total
+            progress(merged)
+        }
     }
 }

@@ -11,6 +11,10 @@ struct CreateCommand: AsyncParsableCommand {
             consistent snapshot while other processes keep writing; everything else in the \
             directory (hidden folders, empty folders, modes, times) goes in as it is. The archive \
             is written under a temporary name and published atomically; its name is printed on stdout.
+
+            Several --to: the archive is built once and published to every destination at once; \
+            each one's outcome is reported (and in --json), and the exit status is non-zero if any \
+            failed. With --store, the given --to replace the configured destinations.
             """)
 
     @Argument(help: ArgumentHelp("The stores directory to back up (or --store NAME from the configuration).", valueName: "stores-dir"))
@@ -72,6 +76,7 @@ struct CreateCommand: AsyncParsableCommand {
             // Asked before any work starts, so the prompt is not mixed with progress.
             do { passwords = .fixed(try provider.password()) } catch { Terminal.fail(error) }
         }
+        if destination.destinations.count > 1 { return try await runMirrored(storesDirectory, passwords: passwords) }
         var configured = StoreHelper(
             storesDirectory: storesDirectory, destination: try destination.resolve(),
             compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords, logger: Terminal.logger)

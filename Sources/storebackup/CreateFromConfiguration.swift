@@ -29,7 +29,10 @@ extension CreateCommand {
         }
         var adjusted = job
         if !prune { adjusted.retention = nil }
-        if let explicit = destination.destination { adjusted.destination = explicit; adjusted.mirrors = [] }
+        if let explicit = destination.destinations.first {
+            adjusted.destination = explicit
+            adjusted.mirrors = Array(destination.destinations.dropFirst())
+        }
         if level != "default", let parsed = CompressionLevel.parse(level) { adjusted.compressionLevel = parsed }
         if let threads { adjusted.threads = threads }
         if encrypt {

@@ -13,8 +13,11 @@ struct RunCommand: AsyncParsableCommand {
             local time, a cron expression, or every N seconds/minutes/hours; plus random jitter). \
             A run missed while the service was not running is made at start-up. Two backups of one \
             store never overlap. After each successful backup the store's retention is applied to \
-            this host's backups of that store. Outcomes go to the state files (`storebackup status`) \
-            and to the hooks. SIGTERM or SIGINT stops it: a backup in progress is cancelled and \
+            this host's backups of that store; before it, each new backup is verified \
+            (verify-after-create, on by default). A store's `verify: {schedule, pick}` adds restore \
+            drills that verify backups on their own schedule (`verify --store NAME` runs one now). \
+            Outcomes go to the state files (`storebackup status`), the metrics file and the hooks. \
+            SIGTERM or SIGINT stops it: a backup in progress is cancelled and \
             leaves nothing behind. Logs go to stderr (STOREBACKUP_LOG_LEVEL=debug for more). \
             Each operation on a remote destination (an upload, a listing, a delete) retries what its \
             service calls transient (network errors, timeouts, 408, 429, 5xx, S3 SlowDown, Dropbox \

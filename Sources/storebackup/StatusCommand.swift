@@ -5,7 +5,7 @@ import StoreBackup
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "status",
-        abstract: "Show each store's last backup, last failure and next scheduled run.",
+        abstract: "Show each store's last backup, last failure, last verification and next scheduled run.",
         discussion: """
             Reads the state files that `run` and `create --config` keep (in state-directory from the \
             configuration, else $STOREBACKUP_STATE_DIR, else $XDG_STATE_HOME/storebackup, else \
@@ -16,7 +16,7 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var configurationFile: ConfigurationOption
 
-    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun, and for several destinations destinations: {NAME: {lastSuccess, lastFailure}}} (and leftovers with --leftovers).")
+    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun, lastVerifySuccess, lastVerifyFailure ({at, backups, destination, trigger, error}), verifyFailing, nextVerify, and for several destinations destinations: {NAME: {lastSuccess, lastFailure}}} (and leftovers with --leftovers).")
     var json = false
 
     @Flag(help: "Also ask each destination for unfinished uploads older than a day (what `prune` removes).")
@@ -34,6 +34,7 @@ struct StatusCommand: AsyncParsableCommand {
                 state.schedule = job.schedule.description
                 // A plan from a service that has stopped is stale: show when the schedule would fire.
                 if (state.nextRun ?? .distantPast) < now { state.nextRun = job.schedule.nextFire(after: now) }
+                if let drill = job.verify, (state.nextVerify ?? .distantPast) < now { state.nextVerify = drill.schedule.nextFire(after: now) }
                 rows.append(state)
             }
         } else {
@@ -64,6 +65,17 @@ struct StatusCommand: AsyncParsableCommand {
                 object["lastFailure"] = state.lastFailure.map { failure in
                     ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
                 } ?? NSNull()
+                for (key, verification) in [("lastVerifySuccess", state.lastVerifySuccess), ("lastVerifyFailure", state.lastVerifyFailure)] {
+                    object[key] = verification.map { verification -> [String: Any] in
+                        var fields: [String: Any] = ["at": formatter.string(from: verification.at), "backups": verification.backups,
+                                                     "destination": verification.destination, "trigger": verification.trigger,
+                                                     "ageSeconds": Int(now.timeIntervalSince(verification.at))]
+                        fields["error"] = verification.error
+                        return fields
+                    } ?? NSNull()
+                }
+                object["verifyFailing"] = Self.verifyFailing(state)
+                object["nextVerify"] = state.nextVerify.map(formatter.string(from:)) ?? NSNull()
                 if leftovers { object["leftovers"] = state.destination.flatMap { leftoverText[$0] } ?? NSNull() }
                 if let destinations = state.destinations {
                     object["destinations"] = destinations.mapValues { record -> [String: Any] in
@@ -112,13 +124,28 @@ struct StatusCommand: AsyncParsableCommand {
                 if failing, let failure = record.lastFailure { line += "  failed \(formatter.string(from: failure.at)): \(failure.error)" }
                 Terminal.output(line)
             }
+            if let verified = state.lastVerifySuccess {
+                let age = DurationText.format(now.timeIntervalSince(verified.at).rounded())
+                Terminal.output("  last verify   \(formatter.string(from: verified.at)) (\(age) ago, \(verified.trigger))  \(verified.backups.joined(separator: ", "))")
+            }
+            if Self.verifyFailing(state), let failed = state.lastVerifyFailure {
+                Terminal.output("  VERIFY FAILED \(formatter.string(from: failed.at)) (\(failed.trigger))  \(failed.error ?? "")")
+            }
             if let next = state.nextRun { Terminal.output("  next run      \(formatter.string(from: next))") }
+            if let next = state.nextVerify { Terminal.output("  next drill    \(formatter.string(from: next))") }
             if let text = state.destination.flatMap({ leftoverText[$0] }) { Terminal.output("  leftovers     \(text)") }
         }
     }
 }
 
 extension StatusCommand {
+    /// Whether the store's last verification failed: its failure is not older than its last
+    /// success (the state keeps whole seconds; within one second, failing is the safer answer).
+    static func verifyFailing(_ state: BackupState) -> Bool {
+        guard let failure = state.lastVerifyFailure else { return false }
+        return failure.at >= (state.lastVerifySuccess?.at ?? .distantPast)
+    }
+
     /// "none", "3 unfinished uploads (run prune to remove them)", or why the destination could not say.
     static func leftovers(_ url: String, options: DestinationOptions) async -> String {
         do {

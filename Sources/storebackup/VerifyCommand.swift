@@ -10,6 +10,11 @@ struct VerifyCommand: AsyncParsableCommand {
             Each backup is downloaded to a temporary place; the archive is read in full, every file \
             is compared with its manifest checksum (an encrypted backup's password is checked first), and every database passes PRAGMA integrity_check \
             in a scratch folder. One line per backup; the exit status is non-zero if any fails.
+
+            With --store NAME, runs that configured store's restore drill once, exactly as `run` \
+            does on the drill's schedule: the backups its `verify: {pick: …}` names (the newest \
+            by default), the result recorded in the state file (`status`) and the metrics, and \
+            the on-failure hooks run when a backup fails. For cron and timers.
             """)
 
     @Argument(help: ArgumentHelp("A backup's name, or \"latest\" (default). Use --all for every backup.", valueName: "name"))
@@ -25,14 +30,29 @@ struct VerifyCommand: AsyncParsableCommand {
     @Flag(help: "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable.")
     var allowUnverified = false
 
-    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning, damagedDatabases}.")
+    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning, damagedDatabases} (with --store, each also has its destination).")
     var json = false
+
+    @Option(help: ArgumentHelp("Run the restore drill of this store of the configuration (its destination, pick, state, metrics and hooks).", valueName: "name"))
+    var store: String?
+
+    @OptionGroup var configurationFile: ConfigurationOption
+
+    @OptionGroup var metrics: MetricsFileOption
 
     func validate() throws {
         if all && name != nil { throw ValidationError("give a backup name or --all, not both") }
+        if store != nil && (all || name != nil) {
+            throw ValidationError("--store runs the store's drill, which picks the backups itself; give no name and no --all")
+        }
+        if store != nil && !destination.destinations.isEmpty {
+            throw ValidationError("--store verifies at the store's configured destinations; give no --from")
+        }
     }
 
     func run() async throws {
+        if let store { return try await runDrill(store) }
+        metrics.start()
         var configured = BackupVerifier(destination: try destination.resolve(), passwords: password.provider(confirm: false))
         configured.allowUnverified = allowUnverified
         let verifier = configured
@@ -41,6 +61,11 @@ struct VerifyCommand: AsyncParsableCommand {
         let results = await Terminal.runCancellable { try await verifier.verify(selection, progress: printer.handler()) }
             .map(Self.inCommandLineWords)
         printer.finishLine()
+        try Self.print(results, json: json)
+        if results.contains(where: { !$0.ok }) { throw ExitCode(1) }
+    }
+
+    static func print(_ results: [VerificationResult], json: Bool) throws {
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
@@ -52,7 +77,6 @@ struct VerifyCommand: AsyncParsableCommand {
                     : "FAILED  \(result.name): \(result.problem ?? "unknown problem")")
             }
         }
-        if results.contains(where: { !$0.ok }) { throw ExitCode(1) }
     }
 
     /// A backup whose databases were damaged before it was made is said with the flag that

@@ -172,3 +172,5 @@ def test_systemd_units_verify(installed, package):
 
 def test_sample_configuration_is_shipped(installed):
     assert os.path.isfile(installed + "/usr/share/doc/storebackup/examples/storebackup.yml")
+    assert os.path.isfile(installed + "/usr/share/doc/storebackup/examples/grafana/storebackup.json")
+    assert os.path.isfile(installed + "/usr/share/doc/storebackup/operations.md")

@@ -15,6 +15,9 @@ final class ExampleFilesTests: XCTestCase {
         XCTAssertNotNil(configuration.stores[1].retention?.keepWithin)
         XCTAssertEqual(configuration.stores[0].hooks.onFailure.count, 2)
         XCTAssertEqual(configuration.stateDirectory, "/var/lib/storebackup")
+        XCTAssertEqual(configuration.stores[0].verify?.pick, .rotate)
+        XCTAssertNil(configuration.stores[1].verify)
+        XCTAssertTrue(configuration.stores.allSatisfy(\.verifyAfterCreate))
     }
 
     func testCrontabLineIsAValidScheduleAndCommand() throws {

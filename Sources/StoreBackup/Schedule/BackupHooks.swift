@@ -22,7 +22,8 @@ public struct HookAction: Sendable, Equatable {
     }
 }
 
-/// Hooks run after each scheduled backup, by outcome.
+/// Hooks run after each scheduled backup, by outcome; `onFailure` also after a failed
+/// restore drill (``HookEvent/task`` is then "verify").
 public struct BackupHooks: Sendable, Equatable {
     public var onSuccess: [HookAction]
     public var onFailure: [HookAction]
@@ -50,13 +51,16 @@ public struct HookEvent: Sendable, Codable, Equatable {
     public var error: String?
     /// Backups deleted by retention after this one.
     public var pruned: [String]?
+    /// "verify" for a restore drill (`backup` is then the backup that failed); nil for a backup run.
+    public var task: String?
 
     public init(event: String, store: String, storesDirectory: String, destination: String, host: String,
                 startedAt: Date, finishedAt: Date, backup: String? = nil, size: Int64? = nil,
-                error: String? = nil, pruned: [String]? = nil) {
+                error: String? = nil, pruned: [String]? = nil, task: String? = nil) {
         self.event = event; self.store = store; self.storesDirectory = storesDirectory
         self.destination = destination; self.host = host; self.startedAt = startedAt
         self.finishedAt = finishedAt; self.backup = backup; self.size = size; self.error = error; self.pruned = pruned
+        self.task = task
     }
 
     var environment: [String: String] {
@@ -67,6 +71,7 @@ public struct HookEvent: Sendable, Codable, Equatable {
         if let backup { values["STOREBACKUP_BACKUP"] = backup }
         if let size { values["STOREBACKUP_SIZE"] = String(size) }
         if let error { values["STOREBACKUP_ERROR"] = error }
+        if let task { values["STOREBACKUP_TASK"] = task }
         return values
     }
 

@@ -36,15 +36,33 @@ extension BackupService {
             guard let backup = published[slot.index].backup else { continue }
             if outcome.backup == nil { outcome.backup = backup }
             log.info("backup created", metadata: ["backup": "\(backup.name)", "size": "\(backup.size)", "destination": "\(backup.destination)"])
-            let pruner = BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
-                                      passwords: job.passwordFile.map(PasswordProvider.file))
-            pruner.origins.record(backup)
-            guard let policy = job.retention else { continue }
+            BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
+                         passwords: job.passwordFile.map(PasswordProvider.file)).origins.record(backup)
+        }
+        // Checked once, where the copy is cheapest to read (a local folder: no download).
+        let took = resolved.filter { published[$0.index].backup != nil }
+        if job.verifyAfterCreate, let checked = took.first(where: { $0.destination.localPath(of: published[$0.index].backup!.name) != nil }) ?? took.first {
             do {
-                outcome.pruned += try await applyRetention(policy, job: job, pruner: pruner, host: backup.manifest.hostName, log: log)
+                if let failure = try await verifyJustMade(job, backup: published[checked.index].backup!.name, at: checked.destination, log: log) {
+                    outcome.verificationFailed = true
+                    outcome.error = failure
+                }
             } catch {
-                outcome.retentionError = [outcome.retentionError, "\(backup.destination): \(error)"].compactMap { $0 }.joined(separator: "; ")
-                log.error("retention failed", metadata: ["destination": "\(backup.destination)", "error": "\(error)"])
+                outcome.error = StoreBackupError.wrapping(error)
+            }
+        }
+        // A backup that failed its check (or a cancelled check) must not push out a good older one.
+        if let policy = job.retention, outcome.error == nil {
+            for slot in took {
+                let backup = published[slot.index].backup!
+                let pruner = BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
+                                          passwords: job.passwordFile.map(PasswordProvider.file))
+                do {
+                    outcome.pruned += try await applyRetention(policy, job: job, pruner: pruner, host: backup.manifest.hostName, log: log)
+                } catch {
+                    outcome.retentionError = [outcome.retentionError, "\(backup.destination): \(error)"].compactMap { $0 }.joined(separator: "; ")
+                    log.error("retention failed", metadata: ["destination": "\(backup.destination)", "error": "\(error)"])
+                }
             }
         }
         outcome.destinations = published

@@ -16,7 +16,9 @@ import ServiceLifecycle
 ///   this store only;
 /// - records the outcome in the store's `BackupState` file and runs its hooks;
 /// - for a store with several destinations (`StoreJob.mirrors`), builds each backup once and
-///   publishes it to each; one failing does not stop the others, but fails the run.
+///   publishes it to each; one failing does not stop the others, but fails the run;
+/// - verifies each new backup before retention (``StoreJob/verifyAfterCreate``), and runs
+///   restore drills on their own schedule (``StoreJob/verify``, ``verifyNow(_:at:)``).
 ///
 /// On graceful shutdown (SIGTERM/SIGINT in a `ServiceGroup`) or task cancellation, waiting
 /// stops and a backup in flight is cancelled: its temporary archive is removed and nothing
@@ -64,6 +66,7 @@ public final class BackupService: Service, Sendable {
             await withDiscardingTaskGroup { group in
                 for job in self.jobs {
                     group.addTask { await self.runSchedule(of: job) }
+                    if let drill = job.verify { group.addTask { await self.runDrillSchedule(of: job, drill: drill) } }
                 }
             }
         }
@@ -138,7 +141,7 @@ public final class BackupService: Service, Sendable {
 
     /// Sleeps until the wall-clock time `date`, in steps of at most a minute so a suspended
     /// machine or a changed clock is noticed. Returns false when cancelled.
-    private func sleep(until date: Date) async -> Bool {
+    func sleep(until date: Date) async -> Bool {
         while true {
             let remaining = date.timeIntervalSinceNow
             if remaining <= 0 { return !Task.isCancelled }
@@ -184,6 +187,11 @@ public final class BackupService: Service, Sendable {
                                       passwords: job.passwordFile.map(PasswordProvider.file))
             pruner.origins.record(result)
             log.info("backup created", metadata: ["backup": "\(result.name)", "size": "\(result.size)", "destination": "\(result.destination)"])
+            // Before retention: a backup that fails its check must not push out a good older one.
+            if job.verifyAfterCreate, let failure = try await verifyJustMade(job, backup: result.name, at: destination, log: log) {
+                outcome.verificationFailed = true
+                throw failure
+            }
             if let policy = job.retention {
                 do {
                     outcome.pruned = try await applyRetention(policy, job: job, pruner: pruner, host: result.manifest.hostName, log: log)
@@ -235,7 +243,7 @@ public final class BackupService: Service, Sendable {
     func record(_ outcome: BackupRunOutcome, job: StoreJob, log: Logger) {
         do {
             try stateStore.update(job.name, default: initialState(job)) { state in
-                if let backup = outcome.backup {
+                if let backup = outcome.backup, !outcome.verificationFailed {
                     state.lastSuccess = BackupState.Success(
                         at: outcome.finishedAt, backup: backup.name, size: backup.size,
                         durationSeconds: outcome.finishedAt.timeIntervalSince(outcome.startedAt))
@@ -302,6 +310,9 @@ public struct BackupRunOutcome: Sendable {
     public var pruned: [String] = []
     /// Retention failed after a successful backup (the backup stands).
     public var retentionError: String?
+    /// The backup was published but failed its check after create (``StoreJob/verifyAfterCreate``):
+    /// `error` says why; the backup is kept, no retention ran, and it is not recorded as a success.
+    public var verificationFailed = false
     /// With several destinations: how each one went, the first destination first
     /// (`backup` is then the first that succeeded, and `error` is set when any failed).
     public var destinations: [PublishOutcome] = []

@@ -32,6 +32,22 @@ public struct BackupState: Sendable, Codable, Equatable {
         }
     }
 
+    /// One verification: a restore drill or the check after a backup was made.
+    public struct Verification: Sendable, Codable, Equatable {
+        public var at: Date
+        /// The backups verified (success), or the first that failed (failure).
+        public var backups: [String]
+        /// Where they were verified (a destination's display name).
+        public var destination: String
+        /// "drill" or "after-create".
+        public var trigger: String
+        /// What was wrong (failure only).
+        public var error: String?
+        public init(at: Date, backups: [String], destination: String, trigger: String, error: String? = nil) {
+            self.at = at; self.backups = backups; self.destination = destination; self.trigger = trigger; self.error = error
+        }
+    }
+
     public var store: String
     public var storesDirectory: String
     public var destination: String?
@@ -45,6 +61,11 @@ public struct BackupState: Sendable, Codable, Equatable {
     public var lastStarted: Date?
     /// When the service plans the next run; nil when no service is scheduling this store.
     public var nextRun: Date?
+    /// The last verification that passed, and the last that failed (drills and checks after create).
+    public var lastVerifySuccess: Verification?
+    public var lastVerifyFailure: Verification?
+    /// When the service plans the next restore drill; nil when none is scheduled.
+    public var nextVerify: Date?
 
     public init(store: String, storesDirectory: String, destination: String? = nil, schedule: String? = nil) {
         self.store = store
@@ -91,15 +112,20 @@ public struct BackupStateStore: Sendable {
         try DurableFile.write(try Self.encoder.encode(state), to: path(for: state.store))
     }
 
-    /// Loads, changes and saves one store's state.
+    /// Loads, changes and saves one store's state. Updates in this process take turns: a
+    /// store's backup schedule and its drill schedule write the same file from two tasks.
     @discardableResult
     public func update(_ store: String, default initial: @autoclosure () -> BackupState,
                        _ change: (inout BackupState) -> Void) throws -> BackupState {
-        var state = load(store) ?? initial()
-        change(&state)
-        try save(state)
-        return state
+        try Self.turns.withLock { _ in
+            var state = load(store) ?? initial()
+            change(&state)
+            try save(state)
+            return state
+        }
     }
+
+    private static let turns = Locked(())
 
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()

@@ -19,6 +19,8 @@ import Yams
 ///     stop-command: systemctl stop ledger   # restore stops and starts the app around the swap
 ///     start-command: systemctl start ledger
 ///     stop-timeout: 60s
+///     verify: {schedule: "30 4 * * *", pick: rotate}   # restore drills: newest | rotate | all-within 7d
+///     verify-after-create: true           # the default: check each backup right after it is made
 /// hooks:
 ///   on-failure: {url: "https://example.test/alert", timeout: 10s}
 /// metrics: {file: /var/lib/prometheus/node-exporter/storebackup.prom}
@@ -119,7 +121,7 @@ private struct ConfigurationReader {
     let environment: [String: String]
 
     static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks",
-                                              "stop-command", "start-command", "stop-timeout"]
+                                              "verify", "verify-after-create", "stop-command", "start-command", "stop-timeout"]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path", "stop-command", "start-command", "stop-timeout"]).union(
         ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics",
          "retry-for", "limit-upload", "limit-download", "retain-days", "retain-mode"])
@@ -283,6 +285,14 @@ private struct ConfigurationReader {
         job.mirrors = mirrors
         job.threads = threads
         job.appCommands = try readAppCommands(store, at: key)
+        job.verify = try setting("verify").map { try readVerify($0.0, at: $0.1) }
+        if let (flagNode, flagKey) = setting("verify-after-create") {
+            switch try string(flagNode, at: flagKey).lowercased() {
+            case "true", "yes", "on": job.verifyAfterCreate = true
+            case "false", "no", "off": job.verifyAfterCreate = false
+            default: throw fail(flagNode, flagKey, "must be true or false")
+            }
+        }
         return job
     }
 
@@ -305,6 +315,32 @@ private struct ConfigurationReader {
             if !(commands.timeout > 0) { throw fail(node, key + ".stop-timeout", "must be more than 0 seconds") }
         }
         return commands
+    }
+
+    /// `verify: {schedule: "30 4 * * *", pick: rotate, destinations: all}`; pick defaults to
+    /// newest, destinations to first.
+    func readVerify(_ node: Node, at key: String) throws -> VerifyDrill {
+        let values = try mapping(node, at: key, allowed: ["schedule", "pick", "destinations"])
+        guard let scheduleNode = values["schedule"] else {
+            throw fail(node, key + ".schedule", "missing: when to verify, e.g. \"daily 04:30\" or \"30 4 * * *\"")
+        }
+        var drill: VerifyDrill
+        do { drill = VerifyDrill(schedule: try Schedule.parse(try string(scheduleNode, at: key + ".schedule"))) } catch StoreBackupError.invalidSchedule(let reason) {
+            throw fail(scheduleNode, key + ".schedule", reason)
+        }
+        if let pickNode = values["pick"] {
+            do { drill.pick = try VerifyDrill.Pick.parse(try string(pickNode, at: key + ".pick")) } catch StoreBackupError.invalidSchedule(let reason) {
+                throw fail(pickNode, key + ".pick", reason)
+            }
+        }
+        if let placesNode = values["destinations"] {
+            switch try string(placesNode, at: key + ".destinations").lowercased() {
+            case "first": drill.everyDestination = false
+            case "all": drill.everyDestination = true
+            default: throw fail(placesNode, key + ".destinations", "must be first or all")
+            }
+        }
+        return drill
     }
 
     /// `destination: A`, or `destinations: [A, B, …]` (each backup published to every one);

@@ -24,6 +24,12 @@ public struct StoreJob: Sendable, Equatable {
     public var hooks: BackupHooks
     /// How `restore` stops and starts the app around the swap (`stop-command`, `start-command`, `stop-timeout`).
     public var appCommands: AppCommands? = nil
+    /// Restore drills on a schedule of their own (`verify:` in the configuration); nil: none.
+    public var verify: VerifyDrill? = nil
+    /// Verify each backup right after it is made, as a drill does (`verify-after-create:`):
+    /// a database already damaged in the live store then fails the run instead of becoming
+    /// a backup reported good. On by default for scheduled and configured runs.
+    public var verifyAfterCreate = true
 
     public init(name: String, storesDirectory: String, destination: String? = nil, schedule: Schedule,
                 jitter: TimeInterval = 0, retention: RetentionPolicy? = nil,

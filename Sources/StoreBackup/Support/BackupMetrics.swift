@@ -19,8 +19,13 @@ import Metrics
 /// | `storebackup_last_failure_timestamp_seconds` | gauge | Unix time of the last failed backup |
 /// | `storebackup_retention_removed_total` | counter | backups removed by retention |
 /// | `storebackup_restores_total` | counter, `outcome` = success/failure | restores attempted |
+/// | `storebackup_verifies_total` | counter, `outcome`, `trigger` = drill/after-create | backups verified |
+/// | `storebackup_last_verify_success_timestamp_seconds` | gauge | Unix time of the last passing verification |
+/// | `storebackup_last_verify_failure_timestamp_seconds` | gauge | Unix time of the last failing verification |
+/// | `storebackup_verify_failures_total` | counter, `backup` | verifications that failed, by backup |
 ///
-/// Alert on `time() - storebackup_last_success_timestamp_seconds > 26 * 3600`.
+/// Alert on `time() - storebackup_last_success_timestamp_seconds > 26 * 3600`, and on
+/// `time() - storebackup_last_verify_success_timestamp_seconds > 8 * 86400`.
 public enum BackupMetrics {
     /// Backups attempted, with `outcome` success or failure.
     public static let backups = "storebackup_backups_total"
@@ -38,6 +43,26 @@ public enum BackupMetrics {
     public static let retentionRemoved = "storebackup_retention_removed_total"
     /// Restores attempted, with `outcome` success or failure.
     public static let restores = "storebackup_restores_total"
+
+    /// Backups verified, with `outcome` success or failure and `trigger` drill or after-create.
+    public static let verifies = "storebackup_verifies_total"
+    /// Unix time of the last verification that passed.
+    public static let lastVerifySuccess = "storebackup_last_verify_success_timestamp_seconds"
+    /// Unix time of the last verification that failed.
+    public static let lastVerifyFailure = "storebackup_last_verify_failure_timestamp_seconds"
+    /// Verifications that failed, with the `backup` that failed.
+    public static let verifyFailures = "storebackup_verify_failures_total"
+
+    static func recordVerify(store: String, destination: String, backup: String, ok: Bool, trigger: String, at date: Date) {
+        let where_ = [("store", store), ("destination", destination)]
+        Counter(label: verifies, dimensions: where_ + [("outcome", ok ? "success" : "failure"), ("trigger", trigger)]).increment()
+        if ok {
+            Gauge(label: lastVerifySuccess, dimensions: where_).record(date.timeIntervalSince1970)
+        } else {
+            Gauge(label: lastVerifyFailure, dimensions: where_).record(date.timeIntervalSince1970)
+            Counter(label: verifyFailures, dimensions: where_ + [("backup", backup)]).increment()
+        }
+    }
 
     static func recordBackup(store: String, destination: String, size: Int64?, seconds: Double, at date: Date) {
         let where_ = [("store", store), ("destination", destination)]

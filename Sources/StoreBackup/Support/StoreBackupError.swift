@@ -108,6 +108,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// An extract was refused before anything was written; `reason` says why (e.g. the
     /// target folder exists and is not empty).
     case extractRefused(reason: String)
+    /// A backup just made, or picked by a restore drill, failed its verification; `problem`
+    /// says what (see ``VerificationResult/problem``).
+    case verificationFailed(backup: String, problem: String)
     /// A failure from outside the library's vocabulary (a hook's own error type, say),
     /// carried as its description so that every public error is a ``StoreBackupError``.
     case unexpected(reason: String)
@@ -179,11 +182,13 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             let lines = result.split(whereSeparator: { $0.isNewline || $0 == ";" })
                 .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("***") }
             let answer = lines.prefix(2).joined(separator: "; ") + (lines.count > 2 ? "; …" : "")
-            return "backup \"\(name)\": \(list) \(verb) already damaged when the backup was made (it fails its integrity check: \(answer); its bytes match the checksum the backup recorded, so the damage was in the live store)"
+            return "backup \"\(name)\": \(list) \(verb) already damaged when the backup was made (it fails its integrity check: \(answer); its bytes match the checksum the backup recorded: it was already damaged in the live store)"
         case .databaseDamagedInStore(let path, let reason):
             return "database \(path) is damaged in the stores directory (SQLite: \(reason)); no backup was made: restore it from an earlier backup, or repair it (sqlite3 \"\(path)\" .recover)"
         case .newerFormat(let name, let format, let newestReadable):
             return "backup \"\(name)\" was made by a newer storebackup (format \(format)); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(newestReadable)"
+        case .verificationFailed(let backup, let problem):
+            return "backup \"\(backup)\" failed its verification: \(problem)"
         case .sqlite(let path, let operation, let message):
             return "SQLite error on \(path) during \(operation): \(message)"
         case .archiveWrite(let reason):
