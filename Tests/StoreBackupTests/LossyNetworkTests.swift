@@ -339,9 +339,4 @@ final class LossyNetworkTests: XCTestCase {
         try JSONSerialization.data(withJSONObject: ["seed": seed, "rules": rules]).write(to: URL(fileURLWithPath: path))
         return path
     }
-
-    func shell(_ command: String) throws {
-        let result = try runTool("/bin/sh", ["-c", command])
-        XCTAssertEqual(result.status, 0, result.stderr)
-    }
 }
