@@ -73,6 +73,7 @@ package struct BackupBrowser: Sendable {
                     extractor.selection = { selection.needs($0) }
                     let scratch = ScratchFiles.path(in: parent, purpose: "extract")
                     extractor.syncTree = { try TreeSync.sync($0) }
+                    extractor.fileWritten = { TestPausePoint.reach("extract-file-written") }
                     let databases: [String]
                     do {
                         databases = try extractor.extract(into: scratch)

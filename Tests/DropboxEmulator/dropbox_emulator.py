@@ -1723,10 +1723,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 entries = [dict(e) for e in emu.log_entries if e["seq"] > since]
             return json_response(200, {"requests": entries})
         if name == "files":
+            # ?sha256=1 adds each file's plain SHA-256, read from its stored blob: a
+            # test compares what the server holds with the local file, byte for byte.
+            want_sha = str(params.get("sha256", "")).lower() in ("1", "true", "yes")
             with emu.lock:
                 out = [emu.metadata(pl) for pl in sorted(emu.nodes)]
+                blobs = {pl: n["blob"] for pl, n in emu.nodes.items() if n["kind"] == "file"}
                 sessions = {sid: {"offset": s["offset"], "closed": s["closed"]}
                             for sid, s in emu.sessions.items()}
+            if want_sha:
+                for md in out:
+                    blob = blobs.get(md["path_lower"])
+                    if blob is not None:
+                        try:
+                            md["sha256"] = sha256_of_file(blob)
+                        except OSError:  # deleted since the listing: report it without
+                            pass
             return json_response(200, {"entries": out, "used": emu.used_bytes(),
                                        "upload_sessions": sessions})
         if name == "faults" and method == "GET":
@@ -1775,6 +1787,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                            "token_lifetime": emu.token_lifetime,
                                            "max_request_bytes": emu.max_request})
         return text_response(404, "unknown control route %s" % route)
+
+
+def sha256_of_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(IO_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class Server(http.server.ThreadingHTTPServer):

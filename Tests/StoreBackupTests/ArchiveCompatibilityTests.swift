@@ -22,7 +22,7 @@ final class ArchiveCompatibilityTests: XCTestCase {
     }
 
     func testUnzipTestsTheArchiveClean() throws {
-        let result = try run("/usr/bin/env", ["unzip", "-t", archive])
+        let result = try runTool("/usr/bin/env", ["unzip", "-t", archive])
         XCTAssertEqual(result.status, 0, result.stdout + result.stderr)
         XCTAssertTrue(result.stdout.contains("No errors detected"), result.stdout)
         XCTAssertTrue(result.stdout.contains(".App_SUPPORT/_EXTERNAL_DATA/"), result.stdout)
@@ -46,7 +46,7 @@ final class ArchiveCompatibilityTests: XCTestCase {
                 out["entries"][info.filename] = {"mode": info.external_attr >> 16, "mtime": mtime, "size": info.file_size}
             print(json.dumps(out))
             """
-        let result = try run("/usr/bin/env", ["python3", "-c", script, archive])
+        let result = try runTool("/usr/bin/env", ["python3", "-c", script, archive])
         XCTAssertEqual(result.status, 0, result.stderr)
         let json = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as! [String: Any]
         XCTAssertTrue(json["bad"] is NSNull, "python found a corrupt entry: \(String(describing: json["bad"]))")
@@ -252,21 +252,6 @@ final class ArchiveCompatibilityTests: XCTestCase {
                                FileManager.default.contents(atPath: stores + "/" + name), "level \(level): \(name)")
             }
         }
-    }
-
-    private func run(_ executable: String, _ arguments: [String]) throws -> CommandResult {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let outData = out.fileHandleForReading.readDataToEndOfFile()
-        let errData = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return CommandResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                             stderr: String(decoding: errData, as: UTF8.self))
     }
 }
 

@@ -7,8 +7,11 @@ import XCTest
 /// new), and the next command leaves no temporary anywhere (beside the store, in the
 /// destination, in TMPDIR). Rejected restores roll back cleanly, back to back.
 ///
-/// The random loops run `STOREBACKUP_CRASH_RUNS` kills each (default 50) drawn from
-/// `STOREBACKUP_CRASH_SEED` (default fixed), so a failure can be replayed.
+/// The random loops run `STOREBACKUP_CRASH_RUNS` kills each (default 50, at least
+/// `minimumRuns`) drawn from `STOREBACKUP_CRASH_SEED` (default fixed), so a failure can be
+/// replayed. Each kill records where it landed, and a loop fails unless its long phases
+/// (archiving for create; unpacking and checking for restore) were each hit; the short
+/// steps have their named pause points above.
 final class CrashSafetyTests: XCTestCase {
     var work = ""
     var store: String { work + "/Stores" }
@@ -21,6 +24,16 @@ final class CrashSafetyTests: XCTestCase {
         work = try TestEnvironment.temporaryDirectory("crash")
         try FileSystem.createDirectories(scratch)
         try StoreFixture.make(at: store, logRows: 600, blobCount: 6)
+        // A database large enough that unpacking, checking and archiving each take a share
+        // of a run that seeded kills find (the loops fail unless they do).
+        try runPythonScript("""
+            import random, sqlite3, sys
+            db = sqlite3.connect(sys.argv[1]); db.execute("PRAGMA journal_mode=WAL")
+            db.execute("CREATE TABLE bulk(id INTEGER PRIMARY KEY, note TEXT)"); db.execute("CREATE INDEX bulk_note ON bulk(note)")
+            r = random.Random(1)
+            db.executemany("INSERT INTO bulk(note) VALUES(?)", (("%x" % r.getrandbits(400),) for _ in range(50000)))
+            db.commit(); db.close()
+            """, [store + "/Bulk.sqlite"])
         let created = try runStoreBackup(["create", store, "--to", backups], environment: environment)
         XCTAssertEqual(created.status, 0, created.stderr)
         // Change the live store so "old" and "restored" can be told apart.
@@ -134,6 +147,7 @@ final class CrashSafetyTests: XCTestCase {
         var reader: PinnedReader?
         defer { reader?.close() }
         var copiesLeftByKills = 0
+        var landings: [KillLanding] = []
         for run in 0..<runs {
             if run == runs / 2 {
                 reader = try pinnedReader(store + "/App.sqlite")
@@ -149,7 +163,7 @@ final class CrashSafetyTests: XCTestCase {
             let moment = random.fraction() * duration * 1.2
             let create = try BackgroundCommand(["create", store, "--to", backups], environment: environment)
             usleep(UInt32(moment * 1_000_000))
-            create.kill9()
+            landings.append(land(create))
             let names = (try? FileManager.default.contentsOfDirectory(atPath: backups)) ?? []
             if names.contains(where: { $0.contains("-snapshot-") }) { copiesLeftByKills += 1 }
 
@@ -170,6 +184,7 @@ final class CrashSafetyTests: XCTestCase {
             assertNoTemporaries(allowFailedRestore: false, "create run \(run) killed at \(moment) s")
         }
         print("CrashSafetyTests: \(copiesLeftByKills) create kills left a snapshot copy for the next command to remove")
+        assertCoverage(landings, of: ["archiving"], "create")
     }
 
     /// Kill -9 at seeded random moments of restore: the store is always the old one or the
@@ -183,13 +198,14 @@ final class CrashSafetyTests: XCTestCase {
         let newTree = try StoreFixture.describe(store, includeJournals: false)
         XCTAssertNotEqual(newTree, oldTree)
         var outcomes = (old: 0, new: 0)
+        var landings: [KillLanding] = []
         for run in 0..<Self.runs {
             try FileSystem.removeTree(store)
             XCTAssertEqual(try runTool("/bin/cp", ["-a", pristine, store]).status, 0)
             let moment = random.fraction() * duration * 1.2
             let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"], environment: environment)
             usleep(UInt32(moment * 1_000_000))  // a seeded offset from the process start, as for create
-            restore.kill9()
+            landings.append(land(restore))
 
             let recovered = try runStoreBackup(["recover", store], environment: environment)
             XCTAssertEqual(recovered.status, 0, recovered.stderr)
@@ -201,6 +217,12 @@ final class CrashSafetyTests: XCTestCase {
             assertNoTemporaries(allowFailedRestore: false, "restore run \(run) killed at \(moment) s")
         }
         print("CrashSafetyTests: restore kills left the old store \(outcomes.old) times, the new one \(outcomes.new) times")
+        assertCoverage(landings, of: ["extracting", "checking"], "restore")
+        // While unpacking and checking, the journal says so and the new store is being built.
+        for landing in landings where ["extracting", "checking"].contains(landing.phase) {
+            XCTAssertEqual(landing.journalPhase, "extracting", "\(landing)")
+            XCTAssertTrue(landing.temporaries.contains(StoreLayout(storesDirectory: store).new), "\(landing)")
+        }
     }
 
     /// verify's scratch folder in TMPDIR, left by a kill, is removed by the next command on a store.
@@ -226,7 +248,69 @@ final class CrashSafetyTests: XCTestCase {
 
     // MARK: helpers
 
-    static var runs: Int { Int(ProcessInfo.processInfo.environment["STOREBACKUP_CRASH_RUNS"] ?? "") ?? 50 }
+    static var runs: Int {
+        let asked = Int(ProcessInfo.processInfo.environment["STOREBACKUP_CRASH_RUNS"] ?? "") ?? 50
+        // Fewer kills cannot be expected to reach every long phase: a run that asks for them
+        // fails, rather than passing without having tested anything.
+        XCTAssertGreaterThanOrEqual(asked, minimumRuns, "STOREBACKUP_CRASH_RUNS=\(asked) is below the floor of \(minimumRuns) kills")
+        return max(asked, 0)
+    }
+    static let minimumRuns = 30
+
+    /// Where one kill landed, read while the process was stopped just before it.
+    struct KillLanding: CustomStringConvertible {
+        /// The last phase the command reported on stderr ("start" before any; "ended" when
+        /// it had finished before the kill).
+        var phase: String
+        /// The restore journal's phase, when there was a journal.
+        var journalPhase: String?
+        /// Scratch files and restore folders present (beside the store, in the
+        /// destination, in TMPDIR).
+        var temporaries: [String]
+        /// Bytes the process had written.
+        var bytesWritten: Int
+
+        var description: String {
+            "\(phase) (journal \(journalPhase ?? "none"), \(temporaries.count) temporaries, \(bytesWritten) bytes written)"
+        }
+    }
+
+    /// Stops `command`, records where it is, then kills it.
+    func land(_ command: BackgroundCommand) -> KillLanding {
+        let running = command.freeze()
+        command.readAvailableStderr()
+        let written = command.bytesWritten ?? 0
+        let layout = StoreLayout(storesDirectory: store)
+        var temporaries: [String] = []
+        for folder in [work, backups, scratch] {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+            temporaries += names.filter { ScratchFiles.owner(of: $0) != nil }.map { folder + "/" + $0 }
+        }
+        temporaries += [layout.new, layout.old].filter(FileSystem.fileExists)
+        let journal = (try? Data(contentsOf: URL(fileURLWithPath: layout.journal)))
+            .flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }?["phase"] as? String
+        let reported = command.stderrSoFar.split(separator: "\n").compactMap { line -> String? in
+            guard line.hasPrefix("storebackup: ") else { return nil }
+            let word = line.dropFirst("storebackup: ".count).prefix { $0.isLetter }
+            return BackupProgress.Phase(rawValue: String(word)).map(\.rawValue)
+        }.last
+        command.kill9()
+        return KillLanding(phase: running ? (reported ?? "start") : "ended", journalPhase: journal, temporaries: temporaries, bytesWritten: written)
+    }
+
+    /// Fails unless every phase in `required` was hit by at least one kill; prints where
+    /// the kills landed.
+    func assertCoverage(_ landings: [KillLanding], of required: [String], _ operation: String,
+                        file: StaticString = #filePath, line: UInt = #line) {
+        let counts = Dictionary(grouping: landings, by: \.phase).mapValues(\.count)
+        print("CrashSafetyTests: \(operation) kills landed in \(counts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+        for phase in required {
+            XCTAssertGreaterThan(counts[phase] ?? 0, 0, "no \(operation) kill landed while \(phase): \(landings)", file: file, line: line)
+        }
+        // A kill in a phase that writes must find the process had written: the landing is real.
+        let writing = landings.filter { required.contains($0.phase) }
+        XCTAssertTrue(writing.contains { $0.bytesWritten > 0 }, "\(operation): no kill in \(required) found bytes written: \(writing)", file: file, line: line)
+    }
     static var seed: UInt64 { UInt64(ProcessInfo.processInfo.environment["STOREBACKUP_CRASH_SEED"] ?? "") ?? 20_261_123 }
 
     private func liveTheme() throws -> String { try StoreFixture.query(store + "/Settings.sqlite", "SELECT v FROM kv") }

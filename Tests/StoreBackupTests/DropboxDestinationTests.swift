@@ -5,7 +5,7 @@ import XCTest
 /// The Dropbox destination against the Dropbox API emulator (HTTPS with its own CA,
 /// bearer tokens, OAuth with PKCE and refresh, upload sessions, faults on demand).
 /// Tokens reach storebackup only through the environment or a credentials file.
-final class DropboxDestinationTests: XCTestCase {
+final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
     var emulator: DropboxEmulatorClient!
     var work = ""
 
@@ -28,22 +28,6 @@ final class DropboxDestinationTests: XCTestCase {
 
     func destination(_ url: String = "dropbox:///Backups", options: DestinationOptions? = nil) throws -> DropboxDestination {
         try DropboxDestination.make(url: url, options: options ?? self.options())
-    }
-
-    func makeFile(_ name: String, bytes: Int) throws -> String {
-        let path = work + "/" + name
-        let random = FileHandle(forReadingAtPath: "/dev/urandom")!
-        defer { try? random.close() }
-        FileManager.default.createFile(atPath: path, contents: nil)
-        let out = FileHandle(forWritingAtPath: path)!
-        defer { try? out.close() }
-        var left = bytes
-        while left > 0 {
-            let piece = min(left, 1 << 20)
-            out.write(random.readData(ofLength: piece))
-            left -= piece
-        }
-        return path
     }
 
     /// Routes and statuses the emulator saw, in order.

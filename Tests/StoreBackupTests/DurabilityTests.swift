@@ -180,7 +180,8 @@ enum SyscallTrace {
             } else if body.hasPrefix("<... "), let start = pending.removeValue(forKey: pid),
                       let resumed = body.range(of: "resumed>") {
                 let rest = String(body[resumed.upperBound...])
-                guard let equals = rest.range(of: ") = ", options: .backwards) else { continue }
+                // strace pads a resumed call's result: `<... openat resumed>)             = 14`.
+                guard let equals = rest.range(of: #"\)\s+= "#, options: [.regularExpression, .backwards]) else { continue }
                 events.append(SyscallEvent(name: start.name, arguments: start.arguments + rest[..<equals.lowerBound],
                                            result: String(rest[equals.upperBound...])))
             } else if let open = body.firstIndex(of: "("), let equals = body.range(of: ") = ", options: .backwards) {

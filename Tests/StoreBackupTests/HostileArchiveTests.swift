@@ -37,7 +37,13 @@ final class HostileArchiveTests: XCTestCase {
         let made = try runTool("/usr/bin/env", ["python3", Self.builder, "build-all", built])
         XCTAssertEqual(made.status, 0, made.stderr)
         let cases = try FileManager.default.contentsOfDirectory(atPath: built).filter { $0.hasSuffix(".zip") }.sorted()
-        XCTAssertGreaterThanOrEqual(cases.count, 40, "the builder should know every class of attack: \(cases)")
+        // Exactly the cases the builder names, and as many as it is known to name: a case
+        // that disappears, or is not built, fails here instead of going untested.
+        let listed = try runTool("/usr/bin/env", ["python3", Self.builder, "list"])
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let names = listed.stdout.split(separator: "\n").map(String.init).sorted()
+        XCTAssertEqual(names.count, Self.caseCount, "the builder's cases changed: update caseCount with them: \(names)")
+        XCTAssertEqual(cases.map { String($0.dropLast(4)) }.sorted(), names, "every case the builder names is built, and only those")
         var peak = 0
         for (number, file) in cases.enumerated() {
             let label = String(file.dropLast(4))
@@ -49,6 +55,9 @@ final class HostileArchiveTests: XCTestCase {
         }
         print("hostile archives: \(cases.count) cases, peak RSS of restore \(peak) KiB")
     }
+
+    /// How many hostile cases the builder (Tests/Support/hostile_archives.py) makes.
+    static let caseCount = 45
 
     /// What each case's one error line must say (the others must only fail cleanly).
     static let expectedMessages: [String: String] = [

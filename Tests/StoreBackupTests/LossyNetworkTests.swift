@@ -39,6 +39,8 @@ final class LossyNetworkTests: XCTestCase {
         var arguments: (_ folder: String, _ proxyPort: Int?) throws -> [String]
         /// The local folder where the server keeps `folder`'s files, when it is on this machine.
         var localFolder: ((_ folder: String) -> String)?
+        /// What the server holds for `folder`, read on its side.
+        var contents: (_ folder: String) throws -> ServerContents
     }
 
     /// Quick retries, enough to heal the faults injected here.
@@ -47,7 +49,8 @@ final class LossyNetworkTests: XCTestCase {
     /// A backend of the destination contract, for the command line with quick retries.
     func target(_ backend: ContractBackend) -> Target {
         Target(label: backend.label, port: backend.port!, environment: backend.environment.merging(Self.retryEnvironment) { a, _ in a },
-               arguments: { folder, proxy in try backend.arguments(folder, "--to", proxy) }, localFolder: backend.localFolder)
+               arguments: { folder, proxy in try backend.arguments(folder, "--to", proxy) }, localFolder: backend.localFolder,
+               contents: backend.contents)
     }
 
     func s3Target(_ kind: String) throws -> Target { target(ContractBackend.s3(try servers.start(kind), work: work)) }
@@ -283,6 +286,12 @@ final class LossyNetworkTests: XCTestCase {
         let port: Int
         let logFile: String
         func log() throws -> String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
+        /// The faults that struck, one per log entry that has one.
+        func faults() throws -> [String] {
+            try log().split(separator: "\n").compactMap { line in
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["fault"] as? String
+            }
+        }
     }
 
     func startProxy(_ target: Target, rules: [[String: Any]], seed: Int = 1, tcp: Bool = false) throws -> Proxy {
@@ -308,12 +317,41 @@ final class LossyNetworkTests: XCTestCase {
         }
     }
 
-    /// A create through random faults ends honestly, whichever way.
-    func expectHonest(_ target: Target, _ what: String, seed: Int, rules: [[String: Any]], tcp: Bool = false) throws {
+    /// A create through random faults ends honestly, whichever way, judged on the server's
+    /// side: exit 0 leaves exactly the printed backup stored and nothing unfinished; exit 1
+    /// leaves no backup stored, only temporaries, which `prune` removes once they are old.
+    /// Returns how many faults struck (from the proxy's log), which must be some.
+    @discardableResult
+    func expectHonest(_ target: Target, _ what: String, seed: Int, rules: [[String: Any]], tcp: Bool = false) throws -> Int {
         let folder = nextFolder()
+        let label = "\(target.label), \(what)"
         let proxy = try startProxy(target, rules: rules, seed: seed, tcp: tcp)
         let created = try runStoreBackup(["create", store] + (try target.arguments(folder, proxy.port)), environment: target.environment)
-        try checkHonest(target, folder: folder, created, "\(target.label), \(what)")
+        let faults = try proxy.faults()
+        let log = try proxy.log()
+        XCTAssertFalse(faults.isEmpty, "\(label): no fault struck, the run tested nothing: \(log)")
+        print("LossyNetworkTests: \(label): exit \(created.status) after \(faults.count) faults: \(faults)")
+        try checkHonest(target, folder: folder, created, label)
+        let held = try target.contents(folder)
+        XCTAssertEqual(held.unfinished, [], "\(label): unfinished uploads left on the server")
+        if created.status == 0 {
+            let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            XCTAssertEqual(held.stored.keys.sorted(), [name], "\(label): the server holds exactly the new backup")
+        } else {
+            let kept = held.stored.keys.filter { !$0.hasPrefix(".storebackup-tmp-") }
+            XCTAssertEqual(kept, [], "\(label): a failed create left something other than a temporary on the server")
+            if !held.stored.isEmpty {
+                // Temporaries younger than a day may be an upload in progress: age them, then
+                // prune (straight to the server) must remove every one.
+                let local = try XCTUnwrap(target.localFolder?(folder), "\(label): temporaries where none can be made")
+                for name in held.stored.keys { try shell("touch -d '3 days ago' '\(local)/\(name)'") }
+                let pruned = try runStoreBackup(["prune", "--keep-last", "5", "--yes"] + (try target.arguments(folder, nil)),
+                                                environment: target.environment)
+                XCTAssertEqual(pruned.status, 0, "\(label): prune: \(pruned.stderr)")
+                XCTAssertEqual(try target.contents(folder).stored, [:], "\(label): prune removed what the failed create left")
+            }
+        }
+        return faults.count
     }
 
     /// Exit 0: exactly the printed backup is listed and verifies (checked directly, no proxy).
@@ -338,10 +376,5 @@ final class LossyNetworkTests: XCTestCase {
         let path = work + "/plan-\(UUID().uuidString.prefix(8)).json"
         try JSONSerialization.data(withJSONObject: ["seed": seed, "rules": rules]).write(to: URL(fileURLWithPath: path))
         return path
-    }
-
-    func shell(_ command: String) throws {
-        let result = try runTool("/bin/sh", ["-c", command])
-        XCTAssertEqual(result.status, 0, result.stderr)
     }
 }

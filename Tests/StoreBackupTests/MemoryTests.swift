@@ -21,13 +21,4 @@ final class MemoryTests: XCTestCase {
         XCTAssertLessThan(restoreRSS, Self.limitKiB, "restore peak RSS \(restoreRSS) KiB")
         XCTAssertEqual(try FileSystem.lstatInfo(work + "/Restored/.App_SUPPORT/big.bin").st_size, 335_544_320)
     }
-
-    private func shell(_ command: String) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
-        try process.run()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0)
-    }
 }

@@ -156,15 +156,6 @@ final class S3DestinationTests: XCTestCase {
         return path
     }
 
-    private func shell(_ command: String) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
-        try process.run()
-        process.waitUntilExit()
-        XCTAssertEqual(process.terminationStatus, 0)
-    }
-
     private func sha256(of path: String) throws -> String {
         SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: path), options: .alwaysMapped)).map { String(format: "%02x", $0) }.joined()
     }

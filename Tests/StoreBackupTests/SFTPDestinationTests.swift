@@ -3,7 +3,7 @@ import XCTest
 @testable import StoreBackup
 
 /// The SFTP destination against a real OpenSSH server (key auth only) on loopback.
-final class SFTPDestinationTests: XCTestCase {
+final class SFTPDestinationTests: XCTestCase, WorkFolderTest {
     var servers: TestServers!
     var server: [String: Any] = [:]
     var work = ""
@@ -38,14 +38,6 @@ final class SFTPDestinationTests: XCTestCase {
 
     func destination(_ folder: String = "backups", options: DestinationOptions? = nil) throws -> SFTPDestination {
         try SFTPDestination.make(url: url(folder), options: options ?? self.options())
-    }
-
-    func makeFile(_ name: String, bytes: Int) throws -> String {
-        let path = work + "/" + name
-        let random = FileHandle(forReadingAtPath: "/dev/urandom")!
-        defer { try? random.close() }
-        try random.readData(ofLength: bytes).write(to: URL(fileURLWithPath: path))
-        return path
     }
 
     func leftovers(in folder: String) -> [String] {
@@ -117,7 +109,7 @@ final class SFTPDestinationTests: XCTestCase {
 
     func testAKeyTheServerDoesNotKnowIsAClearError() async throws {
         let wrongKey = work + "/other_key"
-        try run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", wrongKey])
+        try runChecked("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", wrongKey])
         let destination = try destination(options: options(key: wrongKey))
         do {
             _ = try await destination.listBackups()
@@ -148,7 +140,7 @@ final class SFTPDestinationTests: XCTestCase {
 
     func testAChangedHostKeyIsRefused() async throws {
         let otherHostKey = work + "/other_host_key"
-        try run("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherHostKey])
+        try runChecked("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherHostKey])
         let publicKey = try String(contentsOfFile: otherHostKey + ".pub", encoding: .utf8).split(separator: " ").prefix(2).joined(separator: " ")
         let mismatched = work + "/known_hosts_changed"
         try "[127.0.0.1]:\(port) \(publicKey)\n".write(toFile: mismatched, atomically: false, encoding: .utf8)
@@ -188,19 +180,5 @@ final class SFTPDestinationTests: XCTestCase {
         XCTAssertEqual(root.folder, "/")
         XCTAssertEqual(root.port, 22)
         XCTAssertEqual(root.displayName, "sftp://alice@example.org/")
-    }
-
-    // MARK: helpers
-
-    func run(_ executable: String, _ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw XCTSkip("\(executable) failed") }
     }
 }

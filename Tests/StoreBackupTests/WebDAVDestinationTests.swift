@@ -3,7 +3,7 @@ import XCTest
 @testable import StoreBackup
 
 /// The WebDAV destination against a real Apache mod_dav server with basic auth on loopback.
-final class WebDAVDestinationTests: XCTestCase {
+final class WebDAVDestinationTests: XCTestCase, WorkFolderTest {
     var servers: TestServers!
     var server: [String: Any] = [:]
     var work = ""
@@ -41,14 +41,6 @@ final class WebDAVDestinationTests: XCTestCase {
 
     func destination(_ folder: String = "backups", options: DestinationOptions? = nil) throws -> WebDAVDestination {
         try WebDAVDestination.make(url: url(folder), options: options ?? self.options())
-    }
-
-    func makeFile(_ name: String, bytes: Int) throws -> String {
-        let path = work + "/" + name
-        let random = FileHandle(forReadingAtPath: "/dev/urandom")!
-        defer { try? random.close() }
-        try random.readData(ofLength: bytes).write(to: URL(fileURLWithPath: path))
-        return path
     }
 
     // MARK: refusals
@@ -113,7 +105,7 @@ final class WebDAVDestinationTests: XCTestCase {
     /// A TLS server whose self-signed certificate nobody trusts.
     func testUntrustedCertificateIsAClearErrorWithTheCAFileHint() async throws {
         let certificate = work + "/cert.pem", key = work + "/key.pem"
-        try run("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
+        try runChecked("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
                                      "-days", "1", "-subj", "/CN=127.0.0.1"])
         let tlsPort = try Self.unusedPort()
         let tls = Process()
@@ -203,17 +195,6 @@ final class WebDAVDestinationTests: XCTestCase {
         return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
         }
-    }
-
-    func run(_ executable: String, _ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.standardOutput = FileHandle(forWritingAtPath: "/dev/null")
-        process.standardError = FileHandle(forWritingAtPath: "/dev/null")
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else { throw XCTSkip("\(executable) failed") }
     }
 }
 

@@ -38,6 +38,9 @@ struct Extractor {
     /// store's bytes) is also fsynced on a thread of its own as soon as it is written, so
     /// the final sync has only the other files left.
     var syncTree: (@Sendable (String) throws -> Void)? = nil
+    /// Called once each file is written and checked: extract's test pause point, where a
+    /// test cancels it part-way. nil for restore and verify.
+    var fileWritten: (@Sendable () -> Void)? = nil
     /// How many databases may wait for their read-back SHA-256 (``DeferredDigest``) at
     /// once: each keeps its file open, and a server's store may hold thousands of databases.
     var pendingDigestLimit = 32
@@ -434,6 +437,7 @@ struct Extractor {
         var times = [timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
                      timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0)]
         guard futimens(fd, &times) == 0 else { throw StoreBackupError.io(path: path, operation: "set time", errno: errno) }
+        fileWritten?()
     }
 
     private static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {

@@ -8,7 +8,8 @@ import Foundation
 /// stays out of the public API (`import StoreBackup` alone does not see it).
 @_spi(Testing) public enum TestHooks {
     /// Called at each named step of create and restore ("create-locked", "extracting",
-    /// "between-renames", …) with the step's name, so a test can stop the process there
+    /// "between-renames", …) and after each file extract writes ("extract-file-written"),
+    /// with the step's name, so a test can stop the process there
     /// (and kill it). nil in normal use: reaching a step then costs one check.
     public static var pausePoint: (@Sendable (String) -> Void)? {
         get { state.withLock { $0.pausePoint } }

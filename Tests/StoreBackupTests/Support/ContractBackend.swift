@@ -19,6 +19,8 @@ struct ContractBackend {
     /// Where the server keeps `folder`'s files, when they are visible from here and a failed
     /// upload can leave a temporary there (not S3, not Dropbox).
     let localFolder: ((_ folder: String) -> String)?
+    /// What the server holds for `folder`, read on its side (see `ServerContents`).
+    let contents: (_ folder: String) throws -> ServerContents
     /// The command line's destination arguments for `folder` after `flag` (`--to`, `--from`),
     /// through the proxy on `proxyPort` when given.
     let arguments: (_ folder: String, _ flag: String, _ proxyPort: Int?) throws -> [String]
@@ -40,12 +42,27 @@ struct ContractBackend {
                                make: { folder, _, _ in try DestinationResolver.resolve(root + "/" + folder) },
                                putForeign: { folder, path in try writeFile(root + "/" + folder + "/" + path) },
                                localFolder: { root + "/" + $0 },
+                               contents: { ServerContents(stored: try ServerContents.files(under: root + "/" + $0)) },
                                arguments: { folder, flag, _ in [flag, root + "/" + folder] })
     }
 
     static func s3(_ server: [String: Any], work: String) -> ContractBackend {
         let port = server["port"] as! Int
         let raw = S3RawRequest(server: server)
+        // rclone keeps the bucket in a plain folder; moto keeps it in memory, so its view is
+        // its own ListObjectsV2 and GET, made by curl.
+        let backing = (server["data_dir"] as? String).map { $0 + "/" + raw.bucket }
+        func contents(_ folder: String) throws -> ServerContents {
+            var view = ServerContents(unfinished: Set(try raw.multipartUploads(prefix: folder + "/")))
+            if let backing {
+                view.stored = try ServerContents.files(under: backing + "/" + folder)
+            } else {
+                for key in try raw.objectKeys(prefix: folder + "/") {
+                    view.stored[String(key.dropFirst(folder.count + 1))] = ServerContents.sha256(try raw.get(key))
+                }
+            }
+            return view
+        }
         let environment = ["AWS_ACCESS_KEY_ID": raw.accessKey, "AWS_SECRET_ACCESS_KEY": raw.secretKey,
                            "AWS_REGION": "us-east-1", "HOME": work]
         return ContractBackend(
@@ -56,6 +73,7 @@ struct ContractBackend {
             },
             putForeign: { folder, path in try raw.put(folder + "/" + path, Data("not a backup".utf8)) },
             localFolder: nil,   // S3 has no temporaries; unfinished multipart uploads are checked apart
+            contents: contents,
             arguments: { folder, flag, proxy in [flag, "s3://\(raw.bucket)/\(folder)", "--s3-endpoint", "http://127.0.0.1:\(proxy ?? port)"] },
             environment: environment, secrets: [raw.secretKey])
     }
@@ -73,6 +91,7 @@ struct ContractBackend {
             },
             putForeign: { folder, path in try writeFile(data + "/" + folder + "/" + path) },
             localFolder: { data + "/" + $0 },
+            contents: { ServerContents(stored: try ServerContents.files(under: data + "/" + $0)) },
             arguments: { folder, flag, proxy in [flag, "webdav://127.0.0.1:\(proxy ?? port)/dav/\(folder)"] },
             environment: environment, secrets: [server["password"] as! String])
     }
@@ -100,6 +119,7 @@ struct ContractBackend {
             },
             putForeign: { folder, path in try writeFile(data + "/" + folder + "/" + path) },
             localFolder: { data + "/" + $0 },
+            contents: { ServerContents(stored: try ServerContents.files(under: data + "/" + $0)) },
             arguments: { folder, flag, proxy in
                 [flag, "sftp://\(user)@127.0.0.1:\(proxy ?? port)\(data)/\(folder)", "--ssh-key", key, "--known-hosts", try knownHostsFile(proxy ?? port)]
             },
@@ -123,6 +143,17 @@ struct ContractBackend {
             },
             putForeign: { folder, path in try emulator.put("/\(folder)/\(path)", Data("not a backup".utf8), token: emulator.accessToken) },
             localFolder: nil,   // an upload session is no file
+            contents: { folder in
+                let state = try emulator.control("files?sha256=1", method: "GET")
+                let prefix = "/" + folder.lowercased() + "/"
+                var view = ServerContents(unfinished: Set((state["upload_sessions"] as? [String: Any] ?? [:]).keys))
+                for entry in state["entries"] as? [[String: Any]] ?? [] where entry[".tag"] as? String == "file" {
+                    guard let lower = entry["path_lower"] as? String, lower.hasPrefix(prefix),
+                          let display = entry["path_display"] as? String, let sha = entry["sha256"] as? String else { continue }
+                    view.stored[String(display.dropFirst(prefix.count))] = sha
+                }
+                return view
+            },
             arguments: { folder, flag, _ in [flag, "dropbox:///\(folder)"] },
             environment: emulator.environment(home: work, token: emulator.accessToken), secrets: [emulator.accessToken])
     }
@@ -134,10 +165,13 @@ struct ContractBackend {
         chmod(path, 0o666)
     }
 
-    /// Temporaries (`.storebackup-…`) in `folder`, where the storage is visible from here.
-    func temporaries(_ folder: String) -> [String] {
-        guard let local = localFolder?(folder) else { return [] }
-        return ((try? FileManager.default.contentsOfDirectory(atPath: local)) ?? []).filter { $0.hasPrefix(".storebackup-") }
+    /// Checks, on the server's side, that `folder` holds exactly `expected` (relative path
+    /// to SHA-256) and that no upload started since `before` was left unfinished.
+    func assertHolds(_ expected: [String: String], in folder: String, unfinishedBefore before: Set<String> = [],
+                     _ message: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let now = try contents(folder)
+        XCTAssertEqual(now.stored, expected, "[\(label)] \(message): what the server holds", file: file, line: line)
+        XCTAssertEqual(now.unfinished.subtracting(before), [], "[\(label)] \(message): unfinished uploads left", file: file, line: line)
     }
 }
 

@@ -46,7 +46,40 @@ struct S3RawRequest {
         let answer = try send("GET", "?prefix=\(Self.encode(prefix, keepingSlashes: false))&uploads=")
         if answer.status == 404 && answer.body.contains("NoSuchUpload") { return [] }
         XCTAssertEqual(answer.status, 200, answer.body)
-        return answer.body.components(separatedBy: "<Key>").dropFirst().compactMap { $0.components(separatedBy: "</Key>").first }
+        return Self.elements("Key", in: answer.body)
+    }
+
+    /// Keys of every object under `prefix` (ListObjectsV2, followed to its last page).
+    func objectKeys(prefix: String) throws -> [String] {
+        var keys: [String] = []
+        var token: String?
+        repeat {
+            let continuation = token.map { "continuation-token=\(Self.encode($0, keepingSlashes: false))&" } ?? ""
+            let answer = try send("GET", "?\(continuation)list-type=2&prefix=\(Self.encode(prefix, keepingSlashes: false))")
+            XCTAssertEqual(answer.status, 200, answer.body)
+            keys += Self.elements("Key", in: answer.body)
+            token = Self.elements("IsTruncated", in: answer.body).first == "true" ? Self.elements("NextContinuationToken", in: answer.body).first : nil
+        } while token != nil
+        return keys
+    }
+
+    /// The object `key`'s bytes, as the server sends them.
+    func get(_ key: String) throws -> Data {
+        let file = NSTemporaryDirectory() + "s3raw-\(UUID().uuidString)"
+        defer { unlink(file) }
+        let result = try runTool("/usr/bin/curl", ["-sS", "-f", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                                                   "-o", file, endpoint + "/" + bucket + "/" + Self.encode(key)],
+                                 stdin: "user = \"\(accessKey):\(secretKey)\"\n")
+        XCTAssertEqual(result.status, 0, "GET \(key): \(result.stderr)")
+        return try Data(contentsOf: URL(fileURLWithPath: file))
+    }
+
+    /// The texts of the XML elements named `name`, unescaped.
+    static func elements(_ name: String, in xml: String) -> [String] {
+        xml.components(separatedBy: "<\(name)>").dropFirst().compactMap { $0.components(separatedBy: "</\(name)>").first }.map {
+            $0.replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">").replacingOccurrences(of: "&quot;", with: "\"")
+                .replacingOccurrences(of: "&apos;", with: "'").replacingOccurrences(of: "&#39;", with: "'").replacingOccurrences(of: "&amp;", with: "&")
+        }
     }
 
     /// Starts a multipart upload of `key` and leaves it unfinished.

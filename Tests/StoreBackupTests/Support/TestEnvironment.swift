@@ -144,5 +144,41 @@ final class BackgroundCommand {
         process.waitUntilExit()
     }
 
+    /// Stops the process where it is (SIGSTOP) and waits until the kernel says it is
+    /// stopped, so what is read next is the state a kill now would interrupt. False when it
+    /// had already ended.
+    func freeze() -> Bool {
+        let pid = process.processIdentifier
+        guard kill(pid, SIGSTOP) == 0 else { return false }
+        while true {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return false }
+            let state = stat[stat.index(close, offsetBy: 2)]
+            if state == "T" || state == "t" { return true }
+            if state == "Z" || state == "X" { return false }
+            usleep(100)
+        }
+    }
+
+    /// Appends what stderr holds now to `stderrSoFar`, without waiting for more.
+    func readAvailableStderr() {
+        let fd = errorPipe.fileHandleForReading.fileDescriptor
+        let flags = fcntl(fd, F_GETFL)
+        _ = fcntl(fd, F_SETFL, flags | O_NONBLOCK)
+        defer { _ = fcntl(fd, F_SETFL, flags) }
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let got = read(fd, &buffer, buffer.count)
+            if got <= 0 { break }
+            buffered += String(decoding: buffer[0..<got], as: UTF8.self)
+        }
+    }
+
+    /// Bytes the process has written so far (`wchar` in /proc/PID/io); nil once it is gone.
+    var bytesWritten: Int? {
+        guard let io = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/io", encoding: .utf8) else { return nil }
+        return io.split(separator: "\n").first { $0.hasPrefix("wchar:") }.flatMap { Int($0.dropFirst(6).trimmingCharacters(in: .whitespaces)) }
+    }
+
     var stderrSoFar: String { buffered }
 }

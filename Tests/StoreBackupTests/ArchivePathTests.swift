@@ -1,0 +1,41 @@
+import Foundation
+import XCTest
+@testable import StoreBackup
+
+final class ArchivePathTests: XCTestCase {
+    func testUnsafePathsAreRecognised() {
+        for path in ["a/b.txt", ".hidden/x", "a/.b/c"] { XCTAssertTrue(ArchiveReader.isSafeRelativePath(path), path) }
+        for path in ["...", "a/...", "a/.b.", "..a", "é/ü"] { XCTAssertTrue(ArchiveReader.isSafeRelativePath(path), path) }
+        for path in ["", "/abs", "../x", "a/../../x", "a//b", "./a", "a\\b", "a/..", "x\0y", "a/", ".", "..", "a/./b"] {
+            XCTAssertFalse(ArchiveReader.isSafeRelativePath(path), path)
+        }
+    }
+
+    func testLinksMustStayInside() {
+        XCTAssertTrue(ArchiveReader.isContainedLink(linkPath: "a/link", target: "../notes.txt"))
+        XCTAssertTrue(ArchiveReader.isContainedLink(linkPath: "link", target: "sub/file"))
+        XCTAssertFalse(ArchiveReader.isContainedLink(linkPath: "a/link", target: "../../etc/passwd"))
+        XCTAssertFalse(ArchiveReader.isContainedLink(linkPath: "link", target: "/etc/passwd"))
+        XCTAssertFalse(ArchiveReader.isContainedLink(linkPath: "link", target: ".."))
+    }
+
+    func testExtendedTimestampRoundTrips() {
+        XCTAssertEqual(ZipTimestamp.decode(ZipTimestamp.encode(modificationTime: 1_600_000_001)), 1_600_000_001)
+        XCTAssertNil(ZipTimestamp.decode([0x00, 1, 2, 3, 4]))
+    }
+
+    func testCompressionLevelsParse() {
+        XCTAssertEqual(CompressionLevel.parse("fast"), 1)
+        XCTAssertEqual(CompressionLevel.parse("best"), 9)
+        XCTAssertEqual(CompressionLevel.parse("0"), 0)
+        XCTAssertNil(CompressionLevel.parse("10"))
+        XCTAssertNil(CompressionLevel.parse("quick"))
+    }
+
+    func testDestinationResolution() throws {
+        XCTAssertEqual((try DestinationResolver.resolve("file:///var/backups") as? LocalFolderDestination)?.folder, "/var/backups")
+        XCTAssertEqual(DestinationResolver.defaultFolder(environment: ["XDG_DATA_HOME": "/x", "HOME": "/h"]), "/x/storebackup/backups")
+        XCTAssertEqual(DestinationResolver.defaultFolder(environment: ["HOME": "/h"]), "/h/.local/share/storebackup/backups")
+        XCTAssertThrowsError(try DestinationResolver.resolve("ftp://host/x"))
+    }
+}
