@@ -28,12 +28,7 @@ final class LiveBackupTests: XCTestCase {
 
     /// The same beside a rollback-journal writer (journal_mode=DELETE, no WAL): create may
     /// make it wait, but within its busy timeout, and it keeps committing.
-    ///
-    /// Not run yet (no `test` prefix): create itself fails beside this writer, "SQLite error
-    /// on …/App.sqlite during read journal mode: database is locked" (the snapshot's
-    /// connection has no busy timeout). Rename it to `testCreateBesideARollbackJournalWriter`
-    /// with the fix.
-    func pendingTestCreateBesideARollbackJournalWriter() throws {
+    func testCreateBesideARollbackJournalWriter() throws {
         try backUpWhileWriting(environment: [:], expectedMethods: ["shared-lock", "backup-api-copy"],
                                writer: ["synchronous=FULL", "busy_timeout=5000"], rollbackJournal: true)
     }

@@ -47,9 +47,12 @@ final class DatabaseSnapshot: @unchecked Sendable {
         self.path = path
         self.relativePath = relativePath
         let connection = try Self.openForSnapshot(path: path)
-        connection.setBusyTimeout(milliseconds: 200)
+        // A rollback-journal writer holds its lock through each commit's fsyncs and takes it
+        // again at once: reading the journal mode, and the shared lock below, must find a gap.
+        connection.setEagerBusyRetry(milliseconds: 5000)
         let mode = try connection.scalar("PRAGMA journal_mode", operation: "read journal mode").lowercased()
         journalMode = mode
+        if mode == "wal" { connection.setBusyTimeout(milliseconds: 200) }
 
         let forced = TestHooks.snapshotMethod
         var chosen: Method?
