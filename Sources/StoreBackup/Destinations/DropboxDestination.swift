@@ -12,9 +12,11 @@ import Foundation
 /// (`start`, `append_v2`, `finish`) in chunks streamed from the file. Either way the
 /// commit uses mode `add` without autorename, so an existing backup is never replaced,
 /// and the content hash Dropbox reports is compared with one computed here.
-public struct DropboxDestination: BackupDestination {
+struct DropboxDestination: BlockingDestination {
+    let threadName = "storebackup-dropbox"
+
     /// The folder's path segments, decoded.
-    public let folder: [String]
+    let folder: [String]
     let apiURL: String
     let contentURL: String
     let tokens: DropboxTokenSource
@@ -23,13 +25,13 @@ public struct DropboxDestination: BackupDestination {
     /// Dropbox wants multiples of 4 MiB; tests lower it to exercise several chunks.
     var chunkSize: Int64 = 8 << 20
 
-    public static let defaultAPIURL = "https://api.dropboxapi.com"
-    public static let defaultContentURL = "https://content.dropboxapi.com"
+    static let defaultAPIURL = "https://api.dropboxapi.com"
+    static let defaultContentURL = "https://content.dropboxapi.com"
     /// Offset corrections one upload accepts before giving up (each one is a server
     /// telling us it has a different amount of data than we think).
     static let maximumOffsetCorrections = 20
 
-    public static func make(url: String, options: DestinationOptions) throws -> DropboxDestination {
+    static func make(url: String, options: DestinationOptions) throws -> DropboxDestination {
         let folder = try parse(url)
         let environment = options.environment
         let apiURL = try host(environment["STOREBACKUP_DROPBOX_API_URL"], default: defaultAPIURL, name: "STOREBACKUP_DROPBOX_API_URL")
@@ -75,7 +77,7 @@ public struct DropboxDestination: BackupDestination {
 
     static func displayName(of folder: [String]) -> String { "dropbox:///" + folder.joined(separator: "/") }
 
-    public var displayName: String { Self.displayName(of: folder) }
+    var displayName: String { Self.displayName(of: folder) }
 
     /// Dropbox's spelling of the folder: "" for the top, else "/A/B".
     var folderPath: String { folder.isEmpty ? "" : "/" + folder.joined(separator: "/") }
@@ -83,14 +85,12 @@ public struct DropboxDestination: BackupDestination {
 
     // MARK: list
 
-    public func listBackups() async throws -> [BackupListing] {
-        try await runBlocking(name: "storebackup-dropbox-list") { cancel in
-            // A cursor Dropbox declares stale (`reset`) means starting the listing over.
-            for _ in 1...3 {
-                if let listings = try listOnce(cancel: cancel) { return listings }
-            }
-            throw StoreBackupError.destination(destination: displayName, reason: "the listing kept being reset by Dropbox; try again later")
+    func listBackups(cancel: CancellationFlag) throws -> [BackupListing] {
+        // A cursor Dropbox declares stale (`reset`) means starting the listing over.
+        for _ in 1...3 {
+            if let listings = try listOnce(cancel: cancel) { return listings }
         }
+        throw StoreBackupError.destination(destination: displayName, reason: "the listing kept being reset by Dropbox; try again later")
     }
 
     /// Every page of one listing; nil when Dropbox reset the cursor on the way.
@@ -123,25 +123,23 @@ public struct DropboxDestination: BackupDestination {
     /// No temporary name is needed: a file appears in Dropbox only when `/upload`
     /// completes or `upload_session/finish` commits, whole, and mode `add` without
     /// autorename makes that commit fail rather than replace an existing backup.
-    public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
+    func upload(file: String, as name: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
         let size = Int64(try FileSystem.lstatInfo(file).st_size)
-        try await runBlocking(name: "storebackup-dropbox-upload") { cancel in
-            try createFolder(cancel: cancel)
-            let result = size <= chunkSize
-                ? try uploadWhole(file: file, size: size, name: name, cancel: cancel, progress: progress)
-                : try DropboxUploadSession(destination: self, file: file, size: size, name: name, cancel: cancel, progress: progress).run()
-            let remoteHash = DropboxAPI.object(result.metadata)?["content_hash"] as? String
-            guard remoteHash == result.localHash else {
-                // Never leave a backup whose bytes differ from the archive we made.
-                _ = try? rpc("files/delete_v2", ["path": path(of: name)], label: displayName, cancel: nil)
-                throw StoreBackupError.transferFailed(
-                    .transient, label: displayName,
-                    "the uploaded \"\(name)\" does not match the local archive (Dropbox content hash "
-                        + "\(remoteHash ?? "missing"), expected \(result.localHash)); the upload was removed, trying again")
-            }
-            progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
+        try createFolder(cancel: cancel)
+        let result = size <= chunkSize
+            ? try uploadWhole(file: file, size: size, name: name, cancel: cancel, progress: progress)
+            : try DropboxUploadSession(destination: self, file: file, size: size, name: name, cancel: cancel, progress: progress).run()
+        let remoteHash = DropboxAPI.object(result.metadata)?["content_hash"] as? String
+        guard remoteHash == result.localHash else {
+            // Never leave a backup whose bytes differ from the archive we made.
+            _ = try? rpc("files/delete_v2", ["path": path(of: name)], label: displayName, cancel: nil)
+            throw StoreBackupError.transferFailed(
+                .transient, label: displayName,
+                "the uploaded \"\(name)\" does not match the local archive (Dropbox content hash "
+                    + "\(remoteHash ?? "missing"), expected \(result.localHash)); the upload was removed, trying again")
         }
+        progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
     }
 
     /// What a committed upload returned, and the hash the file should have.
@@ -152,12 +150,12 @@ public struct DropboxDestination: BackupDestination {
 
     /// Creates the backup folder when missing (or lists the root): Dropbox answers, the
     /// token is accepted, and the app may write there, before `create` starts archiving.
-    public func preflight() async throws {
+    func preflight(cancel: CancellationFlag) throws {
         if folder.isEmpty {
-            _ = try await listBackups()
+            _ = try listBackups(cancel: cancel)
             return
         }
-        try await runBlocking(name: "storebackup-dropbox-preflight") { cancel in try createFolder(cancel: cancel) }
+        try createFolder(cancel: cancel)
     }
 
     /// Creates the backup folder ("the client folder") if it is not there yet.
@@ -221,43 +219,39 @@ public struct DropboxDestination: BackupDestination {
 
     /// `/2/files/download` into `file`; a partial file left by an earlier attempt is
     /// continued with a `Range` request.
-    public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
+    func download(_ name: String, to file: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
-        try await runBlocking(name: "storebackup-dropbox-download") { cancel in
-            let label = "\(displayName)/\(name)"
-            let argument = DropboxAPI.json(["path": path(of: name)])
-            let response = try send(label: label, cancel: cancel, progress: { _, received in
-                progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
-            }) { token in
-                var request = TransferRequest(method: "POST", url: contentURL + "/2/files/download", label: label)
-                request.credentials = .bearer(token: token)
-                request.headers.append(("Dropbox-API-Arg", argument))
-                // An empty value removes libcurl's default form Content-Type: downloads have no body.
-                request.headers.append(("Content-Type", ""))
-                request.sink = .file(path: file, offset: 0)
-                return RetryingTransport.resumed(request)
-            }
-            if response.status == 409, DropboxRouteError(response.body)?.has("not_found") == true {
-                throw StoreBackupError.backupNotFound(name: name, destination: displayName)
-            }
-            if response.status == 416, let total = ContentRange.completeLength(of: response),
-               (try? FileSystem.lstatInfo(file).st_size).map(Int64.init) == total {
-                return  // an earlier attempt already got every byte
-            }
-            if response.status == 206 { return }  // the rest of a partial file
-            try check(response, context: "download \(name)")
+        let label = "\(displayName)/\(name)"
+        let argument = DropboxAPI.json(["path": path(of: name)])
+        let response = try send(label: label, cancel: cancel, progress: { _, received in
+            progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
+        }) { token in
+            var request = TransferRequest(method: "POST", url: contentURL + "/2/files/download", label: label)
+            request.credentials = .bearer(token: token)
+            request.headers.append(("Dropbox-API-Arg", argument))
+            // An empty value removes libcurl's default form Content-Type: downloads have no body.
+            request.headers.append(("Content-Type", ""))
+            request.sink = .file(path: file, offset: 0)
+            return RetryingTransport.resumed(request)
         }
+        if response.status == 409, DropboxRouteError(response.body)?.has("not_found") == true {
+            throw StoreBackupError.backupNotFound(name: name, destination: displayName)
+        }
+        if response.status == 416, let total = ContentRange.completeLength(of: response),
+           (try? FileSystem.lstatInfo(file).st_size).map(Int64.init) == total {
+            return  // an earlier attempt already got every byte
+        }
+        if response.status == 206 { return }  // the rest of a partial file
+        try check(response, context: "download \(name)")
     }
 
-    public func delete(_ name: String) async throws {
+    func delete(_ name: String, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
-        try await runBlocking(name: "storebackup-dropbox-delete") { cancel in
-            let response = try rpc("files/delete_v2", ["path": path(of: name)], label: "\(displayName)/\(name)", cancel: cancel)
-            if response.status == 409, DropboxRouteError(response.body)?.has("not_found") == true {
-                throw StoreBackupError.backupNotFound(name: name, destination: displayName)
-            }
-            try check(response, context: "delete \(name)")
+        let response = try rpc("files/delete_v2", ["path": path(of: name)], label: "\(displayName)/\(name)", cancel: cancel)
+        if response.status == 409, DropboxRouteError(response.body)?.has("not_found") == true {
+            throw StoreBackupError.backupNotFound(name: name, destination: displayName)
         }
+        try check(response, context: "delete \(name)")
     }
 
     // MARK: requests

@@ -9,11 +9,13 @@ import Foundation
 /// another service, addressed path-style. Large archives go up as a multipart upload,
 /// parts streamed from the file by a few threads (memory stays small); a failed upload is
 /// aborted, and an object only exists, and so is only listed, once it is complete.
-public struct S3Destination: BackupDestination {
+struct S3Destination: BlockingDestination {
+    let threadName = "storebackup-s3"
+
     /// The bucket, from `s3://BUCKET/PREFIX`.
-    public let bucket: String
+    let bucket: String
     /// The key prefix (a "folder"), without slashes at either end; may be empty.
-    public let prefix: String
+    let prefix: String
     let endpoint: String
     let region: String
     let accessKey: String
@@ -30,7 +32,7 @@ public struct S3Destination: BackupDestination {
     static let partConcurrency = 4
 
     /// Parses `s3://BUCKET/PREFIX` and reads the credentials and region as ``DestinationOptions`` describes.
-    public static func make(url: String, options: DestinationOptions) throws -> S3Destination {
+    static func make(url: String, options: DestinationOptions) throws -> S3Destination {
         guard let components = URLComponents(string: url), components.scheme == "s3",
               let bucket = components.host, !bucket.isEmpty else {
             throw StoreBackupError.invalidDestination(url: url, reason: "expected s3://BUCKET/PREFIX")
@@ -54,7 +56,7 @@ public struct S3Destination: BackupDestination {
             objectLock: options.objectLock)
     }
 
-    public var displayName: String { "s3://\(bucket)" + (prefix.isEmpty ? "" : "/\(prefix)") }
+    var displayName: String { "s3://\(bucket)" + (prefix.isEmpty ? "" : "/\(prefix)") }
 
     private func key(_ name: String) -> String { prefix.isEmpty ? name : prefix + "/" + name }
 
@@ -80,48 +82,44 @@ public struct S3Destination: BackupDestination {
 
     // MARK: list
 
-    public func listBackups() async throws -> [BackupListing] {
-        try await runBlocking(name: "storebackup-s3-list") { cancel in
-            var listings: [BackupListing] = []
-            var token: String?
-            let listPrefix = prefix.isEmpty ? "" : prefix + "/"
-            repeat {
-                var query = [("list-type", "2"), ("prefix", listPrefix), ("delimiter", "/")]
-                if let token { query.append(("continuation-token", token)) }
-                let response = try perform(request("GET", url(query: query), label: displayName), cancel: cancel)
-                try check(response, expecting: [200], context: "list")
-                let root = try XMLElement.parse(response.body)
-                for object in root.all("Contents") {
-                    guard let key = object.value("Key"), key.hasPrefix(listPrefix) else { continue }
-                    let name = String(key.dropFirst(listPrefix.count))
-                    guard BackupName.isBackup(name), !name.contains("/") else { continue }
-                    let modified = object.value("LastModified").flatMap(HTTPDates.iso8601)
-                    listings.append(BackupListing(
-                        name: name, size: Int64(object.value("Size") ?? "") ?? 0,
-                        date: BackupName.date(of: name) ?? modified ?? Date(timeIntervalSince1970: 0), modified: modified))
-                }
-                token = root.value("IsTruncated") == "true" ? root.value("NextContinuationToken") : nil
-            } while token != nil
-            return listings
-        }
+    func listBackups(cancel: CancellationFlag) throws -> [BackupListing] {
+        var listings: [BackupListing] = []
+        var token: String?
+        let listPrefix = prefix.isEmpty ? "" : prefix + "/"
+        repeat {
+            var query = [("list-type", "2"), ("prefix", listPrefix), ("delimiter", "/")]
+            if let token { query.append(("continuation-token", token)) }
+            let response = try perform(request("GET", url(query: query), label: displayName), cancel: cancel)
+            try check(response, expecting: [200], context: "list")
+            let root = try XMLElement.parse(response.body)
+            for object in root.all("Contents") {
+                guard let key = object.value("Key"), key.hasPrefix(listPrefix) else { continue }
+                let name = String(key.dropFirst(listPrefix.count))
+                guard BackupName.isBackup(name), !name.contains("/") else { continue }
+                let modified = object.value("LastModified").flatMap(HTTPDates.iso8601)
+                listings.append(BackupListing(
+                    name: name, size: Int64(object.value("Size") ?? "") ?? 0,
+                    date: BackupName.date(of: name) ?? modified ?? Date(timeIntervalSince1970: 0), modified: modified))
+            }
+            token = root.value("IsTruncated") == "true" ? root.value("NextContinuationToken") : nil
+        } while token != nil
+        return listings
     }
 
     // MARK: upload
 
-    public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
+    func upload(file: String, as name: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
         let size = Int64(try FileSystem.lstatInfo(file).st_size)
-        try await runBlocking(name: "storebackup-s3-upload") { cancel in
-            if let existing = try head(key: key(name), cancel: cancel) {
-                // An earlier attempt whose answer was lost may have published exactly this file.
-                if try existing.matches(file: file, size: size, partSize: partSize(for: size)) { return }
-                throw StoreBackupError.backupExists(name: name, destination: displayName)
-            }
-            if size <= Self.multipartThreshold {
-                try putWhole(file: file, size: size, name: name, cancel: cancel, progress: progress)
-            } else {
-                try MultipartUpload(destination: self, key: key(name), file: file, size: size, cancel: cancel, progress: progress).run()
-            }
+        if let existing = try head(key: key(name), cancel: cancel) {
+            // An earlier attempt whose answer was lost may have published exactly this file.
+            if try existing.matches(file: file, size: size, partSize: partSize(for: size)) { return }
+            throw StoreBackupError.backupExists(name: name, destination: displayName)
+        }
+        if size <= Self.multipartThreshold {
+            try putWhole(file: file, size: size, name: name, cancel: cancel, progress: progress)
+        } else {
+            try MultipartUpload(destination: self, key: key(name), file: file, size: size, cancel: cancel, progress: progress).run()
         }
     }
 
@@ -376,57 +374,51 @@ public struct S3Destination: BackupDestination {
 
     /// Multipart uploads under the prefix started more than `age` seconds ago and never
     /// completed or aborted (their abort failed too, or the process died).
-    public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {
-        try await runBlocking(name: "storebackup-s3-uploads") { cancel in
-            let listPrefix = prefix.isEmpty ? "" : prefix + "/"
-            let cutoff = Date().addingTimeInterval(-age)
-            var found: [StaleUpload] = []
-            var markers: [(String, String)] = []
-            repeat {
-                let response = try perform(
-                    request("GET", url(query: [("prefix", listPrefix), ("uploads", "")] + markers), label: displayName), cancel: cancel)
-                // Some servers (rclone's) answer 404 NoSuchUpload when there are none, and
-                // some do not implement the listing (501): either way there is nothing to clean.
-                if response.status == 501 { return found }
-                if response.status == 404, (try? XMLElement.parse(response.body))?.value("Code") == "NoSuchUpload" { return found }
-                try check(response, expecting: [200], context: "list uploads")
-                let root = try XMLElement.parse(response.body)
-                for upload in root.all("Upload") {
-                    guard let key = upload.value("Key"), key.hasPrefix(listPrefix) else { continue }
-                    let started = upload.value("Initiated").flatMap(HTTPDates.iso8601)
-                    if age > 0, let started, started > cutoff { continue }
-                    found.append(StaleUpload(name: String(key.dropFirst(listPrefix.count)), started: started, identifier: upload.value("UploadId")))
-                }
-                markers = []
-                if root.value("IsTruncated") == "true", let key = root.value("NextKeyMarker") {
-                    markers = [("key-marker", key), ("upload-id-marker", root.value("NextUploadIdMarker") ?? "")]
-                }
-            } while !markers.isEmpty
-            return found
-        }
+    func staleUploads(olderThan age: Double, cancel: CancellationFlag) throws -> [StaleUpload] {
+        let listPrefix = prefix.isEmpty ? "" : prefix + "/"
+        let cutoff = Date().addingTimeInterval(-age)
+        var found: [StaleUpload] = []
+        var markers: [(String, String)] = []
+        repeat {
+            let response = try perform(
+                request("GET", url(query: [("prefix", listPrefix), ("uploads", "")] + markers), label: displayName), cancel: cancel)
+            // Some servers (rclone's) answer 404 NoSuchUpload when there are none, and
+            // some do not implement the listing (501): either way there is nothing to clean.
+            if response.status == 501 { return found }
+            if response.status == 404, (try? XMLElement.parse(response.body))?.value("Code") == "NoSuchUpload" { return found }
+            try check(response, expecting: [200], context: "list uploads")
+            let root = try XMLElement.parse(response.body)
+            for upload in root.all("Upload") {
+                guard let key = upload.value("Key"), key.hasPrefix(listPrefix) else { continue }
+                let started = upload.value("Initiated").flatMap(HTTPDates.iso8601)
+                if age > 0, let started, started > cutoff { continue }
+                found.append(StaleUpload(name: String(key.dropFirst(listPrefix.count)), started: started, identifier: upload.value("UploadId")))
+            }
+            markers = []
+            if root.value("IsTruncated") == "true", let key = root.value("NextKeyMarker") {
+                markers = [("key-marker", key), ("upload-id-marker", root.value("NextUploadIdMarker") ?? "")]
+            }
+        } while !markers.isEmpty
+        return found
     }
 
     /// Aborts an incomplete multipart upload (its parts are freed).
-    public func removeStaleUpload(_ upload: StaleUpload) async throws {
+    func removeStaleUpload(_ upload: StaleUpload, cancel: CancellationFlag) throws {
         guard let uploadID = upload.identifier else { return }
-        try await runBlocking(name: "storebackup-s3-abort") { cancel in
-            let response = try perform(request("DELETE", url(key: key(upload.name), query: [("uploadId", uploadID)]), label: displayName),
-                                       cancel: cancel)
-            if response.status == 404 { return }   // gone meanwhile
-            try check(response, expecting: [200, 204], context: "abort upload of \(upload.name)")
-        }
+        let response = try perform(request("DELETE", url(key: key(upload.name), query: [("uploadId", uploadID)]), label: displayName),
+                                   cancel: cancel)
+        if response.status == 404 { return }   // gone meanwhile
+        try check(response, expecting: [200, 204], context: "abort upload of \(upload.name)")
     }
 
     /// One list request of at most one key: the endpoint answers, the credentials and the
     /// bucket are accepted.
-    public func preflight() async throws {
-        try await runBlocking(name: "storebackup-s3-preflight") { cancel in
-            let listPrefix = prefix.isEmpty ? "" : prefix + "/"
-            let response = try perform(
-                request("GET", url(query: [("list-type", "2"), ("max-keys", "1"), ("prefix", listPrefix)]), label: displayName), cancel: cancel)
-            try check(response, expecting: [200], context: "check the bucket")
-            if objectLock != nil { try checkObjectLockEnabled(cancel: cancel) }
-        }
+    func preflight(cancel: CancellationFlag) throws {
+        let listPrefix = prefix.isEmpty ? "" : prefix + "/"
+        let response = try perform(
+            request("GET", url(query: [("list-type", "2"), ("max-keys", "1"), ("prefix", listPrefix)]), label: displayName), cancel: cancel)
+        try check(response, expecting: [200], context: "check the bucket")
+        if objectLock != nil { try checkObjectLockEnabled(cancel: cancel) }
     }
 
     /// `--retain-days` needs a bucket created with Object Lock (GET ?object-lock says
@@ -448,40 +440,36 @@ public struct S3Destination: BackupDestination {
 
     // MARK: download and delete
 
-    public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
+    func download(_ name: String, to file: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
-        try await runBlocking(name: "storebackup-s3-download") { cancel in
-            var get = request("GET", url(key: key(name)), label: "\(displayName)/\(name)")
-            get.sink = .file(path: file, offset: 0)
-            get = RetryingTransport.resumed(get)
-            let response = try perform(get, cancel: cancel) { _, received in
-                progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
-            }
-            if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
-            try check(response, expecting: [200, 206], context: "download \(name)")
+        var get = request("GET", url(key: key(name)), label: "\(displayName)/\(name)")
+        get.sink = .file(path: file, offset: 0)
+        get = RetryingTransport.resumed(get)
+        let response = try perform(get, cancel: cancel) { _, received in
+            progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
         }
+        if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
+        try check(response, expecting: [200, 206], context: "download \(name)")
     }
 
-    public func delete(_ name: String) async throws {
+    func delete(_ name: String, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
-        try await runBlocking(name: "storebackup-s3-delete") { cancel in
-            // S3 answers 204 for a missing key too; look first so an unknown name is an error.
-            guard let info = try head(key: key(name), cancel: cancel) else {
-                throw StoreBackupError.backupNotFound(name: name, destination: displayName)
-            }
-            if info.isLocked() { throw StoreBackupError.backupLocked(name: name, destination: displayName, until: info.retainUntil) }
-            // On a versioned bucket (Object Lock implies one) a DELETE without a version id
-            // only hides the object behind a delete marker while its bytes stay: delete the
-            // version itself, so a backup gone from `list` is really gone.
-            let query = info.versionID.map { [("versionId", $0)] } ?? []
-            let response = try perform(request("DELETE", url(key: key(name), query: query), label: displayName), cancel: cancel)
-            if response.status == 403, objectLock != nil || info.versionID != nil,
-               (try? XMLElement.parse(response.body))?.value("Code") == "AccessDenied" {
-                // A lock the HEAD did not show (no permission to read retention, say).
-                throw StoreBackupError.backupLocked(name: name, destination: displayName, until: info.retainUntil)
-            }
-            try check(response, expecting: [200, 204], context: "delete \(name)")
+        // S3 answers 204 for a missing key too; look first so an unknown name is an error.
+        guard let info = try head(key: key(name), cancel: cancel) else {
+            throw StoreBackupError.backupNotFound(name: name, destination: displayName)
         }
+        if info.isLocked() { throw StoreBackupError.backupLocked(name: name, destination: displayName, until: info.retainUntil) }
+        // On a versioned bucket (Object Lock implies one) a DELETE without a version id
+        // only hides the object behind a delete marker while its bytes stay: delete the
+        // version itself, so a backup gone from `list` is really gone.
+        let query = info.versionID.map { [("versionId", $0)] } ?? []
+        let response = try perform(request("DELETE", url(key: key(name), query: query), label: displayName), cancel: cancel)
+        if response.status == 403, objectLock != nil || info.versionID != nil,
+           (try? XMLElement.parse(response.body))?.value("Code") == "AccessDenied" {
+            // A lock the HEAD did not show (no permission to read retention, say).
+            throw StoreBackupError.backupLocked(name: name, destination: displayName, until: info.retainUntil)
+        }
+        try check(response, expecting: [200, 204], context: "delete \(name)")
     }
 
     // MARK: errors

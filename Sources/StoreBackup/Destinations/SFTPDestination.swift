@@ -17,21 +17,23 @@ import Glibc
 /// (`.storebackup-tmp-<pid>-<uuid>.zip`), then an SFTP `rename` gives it its name. SFTP
 /// version 3 (what libssh2 speaks) defines rename to fail when the target exists, and
 /// OpenSSH implements it with link()+unlink(), so an existing backup is not replaced.
-public struct SFTPDestination: BackupDestination {
+struct SFTPDestination: BlockingDestination {
+    let threadName = "storebackup-sftp"
+
     /// The SSH user.
-    public let user: String
+    let user: String
     /// Host as written in URLs (IPv6 addresses in brackets).
-    public let host: String
+    let host: String
     /// The SSH port (22 unless the URL says).
-    public let port: Int
+    let port: Int
     /// Absolute folder path on the server, without a trailing slash ("/" for the root).
-    public let folder: String
+    let folder: String
     /// The private key used to log in.
-    public let privateKeyFile: String
+    let privateKeyFile: String
     /// Its `.pub` file, when there is one.
-    public let publicKeyFile: String?
+    let publicKeyFile: String?
     /// The known_hosts file the server's host key must be in.
-    public let knownHostsFile: String
+    let knownHostsFile: String
     let transport: RetryingTransport
     /// One attempt per request: cleanup after a failure must not add a round of retries.
     let cleanupTransport: RetryingTransport
@@ -39,7 +41,7 @@ public struct SFTPDestination: BackupDestination {
     static let temporaryPrefix = ".storebackup-tmp-"
 
     /// Validates an `sftp://` URL and finds the key and known_hosts files.
-    public static func make(url: String, options: DestinationOptions) throws -> SFTPDestination {
+    static func make(url: String, options: DestinationOptions) throws -> SFTPDestination {
         guard let parts = RemoteURL(url), parts.scheme == "sftp", parts.hasPath else {
             throw StoreBackupError.invalidDestination(
                 url: RemoteURL.redacted(url), reason: "expected sftp://USER@HOST[:PORT]/ABSOLUTE/PATH")
@@ -101,7 +103,7 @@ public struct SFTPDestination: BackupDestination {
         return "ssh-keyscan \(port == 22 ? "" : "-p \(port) ")\(bareHost) >> \(knownHosts)"
     }
 
-    public var displayName: String { "sftp://\(user)@\(host)\(port == 22 ? "" : ":\(port)")\(folder)" }
+    var displayName: String { "sftp://\(user)@\(host)\(port == 22 ? "" : ":\(port)")\(folder)" }
 
     private func path(of name: String) -> String { (folder == "/" ? "" : folder) + "/" + name }
 
@@ -129,12 +131,10 @@ public struct SFTPDestination: BackupDestination {
 
     // MARK: list
 
-    public func listBackups() async throws -> [BackupListing] {
-        try await runBlocking(name: "storebackup-sftp-list") { cancel in
-            try list(cancel: cancel).map { entry in
-                BackupListing(name: entry.name, size: entry.size,
-                              date: BackupName.date(of: entry.name) ?? Date(timeIntervalSince1970: 0), modified: nil)
-            }
+    func listBackups(cancel: CancellationFlag) throws -> [BackupListing] {
+        try list(cancel: cancel).map { entry in
+            BackupListing(name: entry.name, size: entry.size,
+                          date: BackupName.date(of: entry.name) ?? Date(timeIntervalSince1970: 0), modified: nil)
         }
     }
 
@@ -240,43 +240,41 @@ public struct SFTPDestination: BackupDestination {
 
     // MARK: upload
 
-    public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
+    func upload(file: String, as name: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
         let size = Int64(try FileSystem.lstatInfo(file).st_size)
-        try await runBlocking(name: "storebackup-sftp-upload") { cancel in
-            // Checked first for a clear message without uploading in vain. The rename below
-            // is what really refuses to replace a backup (SFTP v3 rename fails on an existing
-            // target); a server that ignored that rule could still, in the moment between
-            // this check and the rename, let a concurrent writer's backup of the same name
-            // be replaced. Names carry the second they were made, so that needs two stores
-            // backing up into one folder in the same second on such a server.
-            if try list(cancel: cancel).contains(where: { $0.name == name }) {
-                throw StoreBackupError.backupExists(name: name, destination: displayName)
-            }
-            let temporary = path(of: Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString).zip")
-            var put = request("PUT", url(path: temporary), label: "\(displayName)/\(name)")
-            put.body = .file(path: file, offset: 0, length: size)
-            put.createMissingDirectories = true
-            do {
-                _ = try perform(put, cancel: cancel) { sent, _ in
-                    progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
-                }
-                try rename(temporary, to: name, size: size, cancel: cancel)
-            } catch {
-                // Best effort, and even when cancelled: never leave the temporary behind.
-                _ = try? remove(temporary, cancel: nil, once: true)
-                throw error
-            }
-            // SSH protects every byte on the way; what remains to check is that the file
-            // under the name is complete.
-            let published = try list(cancel: cancel).first(where: { $0.name == name })
-            guard let published, published.size == size || published.size == 0 else {
-                _ = try? remove(path(of: name), cancel: nil, once: true)
-                throw StoreBackupError.transferFailed(.transient, label: displayName, "\(name) has \(published?.size ?? 0) bytes on the server, "
-                                                          + "\(size) were sent; removed it, trying again")
-            }
-            progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
+        // Checked first for a clear message without uploading in vain. The rename below
+        // is what really refuses to replace a backup (SFTP v3 rename fails on an existing
+        // target); a server that ignored that rule could still, in the moment between
+        // this check and the rename, let a concurrent writer's backup of the same name
+        // be replaced. Names carry the second they were made, so that needs two stores
+        // backing up into one folder in the same second on such a server.
+        if try list(cancel: cancel).contains(where: { $0.name == name }) {
+            throw StoreBackupError.backupExists(name: name, destination: displayName)
         }
+        let temporary = path(of: Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString).zip")
+        var put = request("PUT", url(path: temporary), label: "\(displayName)/\(name)")
+        put.body = .file(path: file, offset: 0, length: size)
+        put.createMissingDirectories = true
+        do {
+            _ = try perform(put, cancel: cancel) { sent, _ in
+                progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
+            }
+            try rename(temporary, to: name, size: size, cancel: cancel)
+        } catch {
+            // Best effort, and even when cancelled: never leave the temporary behind.
+            _ = try? remove(temporary, cancel: nil, once: true)
+            throw error
+        }
+        // SSH protects every byte on the way; what remains to check is that the file
+        // under the name is complete.
+        let published = try list(cancel: cancel).first(where: { $0.name == name })
+        guard let published, published.size == size || published.size == 0 else {
+            _ = try? remove(path(of: name), cancel: nil, once: true)
+            throw StoreBackupError.transferFailed(.transient, label: displayName, "\(name) has \(published?.size ?? 0) bytes on the server, "
+                                                      + "\(size) were sent; removed it, trying again")
+        }
+        progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
     }
 
     /// Renames the uploaded temporary to `name` in a request of its own, so a connection
@@ -315,37 +313,31 @@ public struct SFTPDestination: BackupDestination {
 
     /// Lists the folder (connection, key, folder), then writes and removes an empty
     /// temporary (the folder is writable, created when missing).
-    public func preflight() async throws {
-        try await runBlocking(name: "storebackup-sftp-preflight") { cancel in
-            _ = try list(cancel: cancel)
-            let probe = path(of: Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString)-preflight")
-            var put = request("PUT", url(path: probe), label: displayName)
-            put.body = .bytes(Data())
-            put.createMissingDirectories = true
-            put.postQuote = ["rm \(Self.quoted(probe))"]
-            _ = try perform(put, cancel: cancel)
-        }
+    func preflight(cancel: CancellationFlag) throws {
+        _ = try list(cancel: cancel)
+        let probe = path(of: Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString)-preflight")
+        var put = request("PUT", url(path: probe), label: displayName)
+        put.body = .bytes(Data())
+        put.createMissingDirectories = true
+        put.postQuote = ["rm \(Self.quoted(probe))"]
+        _ = try perform(put, cancel: cancel)
     }
 
     /// Temporaries of uploads that never finished, older than `age` seconds.
-    public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {
-        try await runBlocking(name: "storebackup-sftp-stale") { cancel in
-            let cutoff = Date().addingTimeInterval(-age)
-            return try list(cancel: cancel, keep: { $0.hasPrefix(Self.temporaryPrefix) }, dated: true).compactMap { entry in
-                if age > 0, let modified = entry.modified, modified > cutoff { return nil }
-                return StaleUpload(name: entry.name, started: entry.modified)
-            }
+    func staleUploads(olderThan age: Double, cancel: CancellationFlag) throws -> [StaleUpload] {
+        let cutoff = Date().addingTimeInterval(-age)
+        return try list(cancel: cancel, keep: { $0.hasPrefix(Self.temporaryPrefix) }, dated: true).compactMap { entry in
+            if age > 0, let modified = entry.modified, modified > cutoff { return nil }
+            return StaleUpload(name: entry.name, started: entry.modified)
         }
     }
 
     /// Removes a stale temporary.
-    public func removeStaleUpload(_ upload: StaleUpload) async throws {
+    func removeStaleUpload(_ upload: StaleUpload, cancel: CancellationFlag) throws {
         guard upload.name.hasPrefix(Self.temporaryPrefix), !upload.name.contains("/") else { return }
-        try await runBlocking(name: "storebackup-sftp-clean") { cancel in
-            do {
-                try remove(path(of: upload.name), cancel: cancel)
-            } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {}
-        }
+        do {
+            try remove(path(of: upload.name), cancel: cancel)
+        } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {}
     }
 
     /// Removes a remote file: opens it without transferring (so a missing file is
@@ -359,32 +351,28 @@ public struct SFTPDestination: BackupDestination {
 
     // MARK: download and delete
 
-    public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
+    func download(_ name: String, to file: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
-        try await runBlocking(name: "storebackup-sftp-download") { cancel in
-            var get = request("GET", url(path: path(of: name)), label: "\(displayName)/\(name)")
-            get.sink = .file(path: file, offset: 0)
-            // A file left by an earlier attempt: continue it (CURLOPT_RESUME_FROM_LARGE).
-            get = RetryingTransport.resumed(get)
-            let start: Int64 = if case .file(_, let offset) = get.sink { offset } else { 0 }
-            do {
-                _ = try perform(get, cancel: cancel) { _, received in
-                    progress?(BackupProgress(phase: .downloading, bytesDone: start + received, bytesTotal: 0))
-                }
-            } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
-                throw StoreBackupError.backupNotFound(name: name, destination: displayName)
+        var get = request("GET", url(path: path(of: name)), label: "\(displayName)/\(name)")
+        get.sink = .file(path: file, offset: 0)
+        // A file left by an earlier attempt: continue it (CURLOPT_RESUME_FROM_LARGE).
+        get = RetryingTransport.resumed(get)
+        let start: Int64 = if case .file(_, let offset) = get.sink { offset } else { 0 }
+        do {
+            _ = try perform(get, cancel: cancel) { _, received in
+                progress?(BackupProgress(phase: .downloading, bytesDone: start + received, bytesTotal: 0))
             }
+        } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
+            throw StoreBackupError.backupNotFound(name: name, destination: displayName)
         }
     }
 
-    public func delete(_ name: String) async throws {
+    func delete(_ name: String, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
-        try await runBlocking(name: "storebackup-sftp-delete") { cancel in
-            do {
-                try remove(path(of: name), cancel: cancel)
-            } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
-                throw StoreBackupError.backupNotFound(name: name, destination: displayName)
-            }
+        do {
+            try remove(path(of: name), cancel: cancel)
+        } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
+            throw StoreBackupError.backupNotFound(name: name, destination: displayName)
         }
     }
 

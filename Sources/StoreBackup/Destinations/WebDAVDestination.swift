@@ -15,15 +15,17 @@ import Glibc
 /// folder (`.storebackup-tmp-<pid>-<uuid>.zip`), then renamed with `MOVE` and
 /// `Overwrite: F`, so the server itself refuses to replace an existing backup (412) and
 /// `list` never shows a partial file. A failed upload deletes its temporary.
-public struct WebDAVDestination: BackupDestination {
+struct WebDAVDestination: BlockingDestination {
+    let threadName = "storebackup-webdav"
+
     /// `http` or `https`.
-    public let httpScheme: String
+    let httpScheme: String
     /// Host as written in URLs (IPv6 addresses in brackets).
-    public let host: String
+    let host: String
     /// The port when the URL gave one.
-    public let port: Int?
+    let port: Int?
     /// The folder's path segments, decoded ("my backups", not "my%20backups").
-    public let folder: [String]
+    let folder: [String]
     let user: String?
     let password: String?
     let transport: RetryingTransport
@@ -40,7 +42,7 @@ public struct WebDAVDestination: BackupDestination {
         """
 
     /// Validates `webdav://` / `webdavs://` URLs and reads the credentials.
-    public static func make(url: String, options: DestinationOptions) throws -> WebDAVDestination {
+    static func make(url: String, options: DestinationOptions) throws -> WebDAVDestination {
         guard let parts = RemoteURL(url) else {
             throw StoreBackupError.invalidDestination(
                 url: RemoteURL.redacted(url), reason: "expected webdav://HOST[:PORT]/PATH or webdavs://HOST[:PORT]/PATH")
@@ -78,7 +80,7 @@ public struct WebDAVDestination: BackupDestination {
     }
 
     /// The URL as the user wrote it, without credentials.
-    public var displayName: String {
+    var displayName: String {
         let scheme = httpScheme == "https" ? "webdavs" : "webdav"
         return "\(scheme)://\(authority)/" + folder.joined(separator: "/")
     }
@@ -104,15 +106,13 @@ public struct WebDAVDestination: BackupDestination {
 
     // MARK: list
 
-    public func listBackups() async throws -> [BackupListing] {
-        try await runBlocking(name: "storebackup-webdav-list") { cancel in
-            guard let entries = try propfind(folder: folder, cancel: cancel) else { return [] }
-            return entries.compactMap { entry in
-                guard !entry.isCollection, BackupName.isBackup(entry.name) else { return nil }
-                return BackupListing(name: entry.name, size: entry.size,
-                                     date: BackupName.date(of: entry.name) ?? entry.modified ?? Date(timeIntervalSince1970: 0),
-                                     modified: entry.modified)
-            }
+    func listBackups(cancel: CancellationFlag) throws -> [BackupListing] {
+        guard let entries = try propfind(folder: folder, cancel: cancel) else { return [] }
+        return entries.compactMap { entry in
+            guard !entry.isCollection, BackupName.isBackup(entry.name) else { return nil }
+            return BackupListing(name: entry.name, size: entry.size,
+                                 date: BackupName.date(of: entry.name) ?? entry.modified ?? Date(timeIntervalSince1970: 0),
+                                 modified: entry.modified)
         }
     }
 
@@ -173,31 +173,29 @@ public struct WebDAVDestination: BackupDestination {
 
     // MARK: upload
 
-    public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
+    func upload(file: String, as name: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
         let size = Int64(try FileSystem.lstatInfo(file).st_size)
-        try await runBlocking(name: "storebackup-webdav-upload") { cancel in
-            try makeCollections(folder, cancel: cancel)
-            let temporary = Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString).zip"
-            let localHash = Hash(file: file, size: size)
-            do {
-                var put = request("PUT", url(file: temporary), label: "\(displayName)/\(name)")
-                put.body = .file(path: file, offset: 0, length: size)
-                put.headers.append(("Content-Type", "application/zip"))
-                let response = try perform(put, cancel: cancel) { sent, _ in
-                    progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
-                }
-                try check(response, expecting: [200, 201, 204], context: "upload \(name)")
-                try cancel.throwIfCancelled()
-                try verifyUpload(temporary, size: size, localHash: localHash, serverChecksum: response.header("oc-checksum"), cancel: cancel)
-                try publish(temporary, as: name, size: size, localHash: localHash, cancel: cancel)
-            } catch {
-                // Best effort, and even when cancelled: never leave the temporary behind.
-                _ = try? cleanupTransport.perform(request("DELETE", url(file: temporary), label: displayName), cancel: nil)
-                throw error
+        try makeCollections(folder, cancel: cancel)
+        let temporary = Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString).zip"
+        let localHash = Hash(file: file, size: size)
+        do {
+            var put = request("PUT", url(file: temporary), label: "\(displayName)/\(name)")
+            put.body = .file(path: file, offset: 0, length: size)
+            put.headers.append(("Content-Type", "application/zip"))
+            let response = try perform(put, cancel: cancel) { sent, _ in
+                progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
             }
-            progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
+            try check(response, expecting: [200, 201, 204], context: "upload \(name)")
+            try cancel.throwIfCancelled()
+            try verifyUpload(temporary, size: size, localHash: localHash, serverChecksum: response.header("oc-checksum"), cancel: cancel)
+            try publish(temporary, as: name, size: size, localHash: localHash, cancel: cancel)
+        } catch {
+            // Best effort, and even when cancelled: never leave the temporary behind.
+            _ = try? cleanupTransport.perform(request("DELETE", url(file: temporary), label: displayName), cancel: nil)
+            throw error
         }
+        progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
     }
 
     /// The local file's SHA-256, computed once and only when needed.
@@ -280,37 +278,31 @@ public struct WebDAVDestination: BackupDestination {
 
     /// Creates the folder if needed, then puts and deletes an empty temporary: the server
     /// answers, the credentials are accepted, and the folder is writable.
-    public func preflight() async throws {
-        try await runBlocking(name: "storebackup-webdav-preflight") { cancel in
-            try makeCollections(folder, cancel: cancel)
-            let probe = Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString)-preflight"
-            var put = request("PUT", url(file: probe), label: displayName)
-            put.body = .bytes(Data())
-            try check(try perform(put, cancel: cancel), expecting: [200, 201, 204], context: "write a test file")
-            let deleted = try perform(request("DELETE", url(file: probe), label: displayName), cancel: cancel)
-            try check(deleted, expecting: [200, 204, 404], context: "remove the test file")
-        }
+    func preflight(cancel: CancellationFlag) throws {
+        try makeCollections(folder, cancel: cancel)
+        let probe = Self.temporaryPrefix + "\(getpid())-\(UUID().uuidString)-preflight"
+        var put = request("PUT", url(file: probe), label: displayName)
+        put.body = .bytes(Data())
+        try check(try perform(put, cancel: cancel), expecting: [200, 201, 204], context: "write a test file")
+        let deleted = try perform(request("DELETE", url(file: probe), label: displayName), cancel: cancel)
+        try check(deleted, expecting: [200, 204, 404], context: "remove the test file")
     }
 
     /// Temporaries of uploads that never finished, older than `age` seconds.
-    public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {
-        try await runBlocking(name: "storebackup-webdav-stale") { cancel in
-            let cutoff = Date().addingTimeInterval(-age)
-            return (try propfind(folder: folder, cancel: cancel) ?? []).compactMap { entry in
-                guard !entry.isCollection, entry.name.hasPrefix(Self.temporaryPrefix) else { return nil }
-                if age > 0, let modified = entry.modified, modified > cutoff { return nil }
-                return StaleUpload(name: entry.name, started: entry.modified)
-            }
+    func staleUploads(olderThan age: Double, cancel: CancellationFlag) throws -> [StaleUpload] {
+        let cutoff = Date().addingTimeInterval(-age)
+        return (try propfind(folder: folder, cancel: cancel) ?? []).compactMap { entry in
+            guard !entry.isCollection, entry.name.hasPrefix(Self.temporaryPrefix) else { return nil }
+            if age > 0, let modified = entry.modified, modified > cutoff { return nil }
+            return StaleUpload(name: entry.name, started: entry.modified)
         }
     }
 
     /// Deletes a stale temporary.
-    public func removeStaleUpload(_ upload: StaleUpload) async throws {
+    func removeStaleUpload(_ upload: StaleUpload, cancel: CancellationFlag) throws {
         guard upload.name.hasPrefix(Self.temporaryPrefix), !upload.name.contains("/") else { return }
-        try await runBlocking(name: "storebackup-webdav-clean") { cancel in
-            let response = try perform(request("DELETE", url(file: upload.name), label: displayName), cancel: cancel)
-            try check(response, expecting: [200, 204, 404], context: "remove \(upload.name)")
-        }
+        let response = try perform(request("DELETE", url(file: upload.name), label: displayName), cancel: cancel)
+        try check(response, expecting: [200, 204, 404], context: "remove \(upload.name)")
     }
 
     /// Creates `segments` and any missing parent (MKCOL from the deepest level up until
@@ -335,32 +327,30 @@ public struct WebDAVDestination: BackupDestination {
 
     // MARK: download and delete
 
-    public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
+    func download(_ name: String, to file: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
-        try await runBlocking(name: "storebackup-webdav-download") { cancel in
-            var get = request("GET", url(file: name), label: "\(displayName)/\(name)")
-            get.sink = .file(path: file, offset: 0)
-            // A file left by an earlier attempt: continue it with a Range request.
-            get = RetryingTransport.resumed(get)
-            let start: Int64 = if case .file(_, let offset) = get.sink { offset } else { 0 }
-            var response = try perform(get, cancel: cancel) { _, received in
-                progress?(BackupProgress(phase: .downloading, bytesDone: start + received, bytesTotal: 0))
-            }
-            if response.status == 416 && start > 0 {
-                // Nothing left after what is already here. Apache sends no Content-Range
-                // with its 416, so ask for the size when the answer does not say.
-                let total = try ContentRange.completeLength(of: response) ?? remoteSize(of: name, cancel: cancel)
-                if total == start { return }
-                // The partial file does not belong to this backup: start over.
-                get.headers.removeAll { $0.0.lowercased() == "range" }
-                get.sink = .file(path: file, offset: 0)
-                response = try perform(get, cancel: cancel) { _, received in
-                    progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
-                }
-            }
-            if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
-            try check(response, expecting: [200, 206], context: "download \(name)")
+        var get = request("GET", url(file: name), label: "\(displayName)/\(name)")
+        get.sink = .file(path: file, offset: 0)
+        // A file left by an earlier attempt: continue it with a Range request.
+        get = RetryingTransport.resumed(get)
+        let start: Int64 = if case .file(_, let offset) = get.sink { offset } else { 0 }
+        var response = try perform(get, cancel: cancel) { _, received in
+            progress?(BackupProgress(phase: .downloading, bytesDone: start + received, bytesTotal: 0))
         }
+        if response.status == 416 && start > 0 {
+            // Nothing left after what is already here. Apache sends no Content-Range
+            // with its 416, so ask for the size when the answer does not say.
+            let total = try ContentRange.completeLength(of: response) ?? remoteSize(of: name, cancel: cancel)
+            if total == start { return }
+            // The partial file does not belong to this backup: start over.
+            get.headers.removeAll { $0.0.lowercased() == "range" }
+            get.sink = .file(path: file, offset: 0)
+            response = try perform(get, cancel: cancel) { _, received in
+                progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
+            }
+        }
+        if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
+        try check(response, expecting: [200, 206], context: "download \(name)")
     }
 
     /// A file's size from a HEAD request (nil when the server does not say).
@@ -371,13 +361,11 @@ public struct WebDAVDestination: BackupDestination {
         return response.header("content-length").flatMap { Int64($0) }
     }
 
-    public func delete(_ name: String) async throws {
+    func delete(_ name: String, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
-        try await runBlocking(name: "storebackup-webdav-delete") { cancel in
-            let response = try perform(request("DELETE", url(file: name), label: "\(displayName)/\(name)"), cancel: cancel)
-            if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
-            try check(response, expecting: [200, 204], context: "delete \(name)")
-        }
+        let response = try perform(request("DELETE", url(file: name), label: "\(displayName)/\(name)"), cancel: cancel)
+        if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
+        try check(response, expecting: [200, 204], context: "delete \(name)")
     }
 
     // MARK: errors
