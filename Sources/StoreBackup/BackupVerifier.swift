@@ -41,6 +41,9 @@ public struct BackupVerifier: Sendable {
     /// Check what can be checked in a backup without a manifest (CRCs, databases) and call
     /// it ok with a ``VerificationResult/warning``; by default such a backup fails as not verifiable.
     public var allowUnverified = false
+    /// Accept the links the manifest records as pointing outside the store (see
+    /// ``StoreHelper/allowOutsideLinks``); by default such a backup fails, naming the option.
+    public var allowOutsideLinks = false
 
     /// A verifier for the backups in `destination`; `passwords` opens encrypted ones.
     public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
@@ -84,12 +87,13 @@ public struct BackupVerifier: Sendable {
             let path = archive!
             let throttle = ProgressThrottle(progress)
             let passwords = self.passwords
-            let allowUnverified = self.allowUnverified
+            let allowUnverified = self.allowUnverified, allowOutsideLinks = self.allowOutsideLinks
             return try await runBlocking(name: "storebackup-verify") { cancel in
                 let reader = try ArchiveReader(path: path, backupName: name, passwords: passwords)
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.verifyOnly = true
                 extractor.allowUnverified = allowUnverified
+                extractor.allowOutsideLinks = allowOutsideLinks
                 let databases = try extractor.extract(into: scratch + "/store")
                 return VerificationResult(name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count,
                                           warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)

@@ -82,6 +82,8 @@ struct CreateCommand: AsyncParsableCommand {
                 "name": result.name, "encrypted": encrypt, "size": result.size, "destination": result.destination,
                 "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
                 "archiveSeconds": result.archiveSeconds, "uploadSeconds": result.uploadSeconds,
+                "outsideLinks": result.outsideLinks, "leftOut": result.leftOut, "leftOutCount": result.leftOut.count,
+                "warnings": result.warnings,
             ]
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
             Terminal.output(String(decoding: data, as: UTF8.self))

@@ -24,6 +24,7 @@ enum ErrorAdvice {
         case .checkDropboxAppKey: return "; check --app-key / STOREBACKUP_DROPBOX_APP_KEY"
         case .giveS3Endpoint: return "; give the server with --s3-endpoint"
         case .giveSSHKey: return "; pass the key with --ssh-key"
+        case .allowOutsideLinks: return ". Pass --allow-outside-links to make the links it recorded as pointing outside (nothing is written through them)"
         }
     }
 }

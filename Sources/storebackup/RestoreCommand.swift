@@ -35,6 +35,9 @@ struct RestoreCommand: AsyncParsableCommand {
     @Flag(help: "Restore a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check.")
     var allowUnverified = false
 
+    @Flag(help: "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused.")
+    var allowOutsideLinks = false
+
     func run() async throws {
         let name: String
         let source: any BackupDestination
@@ -50,6 +53,7 @@ struct RestoreCommand: AsyncParsableCommand {
         var configured = StoreHelper(storesDirectory: storesDirectory, destination: source,
                                      passwords: password.provider(confirm: false), logger: Terminal.logger)
         configured.allowUnverified = allowUnverified
+        configured.allowOutsideLinks = allowOutsideLinks
         let helper = configured
         if !yes {
             guard Terminal.standardInputIsTerminal else {

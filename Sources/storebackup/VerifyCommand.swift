@@ -25,6 +25,9 @@ struct VerifyCommand: AsyncParsableCommand {
     @Flag(help: "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable.")
     var allowUnverified = false
 
+    @Flag(help: "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused.")
+    var allowOutsideLinks = false
+
     @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning}.")
     var json = false
 
@@ -35,6 +38,7 @@ struct VerifyCommand: AsyncParsableCommand {
     func run() async throws {
         var configured = BackupVerifier(destination: try destination.resolve(), passwords: password.provider(confirm: false))
         configured.allowUnverified = allowUnverified
+        configured.allowOutsideLinks = allowOutsideLinks
         let verifier = configured
         let selection: BackupVerifier.Selection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
         let printer = ProgressPrinter.shared

@@ -24,6 +24,8 @@ struct RestoreTransaction {
     let logger: Logger
     /// Accept an archive without a manifest (see ``StoreHelper/allowUnverified``).
     var allowUnverified = false
+    /// Make the links the manifest records as pointing outside (see ``StoreHelper/allowOutsideLinks``).
+    var allowOutsideLinks = false
 
     private var swapper: StoreSwapper { StoreSwapper(layout: layout) }
 
@@ -68,6 +70,7 @@ struct RestoreTransaction {
     /// Unpacks, checks and swaps in the staged archive, then reloads and commits or rolls back.
     private func install(archive: String, backupName: String, throttle: ProgressThrottle) async throws -> RestoreResult {
         let layout = self.layout, passwords = self.passwords, allowUnverified = self.allowUnverified
+        let allowOutsideLinks = self.allowOutsideLinks
         let hadLiveStore = FileSystem.fileExists(layout.live)
         let journal: @Sendable (RestoreJournal.Phase) throws -> Void = { phase in
             try RestoreJournal(phase: phase, backupName: backupName, hadLiveStore: hadLiveStore).save(to: layout.journal)
@@ -83,6 +86,7 @@ struct RestoreTransaction {
                 TestPausePoint.reach("extracting")
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.allowUnverified = allowUnverified
+                extractor.allowOutsideLinks = allowOutsideLinks
                 // Every unpacked file and folder reaches the disk before the journal says
                 // "swapping"; the sync runs while the databases are still being checked.
                 extractor.syncTree = { try TreeSync.sync($0) }

@@ -22,6 +22,9 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConve
     case giveS3Endpoint
     /// Name the SSH private key to use (``DestinationOptions/sshKey``).
     case giveSSHKey
+    /// Make the links the backup recorded as pointing outside the store
+    /// (``StoreHelper/allowOutsideLinks``).
+    case allowOutsideLinks
 
     /// The advice in the library's words.
     public var description: String {
@@ -35,6 +38,7 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConve
         case .checkDropboxAppKey: return "check the Dropbox app key"
         case .giveS3Endpoint: return "give the server as the S3 endpoint"
         case .giveSSHKey: return "give the SSH private key to use"
+        case .allowOutsideLinks: return "allow outside links to make the links it recorded as pointing outside (nothing is written through them)"
         }
     }
 }

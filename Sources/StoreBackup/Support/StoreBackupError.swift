@@ -90,6 +90,11 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// An extract was refused before anything was written; `reason` says why (e.g. the
     /// target folder exists and is not empty).
     case extractRefused(reason: String)
+    /// The backup holds a link that `create` recorded as pointing outside the stores
+    /// directory (`target` escaped); restored only with ``StoreHelper/allowOutsideLinks``.
+    case outsideLink(name: String, link: String, target: String)
+    /// A path that must be a folder is a file (or something else that is not a folder).
+    case notAFolder(path: String, what: String)
 
     /// What would help, when something specific would; ``description`` says it in the
     /// library's words, a front end in its own.
@@ -98,6 +103,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .backupNotFound: return .listBackups
         case .passwordRequired: return .givePassword
         case .unverifiableBackup: return .allowUnverified
+        case .outsideLink: return .allowOutsideLinks
         case .reloadFailed(_, let rolledBack): return rolledBack ? nil : .recoverStore
         case .transfer(let failure): return failure.remedy
         case .invalidDestination(_, _, let remedy): return remedy
@@ -179,6 +185,10 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return "backup \"\(name)\" holds nothing at \(list) (see: storebackup ls \"\(name)\"); nothing was written"
         case .extractRefused(let reason):
             return reason
+        case .outsideLink(let name, let link, let target):
+            return "backup \"\(name)\" holds the link \(link) -> \(target), which points outside the stores directory (create warned about it); it was not restored"
+        case .notAFolder(let path, let what):
+            return "\(path) is \(what), not a folder; give a folder, or a path that does not exist yet"
         }
     }
 }
