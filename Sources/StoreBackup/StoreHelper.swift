@@ -290,7 +290,8 @@ public struct StoreHelper: Sendable {
                 if let threads { settings.workers = min(max(1, threads), StoreJob.maximumThreads) }
                 let writer = ArchiveWriter(settings: settings, cancel: cancel, progress: throttle)
                 return try writer.write(items: scan.items, snapshots: snapshots, outsideLinks: outsideLinks,
-                                        leftOut: scan.leftOut, to: archivePath)
+                                        leftOut: scan.leftOut,
+                                        root: (scan.rootPermissions, scan.rootModificationTime), to: archivePath)
             }
         } catch {
             unlink(archivePath)

@@ -24,7 +24,7 @@ struct LsCommand: AsyncParsableCommand {
             --json prints one object with these keys, always present: backup (the name), \
             manifest (false when listed from the ZIP directory), created, host and \
             storesDirectory (from the manifest, else null), and entries: an array of \
-            {path (escaped as described in docs/names.md), type ("file", "directory", "symlink", "database" or "fifo"), size (bytes), mode \
+            {path (escaped as described in docs/names-and-metadata.md), type ("file", "directory", "symlink", "database" or "fifo"), size (bytes), mode \
             (permission bits as an octal string, e.g. "0644"), modified (ISO 8601 UTC), \
             linkTarget (links only, else null), sha256 (hex, null without a manifest)}.
             """)

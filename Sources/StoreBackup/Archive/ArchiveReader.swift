@@ -113,7 +113,11 @@ final class ArchiveReader: @unchecked Sendable {
             guard zip_stat_index(archive, index, zip_flags_t(ZIP_FL_ENC_RAW), &stat) == 0, let rawName = stat.name else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(index) is unreadable")
             }
-            let name = EscapedName.escape(UnsafeRawBufferPointer(start: rawName, count: strlen(rawName)))
+            let rawBytes = UnsafeRawBufferPointer(start: rawName, count: strlen(rawName))
+            let name = EscapedName.escape(rawBytes)
+            if let problem = Self.lengthProblem(rawBytes) {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(name.prefix(300)) has \(problem)")
+            }
             if name == Manifest.archivePath {
                 manifestIndex = index
                 if stat.encryption_method != UInt16(ZIP_EM_NONE) { encryptedIndex = encryptedIndex ?? index }
@@ -269,6 +273,23 @@ final class ArchiveReader: @unchecked Sendable {
             text += (0x20..<0x7f).contains(byte) ? String(UnicodeScalar(byte)) : String(format: "\\x%02x", byte)
         }
         return text
+    }
+
+    /// What makes a name longer than Linux can create (a part over NAME_MAX, 255 bytes, or
+    /// a path over PATH_MAX, 4096 with its NUL), or nil. A store's own `.storebackup` entries
+    /// carry ``ArchiveNames/storePrefix`` on top.
+    static func lengthProblem(_ raw: UnsafeRawBufferPointer) -> String? {
+        let prefix = ArchiveNames.storePrefix.utf8
+        // A folder's name ends in "/", which is not part of its path.
+        let nameLength = raw.last == UInt8(ascii: "/") ? raw.count - 1 : raw.count
+        let pathLength = raw.starts(with: prefix) ? nameLength - prefix.count : nameLength
+        if pathLength > Int(PATH_MAX) - 1 { return "a path of \(pathLength) bytes (the limit is \(Int(PATH_MAX) - 1))" }
+        var part = 0
+        for byte in raw {
+            part = byte == UInt8(ascii: "/") ? 0 : part + 1
+            if part > Int(NAME_MAX) { return "a name part longer than \(NAME_MAX) bytes (the limit of Linux names)" }
+        }
+        return nil
     }
 
     /// True for a non-empty relative path with no empty, "." or ".." parts and no NUL (a

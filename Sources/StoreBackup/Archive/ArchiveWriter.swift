@@ -24,8 +24,9 @@ struct ArchiveWriter {
 
     /// Writes `archivePath` (which must not exist). On any failure nothing is left there.
     /// `outsideLinks` and `leftOut` go into the manifest as they are (see ``Manifest``).
+    /// `root` is the stores directory's mode and time as scanned (nil: read now).
     func write(items: [StoreItem], snapshots: [String: DatabaseSnapshot], outsideLinks: [String] = [], leftOut: [String] = [],
-               to archivePath: String) throws -> Manifest {
+               root: (permissions: UInt32, modificationTime: Int64)? = nil, to archivePath: String) throws -> Manifest {
         var errorCode: Int32 = 0
         guard let archive = zip_open(archivePath, ZIP_CREATE | ZIP_EXCL, &errorCode) else {
             var error = zip_error_t()
@@ -128,6 +129,10 @@ struct ArchiveWriter {
             var built = try buildManifest(items: items, jobs: jobs, jobIndexByPath: jobIndexByPath, snapshots: snapshots, pipeline: pipeline)
             built.outsideLinks = outsideLinks.isEmpty ? nil : outsideLinks
             built.leftOut = leftOut.isEmpty ? nil : leftOut
+            if let root {
+                built.rootMode = root.permissions
+                built.rootMtime = root.modificationTime
+            }
             manifest = built
             return try built.encoded()
         }.makeSource(in: archive)

@@ -41,6 +41,10 @@ enum StoreScanner {
         var items: [StoreItem]
         /// Sockets and device files, each as "path (what it is)", left out of the backup.
         var leftOut: [String]
+        /// The stores directory's own permission bits and modification time, as scanned:
+        /// snapshotting a WAL database afterwards makes and removes files in it.
+        var rootPermissions: UInt32 = 0o755
+        var rootModificationTime: Int64 = 0
     }
 
     static func scan(storesDirectory root: String) throws -> Result {
@@ -55,7 +59,8 @@ enum StoreScanner {
         guard access(root, R_OK | X_OK) == 0 else {
             throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: String(cString: strerror(errno)))
         }
-        var result = Result(items: [], leftOut: [])
+        var result = Result(items: [], leftOut: [], rootPermissions: UInt32(info.st_mode) & 0o7777,
+                            rootModificationTime: Int64(info.st_mtim.tv_sec))
         try walk(root: EscapedName.escapedRoot(root), relative: "", into: &result)
         return result
     }
