@@ -40,9 +40,15 @@ def make_database(path, mode, rows, seed):
 
 
 def make_socket(path):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.bind(path)
-    s.close()
+    # Bound by its name from its folder: a socket's address holds at most 107 bytes.
+    here = os.getcwd()
+    os.chdir(os.path.dirname(path) or b".")
+    try:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(os.path.basename(path))
+        s.close()
+    finally:
+        os.chdir(here)
 
 
 # Names of every class issue 32 lists (component bytes).

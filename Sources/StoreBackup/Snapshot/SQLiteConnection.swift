@@ -18,27 +18,30 @@ final class SQLiteConnection {
     init(path: String, mode: Mode) throws {
         self.path = path
         var flags: Int32 = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
-        let filename: String
+        // A plain path goes to SQLite as its raw bytes; a URI is ASCII already (its path
+        // percent-encoded from the raw bytes), and must not be unescaped again.
+        let systemPath = EscapedName.bytes(path).map { CChar(bitPattern: $0) } + [0]
+        let filename: [CChar]
         switch mode {
         case .readWrite:
             flags |= SQLITE_OPEN_READWRITE
-            filename = path
+            filename = systemPath
         case .create:
             flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-            filename = path
+            filename = systemPath
         case .readOnly:
             flags |= SQLITE_OPEN_READONLY
-            filename = path
+            filename = systemPath
         case .immutable:
             // A database nobody else can be using (an extracted copy): no locks, no -shm file.
             flags |= SQLITE_OPEN_READONLY
-            filename = "file:" + Self.uriEscaped(path) + "?immutable=1"
+            filename = Array(("file:" + Self.uriEscaped(path) + "?immutable=1").utf8CString)
         case .unpacking(let file):
             flags |= SQLITE_OPEN_READONLY
-            filename = "file:" + Self.uriEscaped(path) + "?immutable=1&" + file.uriParameters
+            filename = Array(("file:" + Self.uriEscaped(path) + "?immutable=1&" + file.uriParameters).utf8CString)
         }
         var db: OpaquePointer?
-        let rc = EscapedName.withSystemPath(filename) { sqlite3_open_v2($0, &db, flags, nil) }
+        let rc = filename.withUnsafeBufferPointer { sqlite3_open_v2($0.baseAddress, &db, flags, nil) }
         handle = db
         guard rc == SQLITE_OK else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
