@@ -18,6 +18,9 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     /// What could not be checked (a backup without a manifest, let through by
     /// ``BackupVerifier/allowUnverified``); nil when everything was.
     public var warning: String? = nil
+    /// What would let the backup through, when the failure has a remedy (``problem`` ends
+    /// with it in the library's words).
+    public var remedy: Remedy? = nil
 }
 
 /// Checks backups without touching any live store: downloads each to a temporary place,
@@ -100,7 +103,8 @@ public struct BackupVerifier: Sendable {
             }
         } catch {
             let text = (error as? StoreBackupError)?.description ?? "\(error)"
-            return VerificationResult(name: name, ok: false, problem: text, files: 0, databases: 0)
+            return VerificationResult(name: name, ok: false, problem: text, files: 0, databases: 0,
+                                      remedy: (error as? StoreBackupError)?.remedy)
         }
     }
 }

@@ -52,9 +52,16 @@ struct VerifyCommand: AsyncParsableCommand {
             for result in results {
                 Terminal.output(result.ok
                     ? "ok      \(result.name)  (\(result.files) entries, \(result.databases) databases)" + (result.warning.map { "; \($0)" } ?? "")
-                    : "FAILED  \(result.name): \(result.problem ?? "unknown problem")")
+                    : "FAILED  \(result.name): \(Self.problem(result))")
             }
         }
         if results.contains(where: { !$0.ok }) { throw ExitCode(1) }
+    }
+
+    /// The problem with its remedy in the command line's words (the flag to pass).
+    static func problem(_ result: VerificationResult) -> String {
+        let problem = result.problem ?? "unknown problem"
+        guard let remedy = result.remedy, problem.hasSuffix("; \(remedy)") else { return problem }
+        return String(problem.dropLast(remedy.description.count + 2)) + ErrorAdvice.advice(remedy)
     }
 }

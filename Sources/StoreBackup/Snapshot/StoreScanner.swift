@@ -54,7 +54,7 @@ enum StoreScanner {
             throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: String(cString: strerror(errno)))
         }
         guard (info.st_mode & S_IFMT) == S_IFDIR else {
-            throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: "it is a file, not a folder")
+            throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: "not a directory")
         }
         guard access(root, R_OK | X_OK) == 0 else {
             throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: String(cString: strerror(errno)))

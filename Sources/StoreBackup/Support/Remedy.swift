@@ -1,7 +1,7 @@
 /// What would fix a failure, as a value: ``StoreBackupError/remedy`` names it and
 /// ``StoreBackupError/description`` says it in the library's words; a front end (the
 /// command line) says it in its own (a flag, a command to run).
-public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConvertible {
+public enum Remedy: String, Sendable, Equatable, CaseIterable, Codable, CustomStringConvertible {
     /// Look the exact name up in the destination's backups (``StoreHelper/listBackups()``).
     case listBackups
     /// Give the backup's password (``StoreHelper/passwords``).
