@@ -256,25 +256,6 @@ final class ArchiveReader: @unchecked Sendable {
         }
     }
 
-    /// C0 controls and DEL, and the C1 controls, which terminals act on.
-    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value)
-    }
-
-    /// A raw name for a message: bytes outside printable ASCII as `\xNN`, at most 300.
-    static func printable(_ raw: UnsafePointer<CChar>) -> String {
-        printable(UnsafeBufferPointer(start: raw, count: strlen(raw)).lazy.map { UInt8(bitPattern: $0) })
-    }
-
-    /// Raw bytes for a message, the same way.
-    static func printable(_ bytes: some Sequence<UInt8>) -> String {
-        var text = ""
-        for byte in bytes.prefix(300) {
-            text += (0x20..<0x7f).contains(byte) ? String(UnicodeScalar(byte)) : String(format: "\\x%02x", byte)
-        }
-        return text
-    }
-
     /// What makes a name longer than Linux can create (a part over NAME_MAX, 255 bytes, or
     /// a path over PATH_MAX, 4096 with its NUL), or nil. A store's own `.storebackup` entries
     /// carry ``ArchiveNames/storePrefix`` on top.
