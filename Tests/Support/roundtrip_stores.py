@@ -9,8 +9,9 @@ The description walks the tree with lstat on raw byte names (never storebackup's
 manifest): for each path (hex of its bytes) the type, the permission bits (07777), the
 modification time in whole seconds, and the content: SHA-256 of a file, the target of a link,
 and for a SQLite database its rows (every table, in rowid order). The companions of a
-database (-wal, -shm, -journal) and sockets are not described: storebackup leaves them out
-by design (a database's snapshot holds its WAL; sockets cannot be backed up).
+database (-wal, -shm, -journal), sockets and device files are not described: storebackup
+leaves them out by design (a database's snapshot holds its WAL; sockets and devices cannot
+be backed up, and create warns about each).
 """
 import hashlib
 import json
@@ -231,6 +232,12 @@ def make(kind, root):
     elif kind == "socket":
         make_socket(os.path.join(root, b"app.sock"))
         made["sockets"] = [b"app.sock".hex()]
+        made["devices"] = []
+        try:  # only root may make device files
+            os.mknod(os.path.join(root, b"null-device"), 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+            made["devices"].append(b"null-device".hex())
+        except PermissionError:
+            pass
     elif kind == "own-storebackup-folder":
         os.makedirs(os.path.join(root, b".storebackup/cache"))
         open(os.path.join(root, b".storebackup/manifest.json"), "wb").write(b"{\"mine\": true}\n")
@@ -274,7 +281,7 @@ def describe(root):
             full = os.path.join(root, path)
             info = os.lstat(full)
             entry = {"mode": info.st_mode & 0o7777, "mtime": info.st_mtime_ns // 10**9}
-            if stat.S_ISSOCK(info.st_mode):
+            if stat.S_ISSOCK(info.st_mode) or stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode):
                 continue
             if any(name.endswith(s) and name[: -len(s)] in names and is_database(os.path.join(folder, name[: -len(s)]), os.lstat(os.path.join(folder, name[: -len(s)])))
                    for s in (b"-wal", b"-shm", b"-journal")):
