@@ -17,6 +17,9 @@ package struct BackupBrowser: Sendable {
     /// Extract from a backup without a manifest, checking only CRCs and
     /// `PRAGMA integrity_check`; by default such a backup is refused (listing it is allowed).
     public var allowUnverified = false
+    /// Make the links the manifest records as pointing outside the store (see
+    /// ``StoreHelper/allowOutsideLinks``).
+    public var allowOutsideLinks = false
 
     /// A browser of the backups in `destination`; `passwords` opens encrypted ones.
     public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
@@ -60,6 +63,7 @@ package struct BackupBrowser: Sendable {
             // Temporaries of an extract killed earlier, here or in TMPDIR, go first.
             ScratchFiles.sweep(parent)
             let passwords = self.passwords, allowUnverified = self.allowUnverified
+            let allowOutsideLinks = self.allowOutsideLinks
             let throttle = ProgressThrottle(progress)
             return try await withArchive(of: backup.name, downloadingInto: parent, progress: progress) { archive in
                 try await runBlocking(name: "storebackup-extract") { cancel in
@@ -70,6 +74,7 @@ package struct BackupBrowser: Sendable {
                     // Extract takes files out to look at: a database damaged before the backup
                     // comes out as it was, with a warning (restore refuses it unless asked).
                     extractor.acceptDamagedDatabases = true
+                    extractor.allowOutsideLinks = allowOutsideLinks
                     extractor.selection = { selection.needs($0) }
                     let scratch = ScratchFiles.path(in: parent, purpose: "extract")
                     extractor.syncTree = { try TreeSync.sync($0) }
@@ -142,6 +147,7 @@ package struct BackupBrowser: Sendable {
                 case .directory: "directory"
                 case .symlink: "symlink"
                 case .file: "file"
+                case .fifo: "fifo"
                 }
                 return BackupContents.Entry(path: entry.path, type: type, size: entry.size, mode: entry.permissions,
                                             modified: Date(timeIntervalSince1970: TimeInterval(entry.modificationTime)))
@@ -149,7 +155,7 @@ package struct BackupBrowser: Sendable {
         }
         return manifest.files.map { file in
             BackupContents.Entry(path: file.path, type: file.type, size: file.size,
-                                 mode: file.mode & 0o777, modified: Date(timeIntervalSince1970: TimeInterval(file.mtime)),
+                                 mode: file.mode & 0o7777, modified: Date(timeIntervalSince1970: TimeInterval(file.mtime)),
                                  linkTarget: file.linkTarget, sha256: file.sha256)
         }.sorted { $0.path < $1.path }
     }

@@ -22,6 +22,9 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     /// already damaged in the live store when the backup was made. Such a backup is not ok
     /// (it restores only with ``StoreHelper/acceptDamagedDatabases``); nil when there are none.
     public var damagedDatabases: [String]? = nil
+    /// What would let the backup through, when the failure has a remedy (``problem`` ends
+    /// with it in the library's words).
+    public var remedy: Remedy? = nil
 }
 
 /// Which backups ``StoreHelper/verify(_:progress:)`` checks.
@@ -47,6 +50,9 @@ package struct BackupVerifier: Sendable {
     /// Check what can be checked in a backup without a manifest (CRCs, databases) and call
     /// it ok with a ``VerificationResult/warning``; by default such a backup fails as not verifiable.
     public var allowUnverified = false
+    /// Accept the links the manifest records as pointing outside the store (see
+    /// ``StoreHelper/allowOutsideLinks``); by default such a backup fails, naming the option.
+    public var allowOutsideLinks = false
 
     /// A verifier for the backups in `destination`; `passwords` opens encrypted ones.
     public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
@@ -90,7 +96,7 @@ package struct BackupVerifier: Sendable {
             let path = archive!
             let throttle = ProgressThrottle(progress)
             let passwords = self.passwords
-            let allowUnverified = self.allowUnverified
+            let allowUnverified = self.allowUnverified, allowOutsideLinks = self.allowOutsideLinks
             return try await runBlocking(name: "storebackup-verify") { cancel in
                 let reader = try ArchiveReader(path: path, backupName: name, passwords: passwords)
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
@@ -98,6 +104,7 @@ package struct BackupVerifier: Sendable {
                 extractor.allowUnverified = allowUnverified
                 // Every database checked, to name all the damaged ones, then the backup fails.
                 extractor.acceptDamagedDatabases = true
+                extractor.allowOutsideLinks = allowOutsideLinks
                 let databases = try extractor.extract(into: scratch + "/store")
                 let damaged = extractor.damagedDatabases.current
                 if let first = damaged.keys.sorted().first {
@@ -110,7 +117,8 @@ package struct BackupVerifier: Sendable {
             }
         } catch {
             let text = (error as? StoreBackupError)?.description ?? "\(error)"
-            return VerificationResult(name: name, ok: false, problem: text, files: 0, databases: 0)
+            return VerificationResult(name: name, ok: false, problem: text, files: 0, databases: 0,
+                                      remedy: (error as? StoreBackupError)?.remedy)
         }
     }
 }

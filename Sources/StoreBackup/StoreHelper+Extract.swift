@@ -112,6 +112,7 @@ extension StoreHelper {
     private var browser: BackupBrowser {
         var browser = BackupBrowser(destination: destination, passwords: passwords)
         browser.allowUnverified = allowUnverified
+        browser.allowOutsideLinks = allowOutsideLinks
         return browser
     }
 }

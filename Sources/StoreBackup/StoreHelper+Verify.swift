@@ -23,6 +23,7 @@ extension StoreHelper {
         do {
             var verifier = BackupVerifier(destination: destination, passwords: passwords)
             verifier.allowUnverified = allowUnverified
+            verifier.allowOutsideLinks = allowOutsideLinks
             results = try await verifier.verify(selection, progress: progress)
         } catch is CancellationError {
             throw StoreBackupError.cancelled

@@ -40,6 +40,24 @@ public struct BackupResult: Sendable {
     public var archiveSeconds: Double = 0
     /// Seconds spent publishing the archive at the destination (upload, or rename for a local folder).
     public var uploadSeconds: Double = 0
+
+    /// Links that point outside the stores directory (escaped paths): the backup holds
+    /// them, and restore makes them only with ``StoreHelper/allowOutsideLinks``.
+    public var outsideLinks: [String] { manifest.outsideLinks ?? [] }
+    /// Sockets and device files left out of the backup, each as "path (what it is)".
+    public var leftOut: [String] { manifest.leftOut ?? [] }
+    /// One line per thing `create` warned about (the same lines went to the logger).
+    public var warnings: [String] { BackupWarnings.lines(outsideLinks: outsideLinks, leftOut: leftOut) }
+}
+
+/// The warnings of a backup that is good but not restored exactly by default.
+enum BackupWarnings {
+    static func lines(outsideLinks: [String], leftOut: [String], targets: [String: String] = [:]) -> [String] {
+        outsideLinks.map { link in
+            let target = targets[link].map { " -> \($0)" } ?? ""
+            return "the link \(link)\(target) points outside the stores directory: it is in the backup, but restore makes it only when allowed to (--allow-outside-links)"
+        } + leftOut.map { "\($0) is not in the backup: sockets and device files cannot be backed up" }
+    }
 }
 
 /// The front door: back up, list, restore, verify and delete one stores directory's backups.
@@ -111,6 +129,12 @@ public struct StoreHelper: Sendable {
     /// check after ``ReloadHooks/willSwap`` always runs. Turn this off when `willSwap` is what
     /// closes another process's connections. Skipped when ``appCommands`` stop the app.
     public var checkStoreInUseEarly = true
+
+    /// Restore (and verify, extract) the links that point outside the stores directory,
+    /// such as `shared -> /srv/shared/config.json`, exactly as they were. Only links that
+    /// `create` found and recorded in the backup's manifest are made (it warned about each);
+    /// any other link leaving the store is still refused as unsafe. Off by default.
+    public var allowOutsideLinks = false
 
     /// How many threads deflate on create; nil: one per core (the fastest backup).
     ///
@@ -242,6 +266,7 @@ public struct StoreHelper: Sendable {
         let throttle = ProgressThrottle(progress)
         let storesDirectory = self.storesDirectory
         let level = compressionLevel
+        let logger = self.logger
 
         let manifest: Manifest
         let clock = ContinuousClock()
@@ -250,6 +275,13 @@ public struct StoreHelper: Sendable {
             manifest = try await runBlocking(name: "storebackup-create") { cancel in
                 throttle.report(BackupProgress(phase: .scanning), force: true)
                 let scan = try StoreScanner.scan(storesDirectory: storesDirectory)
+                var linkTargets: [String: String] = [:]
+                for item in scan.items where item.kind == .symlink { linkTargets[item.relativePath] = item.linkTarget ?? "" }
+                let outsideLinks = ArchiveTree.outsideLinks(linkTargets)
+                // Said now, at create time: the backup is good, but not restored exactly by default.
+                for line in BackupWarnings.lines(outsideLinks: outsideLinks, leftOut: scan.leftOut, targets: linkTargets) {
+                    logger.warning("\(line)", metadata: ["store": "\(storesDirectory)"])
+                }
                 guard scan.items.contains(where: { $0.kind == .database }) else {
                     throw StoreBackupError.noDatabases(path: storesDirectory)
                 }
@@ -275,7 +307,9 @@ public struct StoreHelper: Sendable {
                                                       createdAt: createdAt, password: password)
                 if let threads { settings.workers = min(max(1, threads), WorkerPool.maximumWidth) }
                 let writer = ArchiveWriter(settings: settings, cancel: cancel, progress: throttle)
-                return try writer.write(items: scan.items, snapshots: snapshots, to: archivePath)
+                return try writer.write(items: scan.items, snapshots: snapshots, outsideLinks: outsideLinks,
+                                        leftOut: scan.leftOut,
+                                        root: (scan.rootPermissions, scan.rootModificationTime), to: archivePath)
             }
         } catch {
             unlink(archivePath)
@@ -396,6 +430,7 @@ public struct StoreHelper: Sendable {
         transaction.allowStoreInUse = allowStoreInUse
         transaction.allowUnseenProcesses = allowUnseenProcesses
         transaction.checkStoreInUseEarly = checkStoreInUseEarly
+        transaction.allowOutsideLinks = allowOutsideLinks
         return try await transaction.run(nameOrLatest, progress: progress)
     }
 

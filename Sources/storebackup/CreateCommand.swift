@@ -93,6 +93,8 @@ struct CreateCommand: AsyncParsableCommand {
                 "name": result.name, "encrypted": encrypt, "size": result.size, "destination": result.destination,
                 "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
                 "archiveSeconds": result.archiveSeconds, "uploadSeconds": result.uploadSeconds,
+                "outsideLinks": result.outsideLinks, "leftOut": result.leftOut, "leftOutCount": result.leftOut.count,
+                "warnings": result.warnings,
             ]
             if let usage {
                 summary["openBy"] = usage.users.map { ["file": $0.file, "pid": Int($0.pid), "command": $0.command] as [String: Any] }

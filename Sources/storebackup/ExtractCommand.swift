@@ -48,9 +48,13 @@ struct ExtractCommand: AsyncParsableCommand {
     @Flag(help: "Extract from a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check.")
     var allowUnverified = false
 
+    @Flag(help: "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused.")
+    var allowOutsideLinks = false
+
     func run() async throws {
         var configured = BackupBrowser(destination: try destination.resolve(), passwords: password.provider(confirm: false))
         configured.allowUnverified = allowUnverified
+        configured.allowOutsideLinks = allowOutsideLinks
         let browser = configured
         let name = self.name, paths = self.paths, into = self.into
         let printer = ProgressPrinter.shared

@@ -24,7 +24,7 @@ struct LsCommand: AsyncParsableCommand {
             --json prints one object with these keys, always present: backup (the name), \
             manifest (false when listed from the ZIP directory), created, host and \
             storesDirectory (from the manifest, else null), and entries: an array of \
-            {path, type ("file", "directory", "symlink" or "database"), size (bytes), mode \
+            {path (escaped as described in docs/names-and-metadata.md), type ("file", "directory", "symlink", "database" or "fifo"), size (bytes), mode \
             (permission bits as an octal string, e.g. "0644"), modified (ISO 8601 UTC), \
             linkTarget (links only, else null), sha256 (hex, null without a manifest)}.
             """)
@@ -72,11 +72,21 @@ struct LsCommand: AsyncParsableCommand {
         Terminal.info("\(contents.entries.count) entries, \(Terminal.formatBytes(total)) in \"\(contents.backupName)\"")
     }
 
-    /// `drwxr-xr-x`, `-rw-r--r--`, `lrwxrwxrwx`.
+    /// `drwxr-xr-x`, `-rw-r--r--`, `lrwxrwxrwx`, `prw-------`, `drwxrwxrwt`, `-rwsr-xr-x`, as `ls -l`.
     static func permissions(_ entry: BackupContents.Entry) -> String {
-        let type = entry.type == "directory" ? "d" : entry.type == "symlink" ? "l" : "-"
-        let letters = Array("rwxrwxrwx")
-        return type + String((0..<9).map { entry.mode & (0o400 >> UInt32($0)) != 0 ? letters[$0] : "-" })
+        let type = switch entry.type {
+        case "directory": "d"
+        case "symlink": "l"
+        case "fifo": "p"
+        default: "-"
+        }
+        var letters = Array("rwxrwxrwx").enumerated().map { entry.mode & (0o400 >> UInt32($0.offset)) != 0 ? $0.element : "-" }
+        // set-user-ID, set-group-ID, sticky: in the execute column, lower case when executable.
+        for (bit, column, letter) in [(UInt32(0o4000), 2, "s"), (0o2000, 5, "s"), (0o1000, 8, "t")] as [(UInt32, Int, Character)]
+            where entry.mode & bit != 0 {
+            letters[column] = letters[column] == "-" ? Character(letter.uppercased()) : letter
+        }
+        return type + String(letters)
     }
 
     /// Names come from an archive someone else may have written: control characters are

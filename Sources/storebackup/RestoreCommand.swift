@@ -42,6 +42,9 @@ struct RestoreCommand: AsyncParsableCommand {
     @Flag(help: "Restore a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check.")
     var allowUnverified = false
 
+    @Flag(help: "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused.")
+    var allowOutsideLinks = false
+
     @Flag(help: "Restore a backup whose databases fail PRAGMA integrity_check although they match the backup's checksums: they were already damaged in the live store when the backup was made, and come back as they were then.")
     var acceptDamagedDatabases = false
 
@@ -102,6 +105,7 @@ struct RestoreCommand: AsyncParsableCommand {
         configured.acceptDamagedDatabases = acceptDamagedDatabases
         configured.allowStoreInUse = force
         configured.appCommands = appCommands(for: configured.storesDirectory)
+        configured.allowOutsideLinks = allowOutsideLinks
         let helper = configured
         if !yes {
             guard Terminal.standardInputIsTerminal else {

@@ -30,6 +30,9 @@ struct VerifyCommand: AsyncParsableCommand {
     @Flag(help: "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable.")
     var allowUnverified = false
 
+    @Flag(help: "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused.")
+    var allowOutsideLinks = false
+
     @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning, damagedDatabases} (with --store, each also has its destination).")
     var json = false
 
@@ -55,6 +58,7 @@ struct VerifyCommand: AsyncParsableCommand {
         metrics.start()
         var configured = BackupVerifier(destination: try destination.resolve(), passwords: password.provider(confirm: false))
         configured.allowUnverified = allowUnverified
+        configured.allowOutsideLinks = allowOutsideLinks
         let verifier = configured
         let selection: BackupVerifier.Selection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
         let printer = ProgressPrinter.shared
@@ -74,7 +78,7 @@ struct VerifyCommand: AsyncParsableCommand {
             for result in results {
                 Terminal.output(result.ok
                     ? "ok      \(result.name)  (\(result.files) entries, \(result.databases) databases)" + (result.warning.map { "; \($0)" } ?? "")
-                    : "FAILED  \(result.name): \(result.problem ?? "unknown problem")")
+                    : "FAILED  \(result.name): \(Self.problem(result))")
             }
         }
     }
@@ -87,5 +91,12 @@ struct VerifyCommand: AsyncParsableCommand {
         let verb = damaged.count == 1 ? "was" : "were"
         result.problem = "restorable only with --accept-damaged-databases: \(damaged.joined(separator: ", ")) \(verb) already damaged when the backup was made (it fails its integrity check but matches the checksum the backup recorded)"
         return result
+    }
+
+    /// The problem with its remedy in the command line's words (the flag to pass).
+    static func problem(_ result: VerificationResult) -> String {
+        let problem = result.problem ?? "unknown problem"
+        guard let remedy = result.remedy, problem.hasSuffix("; \(remedy)") else { return problem }
+        return String(problem.dropLast(remedy.description.count + 2)) + ErrorAdvice.advice(remedy)
     }
 }

@@ -5,8 +5,9 @@ import XCTest
 final class ArchivePathTests: XCTestCase {
     func testUnsafePathsAreRecognised() {
         for path in ["a/b.txt", ".hidden/x", "a/.b/c"] { XCTAssertTrue(ArchiveReader.isSafeRelativePath(path), path) }
-        for path in ["...", "a/...", "a/.b.", "..a", "é/ü"] { XCTAssertTrue(ArchiveReader.isSafeRelativePath(path), path) }
-        for path in ["", "/abs", "../x", "a/../../x", "a//b", "./a", "a\\b", "a/..", "x\0y", "a/", ".", "..", "a/./b"] {
+        // A backslash is an ordinary character of a Linux name (issue 32).
+        for path in ["...", "a/...", "a/.b.", "..a", "é/ü", "a\\b", "..\\x"] { XCTAssertTrue(ArchiveReader.isSafeRelativePath(path), path) }
+        for path in ["", "/abs", "../x", "a/../../x", "a//b", "./a", "a/..", "x\0y", "a/", ".", "..", "a/./b"] {
             XCTAssertFalse(ArchiveReader.isSafeRelativePath(path), path)
         }
     }

@@ -244,7 +244,8 @@ final class ExtractTests: XCTestCase {
     /// file is asked for: the whole archive is checked before anything is written.
     func testHostileArchivesAreRefused() throws {
         try FileManager.default.createDirectory(atPath: backups, withIntermediateDirectories: true)
-        let whole = ["slip-dotdot", "slip-absolute", "slip-backslash", "name-nul", "name-escape", "name-too-long",
+        // (slip-backslash is a legal name since issue 32: see HostileArchiveTests.legalNow.)
+        let whole = ["slip-dotdot", "slip-absolute", "name-nul", "name-escape", "name-too-long",
                      "link-outside", "link-chain", "link-parent-is-link", "file-beneath-link", "link-loop",
                      "duplicate-name", "lying-size", "expansion-bomb", "sizes-disagree", "huge-declared-size",
                      "overlapping-entries", "huge-manifest", "huge-entry-count", "huge-central-directory",

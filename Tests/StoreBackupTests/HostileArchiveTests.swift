@@ -49,8 +49,12 @@ final class HostileArchiveTests: XCTestCase {
             let label = String(file.dropLast(4))
             let name = String(format: "2000-01-01 %06d Stores.zip", number)
             try FileManager.default.moveItem(atPath: built + "/" + file, toPath: backups + "/" + name)
-            peak = max(peak, try assertRestoreRefused(name, label: label, expecting: Self.expectedMessages[label]))
-            try assertVerifyFails(name, label: label)
+            if Self.legalNow.contains(label) {
+                try assertRestoresBeside(name, label: label)
+            } else {
+                peak = max(peak, try assertRestoreRefused(name, label: label, expecting: Self.expectedMessages[label]))
+                try assertVerifyFails(name, label: label)
+            }
             try FileManager.default.removeItem(atPath: backups + "/" + name)
         }
         print("hostile archives: \(cases.count) cases, peak RSS of restore \(peak) KiB")
@@ -59,17 +63,36 @@ final class HostileArchiveTests: XCTestCase {
     /// How many hostile cases the builder (Tests/Support/hostile_archives.py) makes.
     static let caseCount = 45
 
+    /// Cases that were refused before issue 32 and are legal Linux names or links that stay
+    /// inside: a backslash is an ordinary character, names may hold control characters (shown
+    /// escaped), and a link may point at such a name. They restore and verify.
+    static let legalNow: Set<String> = [
+        "slip-backslash", "slip-backslash-absolute", "name-newline", "name-c1-control", "link-control-target",
+    ]
+
+    /// A case that is legal restores (into a folder of its own, leaving the live store as it
+    /// is) and verifies.
+    private func assertRestoresBeside(_ name: String, label: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let target = work + "/legal-" + label
+        let restored = try runStoreBackup(["restore", name, target, "--from", backups, "--yes"])
+        XCTAssertEqual(restored.status, 0, "\(label): \(restored.stderr)", file: file, line: line)
+        let verified = try runStoreBackup(["verify", name, "--from", backups])
+        XCTAssertEqual(verified.status, 0, "\(label): \(verified.stdout)", file: file, line: line)
+        try? FileManager.default.removeItem(atPath: target)
+    }
+
     /// What each case's one error line must say (the others must only fail cleanly).
     static let expectedMessages: [String: String] = [
         "slip-dotdot": "unsafe path", "slip-nested": "unsafe path", "slip-absolute": "unsafe path",
-        "slip-backslash": "unsafe path", "slip-backslash-absolute": "unsafe path", "slip-dot-part": "unsafe path",
+        "slip-dot-part": "unsafe path",
         "slip-empty-part": "unsafe path", "slip-reserved-folder": "unsafe path",
-        "name-nul": "control character", "name-newline": "control character", "name-escape": "control character",
-        "name-c1-control": "unsafe path", "name-not-utf8": "unsafe path", "name-too-long": "limit",
+        "name-nul": "NUL byte",
+        // Marked UTF-8 but holding ESC: libzip finds the archive inconsistent (storebackup
+        // writes such a name without the UTF-8 mark, see test RoundTripTests).
+        "name-escape": "damaged", "name-not-utf8": "not in its manifest", "name-too-long": "limit",
         "link-outside": "unsafe path", "link-absolute": "unsafe path", "link-chain": "passwd -> d1/l/../../etc/passwd",
         "link-through-link": "unsafe path", "link-chain-three": "unsafe path", "link-parent-is-link": "beneath the link l",
         "file-beneath-link": "beneath the link l", "file-beneath-file": "beneath the file notes.txt", "link-loop": "unsafe path",
-        "link-control-target": "unsafe path",
         "duplicate-name": "damaged", "duplicate-dir-and-file": "appears twice",
         "lying-size": "more than its declared 10 bytes", "expansion-bomb": "more than its declared 1048576 bytes",
         "sizes-disagree": "other.txt", "huge-declared-size": "must stay free",

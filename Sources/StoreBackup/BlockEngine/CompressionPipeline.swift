@@ -234,7 +234,7 @@ final class CompressionPipeline: @unchecked Sendable {
         var offset: Int64 = 0
         var descriptor: Int32 = -1
         if job.snapshot == nil {
-            descriptor = open(job.item.absolutePath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            descriptor = EscapedName.withSystemPath(job.item.absolutePath) { open($0, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
             guard descriptor >= 0 else {
                 throw StoreBackupError.io(path: job.item.absolutePath, operation: "open", errno: errno)
             }

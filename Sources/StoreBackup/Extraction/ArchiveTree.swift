@@ -18,14 +18,31 @@ struct ArchiveTree {
     init(entries: [ArchiveEntry], linkTargets: [String: String], backupName: String) {
         var kinds: [String: ArchiveEntry.Kind] = [:]
         for entry in entries { kinds[entry.path] = entry.kind }
+        self.init(kinds: kinds, linkTargets: linkTargets, backupName: backupName)
+    }
+
+    init(kinds: [String: ArchiveEntry.Kind], linkTargets: [String: String], backupName: String) {
         self.kinds = kinds
         self.links = linkTargets
         self.backupName = backupName
     }
 
+    /// The links of a store being backed up (paths and targets escaped) whose target leaves
+    /// the store, is absolute, or loops: restore refuses them unless allowed, so `create`
+    /// names them and records them in the manifest. Bounded work per link (hop limit).
+    static func outsideLinks(_ linkTargets: [String: String]) -> [String] {
+        var tree = ArchiveTree(kinds: [:], linkTargets: linkTargets, backupName: "")
+        return linkTargets.keys.sorted().filter { path in
+            var hops = 0
+            return (try? tree.location(ofLink: path, hops: &hops)) == nil
+        }
+    }
+
     /// Throws `unsafeArchiveEntry` for the first entry beneath a link or file, or link
-    /// whose target leaves the root (or loops).
-    mutating func check() throws {
+    /// whose target leaves the root (or loops) that `recordedOutside` (the manifest's outside
+    /// links) does not hold: a hostile archive's. A recorded one throws `outsideLink`
+    /// (which names the option) unless `allowOutside`.
+    mutating func check(recordedOutside: Set<String> = [], allowOutside: Bool = false) throws {
         for path in kinds.keys.sorted() {
             var prefix = ""
             for part in path.split(separator: "/").dropLast() {
@@ -37,9 +54,11 @@ struct ArchiveTree {
         }
         for (path, target) in links.sorted(by: { $0.key < $1.key }) {
             var hops = 0
-            guard try location(ofLink: path, hops: &hops) != nil else {
+            guard try location(ofLink: path, hops: &hops) == nil else { continue }
+            guard recordedOutside.contains(path) else {
                 throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: "\(path) -> \(target)")
             }
+            if !allowOutside { throw StoreBackupError.outsideLink(name: backupName, link: path, target: target) }
         }
     }
 

@@ -10,6 +10,8 @@ import Glibc
 /// someone else while restore runs) can take a write outside the folder. Files are
 /// created with `O_EXCL`: nothing that exists is ever opened for writing. Links are made
 /// only by ``createLink(_:target:modificationTime:)``, which the extractor calls last.
+/// Relative paths and link targets are in ``EscapedName``'s form; each component is
+/// turned back into its raw bytes for the system call.
 final class ConfinedTree: Sendable {
     /// The folder's path, for messages.
     let root: String
@@ -37,7 +39,7 @@ final class ConfinedTree: Sendable {
     func createFile(_ relative: String, readBack: Bool = false) throws -> Int32 {
         let (parent, leaf) = try openParent(relative, create: true)
         defer { if parent != rootDescriptor { close(parent) } }
-        let fd = openat(parent, leaf, (readBack ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        let fd = EscapedName.withSystemPath(leaf) { openat(parent, $0, (readBack ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "create", errno: errno) }
         return fd
     }
@@ -46,11 +48,30 @@ final class ConfinedTree: Sendable {
     func createLink(_ relative: String, target: String, modificationTime: Int64) throws {
         let (parent, leaf) = try openParent(relative, create: true)
         defer { if parent != rootDescriptor { close(parent) } }
-        guard symlinkat(target, parent, leaf) == 0 else {
+        let made = EscapedName.withSystemPath(target) { target in EscapedName.withSystemPath(leaf) { symlinkat(target, parent, $0) } }
+        guard made == 0 else {
             throw StoreBackupError.io(path: root + "/" + relative, operation: "create link", errno: errno)
         }
         var times = [timespec(tv_sec: time_t(modificationTime), tv_nsec: 0), timespec(tv_sec: time_t(modificationTime), tv_nsec: 0)]
-        utimensat(parent, leaf, &times, AT_SYMLINK_NOFOLLOW)
+        _ = EscapedName.withSystemPath(leaf) { utimensat(parent, $0, &times, AT_SYMLINK_NOFOLLOW) }
+    }
+
+    /// Creates the FIFO `relative` with its mode and time. Nothing opens it (opening a FIFO
+    /// waits for the other end): mode and time are set by name, not following links.
+    func createFIFO(_ relative: String, permissions: UInt32, modificationTime: Int64) throws {
+        let (parent, leaf) = try openParent(relative, create: true)
+        defer { if parent != rootDescriptor { close(parent) } }
+        let path = root + "/" + relative
+        try EscapedName.withSystemPath(leaf) { name in
+            guard mkfifoat(parent, name, 0o600) == 0 else { throw StoreBackupError.io(path: path, operation: "create FIFO", errno: errno) }
+            guard fchmodat(parent, name, mode_t(permissions), 0) == 0 else {
+                throw StoreBackupError.io(path: path, operation: "chmod", errno: errno)
+            }
+            var times = [timespec(tv_sec: time_t(modificationTime), tv_nsec: 0), timespec(tv_sec: time_t(modificationTime), tv_nsec: 0)]
+            guard utimensat(parent, name, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw StoreBackupError.io(path: path, operation: "set time", errno: errno)
+            }
+        }
     }
 
     /// Sets a folder's mode and time (`relative` nil: the root itself).
@@ -67,7 +88,7 @@ final class ConfinedTree: Sendable {
     func openFileForReading(_ relative: String) throws -> Int32 {
         let (parent, leaf) = try openParent(relative, create: false)
         defer { if parent != rootDescriptor { close(parent) } }
-        let fd = openat(parent, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        let fd = EscapedName.withSystemPath(leaf) { openat(parent, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: errno) }
         return fd
     }
@@ -93,12 +114,12 @@ final class ConfinedTree: Sendable {
                 if current != rootDescriptor { close(current) }
                 throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: EINVAL)
             }
-            if create && mkdirat(current, part, 0o700) != 0 && errno != EEXIST {
+            if create && EscapedName.withSystemPath(part, { mkdirat(current, $0, 0o700) }) != 0 && errno != EEXIST {
                 let code = errno
                 if current != rootDescriptor { close(current) }
                 throw StoreBackupError.io(path: root + "/" + relative, operation: "create", errno: code)
             }
-            let next = openat(current, part, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            let next = EscapedName.withSystemPath(part) { openat(current, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
             let code = errno
             if current != rootDescriptor { close(current) }
             guard next >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: code) }

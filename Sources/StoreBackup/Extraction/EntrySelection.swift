@@ -10,7 +10,8 @@ struct EntrySelection: Sendable {
     init(_ requested: [String]) {
         var paths: [String] = []
         for path in requested {
-            var text = path
+            // Typed or pasted from `ls`: escapes decoded, then in the one escaped form (EscapedName).
+            var text = EscapedName.canonical(path)
             while text.hasPrefix("./") { text.removeFirst(2) }
             while text.hasSuffix("/") { text.removeLast() }
             if text.isEmpty || text == "." { paths = []; break }

@@ -28,6 +28,10 @@ struct Extractor {
     var verifyOnly = false
     /// Accept an archive without a manifest (checking only CRCs and databases).
     var allowUnverified = false
+    /// Make the links the manifest records as pointing outside the store (create warned
+    /// about them); without it they are refused, naming the option. Links the manifest
+    /// does not record are refused either way.
+    var allowOutsideLinks = false
     /// Write only the entries whose archive-relative path this accepts (`extract` of a few
     /// files); nil writes every entry. The checks before writing still cover the whole archive.
     var selection: (@Sendable (String) -> Bool)? = nil
@@ -62,11 +66,12 @@ struct Extractor {
         let links = try readLinks(manifestByPath: manifestByPath)
         var tree = ArchiveTree(entries: reader.entries, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
                                backupName: reader.backupName)
-        try tree.check()
+        try tree.check(recordedOutside: Set(reader.manifest?.outsideLinks ?? []), allowOutside: allowOutsideLinks)
         if reader.manifest == nil && !allowUnverified {
             throw StoreBackupError.unverifiableBackup(name: reader.backupName)
         }
         let files = reader.entries.filter { $0.kind == .file && isSelected($0.path) }
+        let fifos = verifyOnly ? [] : reader.entries.filter { $0.kind == .fifo && isSelected($0.path) }
         let written = verifyOnly && reader.manifest != nil ? files.filter(isDatabase) : files
         try FreeSpace.check(needed: Self.diskUsage(of: written, entryCount: reader.entries.count),
                             in: FileSystem.parentDirectory(of: target), backupName: reader.backupName)
@@ -93,7 +98,7 @@ struct Extractor {
                 let done = counter.add(bytes)
                 progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
             }
-            try finishTree(root, links: links, directories: directories)
+            try finishTree(root, links: links, fifos: fifos, directories: directories)
         }
         let flushed = Result { try flushes?.finish() }
         let synced = Result {
@@ -114,7 +119,7 @@ struct Extractor {
         if reader.manifest == nil {
             // Found only now, by header: check them here.
             progress.report(BackupProgress(phase: .checking, currentFile: databases.joined(separator: ", ")), force: true)
-            try checkDatabases(databases.map { target + "/" + $0 })
+            try checkDatabases(databases.map { EscapedName.escapedRoot(target) + "/" + $0 })
         }
         return databases
     }
@@ -130,9 +135,13 @@ struct Extractor {
         }
     }
 
-    /// Links last (their targets exist by now), then every folder's mode and time, deepest
-    /// first, so that writing into a folder does not change its time again.
-    private func finishTree(_ root: ConfinedTree, links: [(entry: ArchiveEntry, target: String)], directories: [ArchiveEntry]) throws {
+    /// FIFOs, then links last (their targets exist by now), then every folder's mode and
+    /// time, deepest first, so that writing into a folder does not change its time again.
+    private func finishTree(_ root: ConfinedTree, links: [(entry: ArchiveEntry, target: String)], fifos: [ArchiveEntry],
+                            directories: [ArchiveEntry]) throws {
+        for fifo in fifos {
+            try root.createFIFO(fifo.path, permissions: fifo.permissions, modificationTime: fifo.modificationTime)
+        }
         if !verifyOnly {
             for (link, destination) in links where isSelected(link.path) {
                 try root.createLink(link.path, target: destination, modificationTime: link.modificationTime)
@@ -144,7 +153,7 @@ struct Extractor {
         }
         let rootMode: UInt32 = reader.manifest?.rootMode ?? 0o755
         let rootTime: Int64 = reader.manifest?.rootMtime ?? Int64(Date().timeIntervalSince1970)
-        try root.setDirectoryAttributes(nil, permissions: rootMode & 0o777, modificationTime: rootTime)
+        try root.setDirectoryAttributes(nil, permissions: rootMode & 0o7777, modificationTime: rootTime)
     }
 
     /// Bytes the files take on disk: their declared sizes plus a block per entry,
@@ -158,15 +167,14 @@ struct Extractor {
         return total
     }
 
-    /// Reads every link's target and refuses any that would point outside the store on its own
-    /// (chains through other links are judged by ``ArchiveTree``).
+    /// Reads every link's target (raw bytes, escaped); where each leads is judged by
+    /// ``ArchiveTree``, through the archive's other links.
     private func readLinks(manifestByPath: [String: Manifest.File]) throws -> [(entry: ArchiveEntry, target: String)] {
         try reader.entries.filter { $0.kind == .symlink }.map { link in
             let bytes = try reader.readSmallEntry(index: link.index, limit: ArchiveLimits.maxLinkTargetBytes)
-            guard let target = String(validating: bytes, as: UTF8.self),
-                  !target.unicodeScalars.contains(where: ArchiveReader.isControl),
-                  ArchiveReader.isContainedLink(linkPath: link.path, target: target) else {
-                throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: "\(link.path) -> \(ArchiveReader.printable(bytes))")
+            let target = EscapedName.escape(bytes)
+            guard !bytes.isEmpty, !bytes.contains(0) else {
+                throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: "\(link.path) -> \(target)")
             }
             if let expected = manifestByPath[link.path]?.linkTarget, expected != target {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: link.path)
@@ -189,7 +197,12 @@ struct Extractor {
             guard let expected = byPath[entry.path] else {
                 throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) is not in its manifest")
             }
-            let expectedKind: ArchiveEntry.Kind = expected.type == "directory" ? .directory : expected.type == "symlink" ? .symlink : .file
+            let expectedKind: ArchiveEntry.Kind = switch expected.type {
+            case "directory": .directory
+            case "symlink": .symlink
+            case "fifo": .fifo
+            default: .file
+            }
             guard expectedKind == entry.kind else {
                 throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) has the wrong type")
             }
@@ -202,7 +215,7 @@ struct Extractor {
         if let missing = manifest.files.first(where: { !present.contains($0.path) }) {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(missing.path) is missing")
         }
-        if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type == "directory" || $0.type == "symlink" } ?? true }) {
+        if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type != "file" && $0.type != "database" } ?? true }) {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "its manifest names \(stray.path) as a database but has no such file")
         }
         return byPath
@@ -288,7 +301,7 @@ struct Extractor {
                     try verifyDigests(&digests)
                     throw failure
                 }
-                let path = root.root + "/" + database.path
+                let path = EscapedName.escapedRoot(root.root) + "/" + database.path
                 let expected = manifestByPath[database.path]
                 let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
@@ -330,7 +343,7 @@ struct Extractor {
         expected: Manifest.File?, unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
         onBytes: @Sendable (Int64, String) -> Void
     ) throws -> DeferredDigest? {
-        let path = root.root + "/" + entry.path
+        let path = EscapedName.escapedRoot(root.root) + "/" + entry.path
         // Verify without a manifest finds databases by their first bytes, so it decides
         // whether to write a file only once it has read them.
         let decideByHeader = verifyOnly && reader.manifest == nil
@@ -466,7 +479,12 @@ struct Extractor {
     private func databasePaths(in target: String, files: [ArchiveEntry]) throws -> [String] {
         if let manifest = reader.manifest { return manifest.databases.map(\.path).filter(isSelected) }
         // Only files on disk can be databases (verify writes nothing else); none is a link.
-        return files.map(\.path).filter { FileSystem.fileExists(target + "/" + $0) && SQLiteHeader.isDatabase(path: target + "/" + $0) }
+        let escapedTarget = EscapedName.escapedRoot(target)
+        return files.map(\.path).filter { path in
+            let full = escapedTarget + "/" + path
+            var info = stat()
+            return EscapedName.withSystemPath(full, { lstat($0, &info) }) == 0 && SQLiteHeader.isDatabase(path: full)
+        }
     }
 
     /// `PRAGMA integrity_check` on an extracted database nobody else has open; with

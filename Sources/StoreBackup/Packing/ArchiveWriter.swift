@@ -23,7 +23,10 @@ struct ArchiveWriter {
     let progress: ProgressThrottle
 
     /// Writes `archivePath` (which must not exist). On any failure nothing is left there.
-    func write(items: [StoreItem], snapshots: [String: DatabaseSnapshot], to archivePath: String) throws -> Manifest {
+    /// `outsideLinks` and `leftOut` go into the manifest as they are (see ``Manifest``).
+    /// `root` is the stores directory's mode and time as scanned (nil: read now).
+    func write(items: [StoreItem], snapshots: [String: DatabaseSnapshot], outsideLinks: [String] = [], leftOut: [String] = [],
+               root: (permissions: UInt32, modificationTime: Int64)? = nil, to archivePath: String) throws -> Manifest {
         var errorCode: Int32 = 0
         guard let archive = zip_open(archivePath, ZIP_CREATE | ZIP_EXCL, &errorCode) else {
             var error = zip_error_t()
@@ -53,18 +56,22 @@ struct ArchiveWriter {
         var jobIndexByPath: [String: Int] = [:]
         for (index, job) in jobs.enumerated() { jobIndexByPath[job.item.relativePath] = index }
 
+        // Names are the path's raw bytes; ZIP_FL_ENC_GUESS keeps bytes that are not UTF-8 as they
+        // are (libzip marks UTF-8 names as such and leaves the others unmarked).
+        let nameFlags = zip_flags_t(ZIP_FL_ENC_GUESS)
         for item in items {
             let index: Int64
+            let name = ArchiveNames.entryName(for: item.relativePath)
             switch item.kind {
             case .directory:
-                index = zip_dir_add(archive, item.relativePath, zip_flags_t(ZIP_FL_ENC_UTF_8))
+                index = zip_dir_add(archive, name, nameFlags)
                 guard index >= 0 else { throw libzipError(archive, "add folder \(item.relativePath)") }
                 try setAttributes(archive, index, type: UnixMode.directory, item: item)
             case .file, .database:
                 let jobIndex = jobIndexByPath[item.relativePath]!
                 let source = try PipelineEntrySource(pipeline: pipeline, jobIndex: jobIndex, password: settings.password)
                     .makeSource(in: archive)
-                index = zip_file_add(archive, item.relativePath, source, zip_flags_t(ZIP_FL_ENC_UTF_8))
+                index = zip_file_add(archive, name, source, nameFlags)
                 guard index >= 0 else {
                     zip_source_free(source)
                     throw libzipError(archive, "add \(item.relativePath)")
@@ -80,9 +87,9 @@ struct ArchiveWriter {
                 }
                 try setAttributes(archive, index, type: UnixMode.regular, item: item)
             case .symlink:
-                let target = Data((item.linkTarget ?? "").utf8)
+                let target = Data(EscapedName.bytes(item.linkTarget ?? ""))
                 let source = try LazyDataSource(modificationTime: item.modificationTime) { target }.makeSource(in: archive)
-                index = zip_file_add(archive, item.relativePath, source, zip_flags_t(ZIP_FL_ENC_UTF_8))
+                index = zip_file_add(archive, name, source, nameFlags)
                 guard index >= 0 else {
                     zip_source_free(source)
                     throw libzipError(archive, "add link \(item.relativePath)")
@@ -90,14 +97,42 @@ struct ArchiveWriter {
                 zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
                 try encryptSmallEntry(archive, index, what: item.relativePath)
                 try setAttributes(archive, index, type: UnixMode.symlink, item: item)
+            case .fifo:
+                // An empty entry whose mode says FIFO: restore makes it with mkfifo.
+                let source = try LazyDataSource(modificationTime: item.modificationTime) { Data() }.makeSource(in: archive)
+                index = zip_file_add(archive, name, source, nameFlags)
+                guard index >= 0 else {
+                    zip_source_free(source)
+                    throw libzipError(archive, "add FIFO \(item.relativePath)")
+                }
+                zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
+                try encryptSmallEntry(archive, index, what: item.relativePath)
+                try setAttributes(archive, index, type: UnixMode.fifo, item: item)
             }
         }
+
+        let markerText = Data(ArchiveNames.formatMarkerText.utf8)
+        let markerSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) { markerText }
+            .makeSource(in: archive)
+        let markerIndex = zip_file_add(archive, ArchiveNames.formatMarker, markerSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
+        guard markerIndex >= 0 else {
+            zip_source_free(markerSource)
+            throw libzipError(archive, "add the format marker")
+        }
+        zip_file_set_external_attributes(archive, zip_uint64_t(markerIndex), 0, UInt8(ZIP_OPSYS_UNIX), (UnixMode.regular | 0o644) << 16)
+        try encryptSmallEntry(archive, markerIndex, what: "the format marker")
 
         var manifest: Manifest?
         let manifestSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
             // Every file's data is written by now (the manifest is the last entry).
             pipeline.releaseBuffers()
-            let built = try buildManifest(items: items, jobs: jobs, jobIndexByPath: jobIndexByPath, snapshots: snapshots, pipeline: pipeline)
+            var built = try buildManifest(items: items, jobs: jobs, jobIndexByPath: jobIndexByPath, snapshots: snapshots, pipeline: pipeline)
+            built.outsideLinks = outsideLinks.isEmpty ? nil : outsideLinks
+            built.leftOut = leftOut.isEmpty ? nil : leftOut
+            if let root {
+                built.rootMode = root.permissions
+                built.rootMtime = root.modificationTime
+            }
             manifest = built
             return try built.encoded()
         }.makeSource(in: archive)
@@ -173,6 +208,12 @@ struct ArchiveWriter {
                                      $0.baseAddress, zip_uint16_t($0.count), zip_flags_t(ZIP_FL_LOCAL | ZIP_FL_CENTRAL))
         }
         guard rc == 0 else { throw libzipError(archive, "set timestamp of \(item.relativePath)") }
+        let ntfs = NTFSTimestamp.encode(modificationTime: item.modificationTime)
+        let ntfsRC = ntfs.withUnsafeBufferPointer {
+            zip_file_extra_field_set(archive, entry, NTFSTimestamp.fieldID, zip_uint16_t(ZIP_EXTRA_FIELD_NEW),
+                                     $0.baseAddress, zip_uint16_t($0.count), zip_flags_t(ZIP_FL_LOCAL | ZIP_FL_CENTRAL))
+        }
+        guard ntfsRC == 0 else { throw libzipError(archive, "set timestamp of \(item.relativePath)") }
     }
 
     private func buildManifest(
@@ -241,7 +282,7 @@ enum IncompressibleSample {
 
     static func looksIncompressible(path: String, size: Int64) -> Bool {
         guard size >= 4096 else { return false }
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let fd = EscapedName.withSystemPath(path) { open($0, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
         guard fd >= 0 else { return false }
         defer { close(fd) }
         var sample = [UInt8](repeating: 0, count: 8192)

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// How the app around a store takes part in a restore, so a server can restore without
 /// restarting.

@@ -37,6 +37,8 @@ struct RestoreTransaction {
     /// Check for other processes before downloading too, to fail fast (see
     /// ``StoreHelper/checkStoreInUseEarly``); skipped when ``appCommands`` will stop the app.
     var checkStoreInUseEarly = true
+    /// Make the links the manifest records as pointing outside (see ``StoreHelper/allowOutsideLinks``).
+    var allowOutsideLinks = false
 
     private var swapper: StoreSwapper { StoreSwapper(layout: layout) }
 
@@ -85,6 +87,7 @@ struct RestoreTransaction {
     private func install(archive: String, backupName: String, throttle: ProgressThrottle) async throws -> RestoreResult {
         let layout = self.layout, passwords = self.passwords, allowUnverified = self.allowUnverified
         let acceptDamagedDatabases = self.acceptDamagedDatabases
+        let allowOutsideLinks = self.allowOutsideLinks
         let hadLiveStore = FileSystem.fileExists(layout.live)
         let journal: @Sendable (RestoreJournal.Phase) throws -> Void = { phase in
             try RestoreJournal(phase: phase, backupName: backupName, hadLiveStore: hadLiveStore).save(to: layout.journal)
@@ -101,6 +104,7 @@ struct RestoreTransaction {
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.allowUnverified = allowUnverified
                 extractor.acceptDamagedDatabases = acceptDamagedDatabases
+                extractor.allowOutsideLinks = allowOutsideLinks
                 // Every unpacked file and folder reaches the disk before the journal says
                 // "swapping"; the sync runs while the databases are still being checked.
                 extractor.syncTree = { try TreeSync.sync($0) }

@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Checks a store's databases the way the command line's restore does.
 public enum DatabaseCheck {
@@ -10,6 +13,17 @@ public enum DatabaseCheck {
     public static func quickCheckAll(in directory: String) throws {
         let scan = try StoreScanner.scan(storesDirectory: directory)
         for item in scan.items where item.kind == .database {
+            // Opening a WAL database makes (and on closing removes) its -wal and -shm files,
+            // which would change the restored folder's time: it is put back afterwards.
+            let folder = FileSystem.parentDirectory(of: item.absolutePath)
+            var folderInfo = stat()
+            let hasFolderTimes = EscapedName.withSystemPath(folder) { stat($0, &folderInfo) } == 0
+            defer {
+                if hasFolderTimes {
+                    var times = [folderInfo.st_atim, folderInfo.st_mtim]
+                    _ = EscapedName.withSystemPath(folder) { utimensat(AT_FDCWD, $0, &times, 0) }
+                }
+            }
             let checkedInFull = CheckedDatabases.isUnchanged(item.absolutePath)
             let connection = try SQLiteConnection(path: item.absolutePath, mode: .readWrite)
             defer { connection.close() }

@@ -88,7 +88,7 @@ final class DatabaseSnapshot: @unchecked Sendable {
             do {
                 try Self.backupCopy(from: connection, to: copy)
                 connection.close()
-                let reader = try SQLiteConnection(path: copy, mode: .readOnly)
+                let reader = try SQLiteConnection(path: EscapedName.escapedRoot(copy), mode: .readOnly)
                 defer { reader.close() }
                 pageSize = Int(try reader.scalar("PRAGMA page_size", operation: "read page size")) ?? 4096
                 pageCount = Int(try reader.scalar("PRAGMA page_count", operation: "read page count")) ?? 0
@@ -179,7 +179,7 @@ final class DatabaseSnapshot: @unchecked Sendable {
         _ = try? connection.checkpoint(mode: "TRUNCATE")
         try beginRead(connection)
         var info = stat()
-        if stat(path + "-wal", &info) != 0 || info.st_size == 0 { return true }
+        if EscapedName.withSystemPath(path + "-wal", { stat($0, &info) }) != 0 || info.st_size == 0 { return true }
         try connection.execute("COMMIT", operation: "end read transaction")
         return false
     }
@@ -203,7 +203,7 @@ final class DatabaseSnapshot: @unchecked Sendable {
     /// The fallback: SQLite's online backup in a single step is one read transaction
     /// on the source, so it is consistent, and WAL writers are not blocked by it.
     private static func backupCopy(from source: SQLiteConnection, to copy: String) throws {
-        let destination = try SQLiteConnection(path: copy, mode: .create)
+        let destination = try SQLiteConnection(path: EscapedName.escapedRoot(copy), mode: .create)
         defer { destination.close() }
         guard let backup = sqlite3_backup_init(destination.handle, "main", source.handle, "main") else {
             throw StoreBackupError.sqlite(path: source.path, operation: "backup", message: destination.lastError)

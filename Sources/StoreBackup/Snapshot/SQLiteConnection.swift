@@ -14,30 +14,34 @@ final class SQLiteConnection {
         case unpacking(UnpackingDatabase)
     }
 
+    /// `path` is in ``EscapedName``'s form (a plain path without `%` is its own escaped form).
     init(path: String, mode: Mode) throws {
         self.path = path
         var flags: Int32 = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
-        let filename: String
+        // A plain path goes to SQLite as its raw bytes; a URI is ASCII already (its path
+        // percent-encoded from the raw bytes), and must not be unescaped again.
+        let systemPath = EscapedName.bytes(path).map { CChar(bitPattern: $0) } + [0]
+        let filename: [CChar]
         switch mode {
         case .readWrite:
             flags |= SQLITE_OPEN_READWRITE
-            filename = path
+            filename = systemPath
         case .create:
             flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE
-            filename = path
+            filename = systemPath
         case .readOnly:
             flags |= SQLITE_OPEN_READONLY
-            filename = path
+            filename = systemPath
         case .immutable:
             // A database nobody else can be using (an extracted copy): no locks, no -shm file.
             flags |= SQLITE_OPEN_READONLY
-            filename = "file:" + Self.uriEscaped(path) + "?immutable=1"
+            filename = Array(("file:" + Self.uriEscaped(path) + "?immutable=1").utf8CString)
         case .unpacking(let file):
             flags |= SQLITE_OPEN_READONLY
-            filename = "file:" + Self.uriEscaped(path) + "?immutable=1&" + file.uriParameters
+            filename = Array(("file:" + Self.uriEscaped(path) + "?immutable=1&" + file.uriParameters).utf8CString)
         }
         var db: OpaquePointer?
-        let rc = sqlite3_open_v2(filename, &db, flags, nil)
+        let rc = filename.withUnsafeBufferPointer { sqlite3_open_v2($0.baseAddress, &db, flags, nil) }
         handle = db
         guard rc == SQLITE_OK else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
@@ -128,10 +132,19 @@ final class SQLiteConnection {
         }
     }
 
+    /// The path's bytes for a `file:` URI: unreserved ASCII and `/` as they are, every
+    /// other byte `%XX` (so the result is also its own escaped form).
     private static func uriEscaped(_ path: String) -> String {
-        var allowed = CharacterSet.urlPathAllowed
-        allowed.remove(charactersIn: "?#%")
-        return path.addingPercentEncoding(withAllowedCharacters: allowed) ?? path
+        var result = ""
+        for byte in EscapedName.bytes(path) {
+            let scalar = Unicode.Scalar(byte)
+            if byte < 0x80 && (scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || "-._~/".unicodeScalars.contains(scalar)) {
+                result.unicodeScalars.append(scalar)
+            } else {
+                result += String(format: "%%%02X", byte)
+            }
+        }
+        return result
     }
 }
 
@@ -142,9 +155,12 @@ enum SQLiteHeader {
     /// Reads the header through SQLite's own VFS rather than a plain descriptor: when an
     /// app in this process has the database open, SQLite defers closing the file while
     /// locks are held, whereas closing our own descriptor would drop the app's locks.
+    /// `path` is in ``EscapedName``'s form.
     static func isDatabase(path: String) -> Bool {
         var header = [UInt8](repeating: 0, count: 16)
-        let rc = header.withUnsafeMutableBytes { sb_sqlite_vfs_read(path, $0.baseAddress!, 16, 0) }
+        let rc = header.withUnsafeMutableBytes { buffer in
+            EscapedName.withSystemPath(path) { sb_sqlite_vfs_read($0, buffer.baseAddress!, 16, 0) }
+        }
         return rc == SQLITE_OK && header == magic
     }
 }

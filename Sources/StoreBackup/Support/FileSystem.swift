@@ -53,11 +53,31 @@ enum FileSystem {
     }
 
     static func createDirectories(_ path: String, mode: mode_t = 0o755) throws {
+        // A file on the way is the user's mistake, not an I/O error: say which one it is.
+        var prefix = ""
+        for component in path.split(separator: "/") {
+            prefix += (prefix.isEmpty && !path.hasPrefix("/") ? "" : "/") + component
+            var info = stat()
+            guard stat(prefix, &info) == 0 else { break }
+            if info.st_mode & S_IFMT != S_IFDIR { throw StoreBackupError.notAFolder(path: prefix, what: describe(info)) }
+        }
         do {
             try FileManager.default.createDirectory(
                 atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: Int(mode)])
         } catch {
             throw StoreBackupError.io(path: path, operation: "create directory", errno: errno == 0 ? EIO : errno)
+        }
+    }
+
+    /// What a file system object is, for a message: "a file", "a FIFO"...
+    static func describe(_ info: stat) -> String {
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: return "a file"
+        case S_IFDIR: return "a folder"
+        case S_IFLNK: return "a link"
+        case S_IFIFO: return "a FIFO"
+        case S_IFSOCK: return "a socket"
+        default: return "a device"
         }
     }
 

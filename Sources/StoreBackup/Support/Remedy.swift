@@ -1,7 +1,7 @@
 /// What would fix a failure, as a value: ``StoreBackupError/remedy`` names it and
 /// ``StoreBackupError/description`` says it in the library's words; a front end (the
 /// command line) says it in its own (a flag, a command to run).
-public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConvertible {
+public enum Remedy: String, Sendable, Equatable, CaseIterable, Codable, CustomStringConvertible {
     /// Look the exact name up in the destination's backups (``StoreHelper/listBackups()``).
     case listBackups
     /// Give the backup's password (``StoreHelper/passwords``).
@@ -33,6 +33,9 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConve
     /// The in-use check could not see every process: run with more privileges, or restore
     /// anyway (``StoreHelper/allowStoreInUse``).
     case allowStoreInUse
+    /// Make the links the backup recorded as pointing outside the store
+    /// (``StoreHelper/allowOutsideLinks``).
+    case allowOutsideLinks
 
     /// The advice in the library's words.
     public var description: String {
@@ -50,6 +53,7 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, CustomStringConve
         case .giveSSHKey: return "give the SSH private key to use"
         case .stopStoreUsers: return "stop it first, or have the restore stop and start the app"
         case .allowStoreInUse: return "run as root to see every process, or allow restoring a store in use"
+        case .allowOutsideLinks: return "allow outside links to make the links it recorded as pointing outside (nothing is written through them)"
         }
     }
 }

@@ -111,6 +111,11 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// A backup just made, or picked by a restore drill, failed its verification; `problem`
     /// says what (see ``VerificationResult/problem``).
     case verificationFailed(backup: String, problem: String)
+    /// The backup holds a link that `create` recorded as pointing outside the stores
+    /// directory (`target` escaped); restored only with ``StoreHelper/allowOutsideLinks``.
+    case outsideLink(name: String, link: String, target: String)
+    /// A path that must be a folder is a file (or something else that is not a folder).
+    case notAFolder(path: String, what: String)
     /// A failure from outside the library's vocabulary (a hook's own error type, say),
     /// carried as its description so that every public error is a ``StoreBackupError``.
     case unexpected(reason: String)
@@ -132,6 +137,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .unverifiableBackup: return .allowUnverified
         case .databaseDamagedAtSource: return .acceptDamagedDatabases
         case .newerFormat: return .upgradeStoreBackup
+        case .outsideLink: return .allowOutsideLinks
         case .reloadFailed(_, let rolledBack): return rolledBack ? nil : .recoverStore
         case .transfer(let failure): return failure.remedy
         case .invalidDestination(_, _, let remedy): return remedy
@@ -235,6 +241,10 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return reason
         case .unexpected(let reason):
             return reason
+        case .outsideLink(let name, let link, let target):
+            return "backup \"\(name)\" holds the link \(link) -> \(target), which points outside the stores directory (create warned about it); it was not restored"
+        case .notAFolder(let path, let what):
+            return "\(path) is \(what), not a folder; give a folder, or a path that does not exist yet"
         }
     }
 }

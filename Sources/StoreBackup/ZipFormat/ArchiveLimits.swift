@@ -15,14 +15,14 @@ enum ArchiveLimits {
     static let maxEntries = 50_000
     /// Bytes of the central directory; libzip holds all of it in memory.
     static let maxCentralDirectoryBytes: Int64 = 8 << 20  // 8 MiB
-    /// Bytes of one entry name (Linux allows 4095 for a whole path).
-    static let maxNameBytes = 1024
+    /// Bytes of one entry name: Linux's PATH_MAX (4096 with its NUL), plus room for the
+    /// prefix a store's own `.storebackup` entries get (``ArchiveNames/storePrefix``).
+    static let maxNameBytes = 4096 + 32
     /// Bytes of the manifest, declared and read.
     static let maxManifestBytes: Int64 = 24 << 20  // 24 MiB
-    /// Bytes of a link's target.
-    static let maxLinkTargetBytes = 1024
-    /// Links in one archive (each is resolved through the others before extraction).
-    static let maxLinks = 1_000
+    /// Bytes of a link's target (Linux's PATH_MAX). There is no limit on the number of
+    /// links: each is resolved once, following at most ``maxLinkHops`` others.
+    static let maxLinkTargetBytes = 4096
     /// Links followed while resolving one link's target, as the kernel's ELOOP limit.
     static let maxLinkHops = 40
     /// Deflate block size for the parallel path: the block buffers are this big, so a

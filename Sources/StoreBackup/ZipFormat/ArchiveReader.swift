@@ -17,9 +17,10 @@ public enum BackupInspection {
 
 /// One entry of an archive as restore sees it.
 struct ArchiveEntry: Sendable {
-    enum Kind: Sendable { case directory, file, symlink }
+    enum Kind: Sendable { case directory, file, symlink, fifo }
     let index: UInt64
-    /// Path relative to the stores directory, without a trailing slash.
+    /// Path relative to the stores directory, without a trailing slash, in ``EscapedName``'s
+    /// form (a store's own `.storebackup` entries already mapped back, see ``ArchiveNames``).
     let path: String
     let kind: Kind
     let permissions: UInt32
@@ -38,6 +39,7 @@ struct ArchiveEntry: Sendable {
 
 /// Opens a backup archive read-only and describes its entries. Every path is checked
 /// here, once: nothing may land outside the target (`..`, absolute paths, empty parts).
+/// Any other byte is a legal name: names are read as raw bytes and kept escaped.
 // Unchecked: its properties are set in init only; `archive` is used only by the thread that opened it (workers use openHandle).
 final class ArchiveReader: @unchecked Sendable {
     let path: String
@@ -107,13 +109,15 @@ final class ArchiveReader: @unchecked Sendable {
         var encryptedIndex: UInt64?
         for index in 0..<UInt64(count) {
             var stat = zip_stat_t()
-            // ZIP_FL_ENC_RAW: the name's bytes as stored, not converted from CP437 (which
-            // would hide control characters); they must be UTF-8 without any.
+            // ZIP_FL_ENC_RAW: the name's bytes as stored, not converted from CP437 (a name
+            // that is not UTF-8 is a Linux name like any other).
             guard zip_stat_index(archive, index, zip_flags_t(ZIP_FL_ENC_RAW), &stat) == 0, let rawName = stat.name else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(index) is unreadable")
             }
-            guard let name = String(validatingCString: rawName), !name.unicodeScalars.contains(where: Self.isControl) else {
-                throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: Self.printable(rawName))
+            let rawBytes = UnsafeRawBufferPointer(start: rawName, count: strlen(rawName))
+            let name = EscapedName.escape(rawBytes)
+            if let problem = Self.lengthProblem(rawBytes) {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(name.prefix(300)) has \(problem)")
             }
             if name == Manifest.archivePath {
                 manifestIndex = index
@@ -121,11 +125,16 @@ final class ArchiveReader: @unchecked Sendable {
                 continue
             }
             if stat.encryption_method != UInt16(ZIP_EM_NONE) && encryptedIndex == nil { encryptedIndex = index }
-            if name == StoreScanner.reservedFolder + "/" { continue }
             let isDirectoryName = name.hasSuffix("/")
-            let path = isDirectoryName ? String(name.dropLast()) : name
-            guard Self.isSafeRelativePath(path), !path.hasPrefix(StoreScanner.reservedFolder + "/") else {
+            let entryName = isDirectoryName ? String(name.dropLast()) : name
+            guard Self.isSafeRelativePath(entryName) else {
                 throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
+            }
+            let path: String
+            switch ArchiveNames.storePath(forEntryName: entryName) {
+            case .store(let storePath): path = storePath
+            case .own: continue
+            case .unknown: throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
             }
             guard seen.insert(path).inserted else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "\(path) appears twice")
@@ -138,10 +147,13 @@ final class ArchiveReader: @unchecked Sendable {
             switch unixMode.map({ $0 & UnixMode.typeMask }) {
             case UnixMode.directory?: kind = .directory
             case UnixMode.symlink?: kind = .symlink
+            case UnixMode.fifo?: kind = .fifo
             default: kind = isDirectoryName ? .directory : .file
             }
-            // Permission bits only: no set-user-ID, set-group-ID or sticky bit from an archive.
-            let permissions = unixMode.map { $0 & 0o777 } ?? (kind == .directory ? 0o755 : 0o644)
+            // Every permission bit, set-user-ID, set-group-ID and sticky too: the store had them.
+            // Restore runs as the user restoring and sets no owner, so a set-user-ID file is
+            // that user's (as a copy made with `cp -p` would be).
+            let permissions = unixMode.map { $0 & 0o7777 } ?? (kind == .directory ? 0o755 : 0o644)
             entries.append(ArchiveEntry(
                 index: index, path: path, kind: kind, permissions: permissions,
                 modificationTime: modificationTime(index: index, stat: stat), size: Int64(clamping: stat.size),
@@ -151,9 +163,6 @@ final class ArchiveReader: @unchecked Sendable {
         }
         if let encryptedIndex {
             try checkPassword(passwords, onEntry: manifestIndex.flatMap { encrypted($0) ? $0 : nil } ?? encryptedIndex)
-        }
-        guard entries.filter({ $0.kind == .symlink }).count <= ArchiveLimits.maxLinks else {
-            throw StoreBackupError.corruptArchive(name: backupName, reason: "it holds more than \(ArchiveLimits.maxLinks) links")
         }
         if let manifestIndex {
             var stat = zip_stat_t()
@@ -214,8 +223,14 @@ final class ArchiveReader: @unchecked Sendable {
         self.password = password
     }
 
+    /// The NTFS field's 64-bit time first (format 2), then the 32-bit extended timestamp,
+    /// then DOS time.
     private func modificationTime(index: UInt64, stat: zip_stat_t) -> Int64 {
         var length: UInt16 = 0
+        if let bytes = zip_file_extra_field_get_by_id(archive, index, NTFSTimestamp.fieldID, 0, &length, zip_flags_t(ZIP_FL_CENTRAL)),
+           let seconds = NTFSTimestamp.decode(Array(UnsafeBufferPointer(start: bytes, count: Int(length)))) {
+            return seconds
+        }
         if let bytes = zip_file_extra_field_get_by_id(archive, index, ZipTimestamp.fieldID, 0, &length, zip_flags_t(ZIP_FL_CENTRAL)),
            let seconds = ZipTimestamp.decode(Array(UnsafeBufferPointer(start: bytes, count: Int(length)))) {
             return seconds
@@ -260,34 +275,32 @@ final class ArchiveReader: @unchecked Sendable {
         }
     }
 
-    /// C0 controls and DEL, and the C1 controls, which terminals act on.
-    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value)
-    }
-
-    /// A raw name for a message: bytes outside printable ASCII as `\xNN`, at most 300.
-    static func printable(_ raw: UnsafePointer<CChar>) -> String {
-        printable(UnsafeBufferPointer(start: raw, count: strlen(raw)).lazy.map { UInt8(bitPattern: $0) })
-    }
-
-    /// Raw bytes for a message, the same way.
-    static func printable(_ bytes: some Sequence<UInt8>) -> String {
-        var text = ""
-        for byte in bytes.prefix(300) {
-            text += (0x20..<0x7f).contains(byte) ? String(UnicodeScalar(byte)) : String(format: "\\x%02x", byte)
+    /// What makes a name longer than Linux can create (a part over NAME_MAX, 255 bytes, or
+    /// a path over PATH_MAX, 4096 with its NUL), or nil. A store's own `.storebackup` entries
+    /// carry ``ArchiveNames/storePrefix`` on top.
+    static func lengthProblem(_ raw: UnsafeRawBufferPointer) -> String? {
+        let prefix = ArchiveNames.storePrefix.utf8
+        // A folder's name ends in "/", which is not part of its path.
+        let nameLength = raw.last == UInt8(ascii: "/") ? raw.count - 1 : raw.count
+        let pathLength = raw.starts(with: prefix) ? nameLength - prefix.count : nameLength
+        if pathLength > Int(PATH_MAX) - 1 { return "a path of \(pathLength) bytes (the limit is \(Int(PATH_MAX) - 1))" }
+        var part = 0
+        for byte in raw {
+            part = byte == UInt8(ascii: "/") ? 0 : part + 1
+            if part > Int(NAME_MAX) { return "a name part longer than \(NAME_MAX) bytes (the limit of Linux names)" }
         }
-        return text
+        return nil
     }
 
-    /// True for a non-empty relative path with no empty, "." or ".." parts, no NUL and no
-    /// backslash. One pass over the UTF-8 bytes (every entry of an archive goes through it;
+    /// True for a non-empty relative path with no empty, "." or ".." parts and no NUL (a
+    /// backslash is an ordinary character of a Linux name). One pass over the UTF-8 bytes (every entry of an archive goes through it;
     /// Foundation's substring search cost 20 µs a path).
     static func isSafeRelativePath(_ path: String) -> Bool {
         var partLength = 0
         var partIsDots = true   // the part so far is all dots (".", ".." are refused)
         for byte in path.utf8 {
             switch byte {
-            case 0, UInt8(ascii: "\\"):
+            case 0:
                 return false
             case UInt8(ascii: "/"):
                 if partLength == 0 || (partIsDots && partLength <= 2) { return false }

@@ -51,8 +51,10 @@ struct CentralDirectoryCheck {
             let variableLength = Int64(nameLength + extraLength + commentLength)
             guard position + 46 + variableLength <= end else { throw damaged("its central directory ends early (entry \(index))") }
             let name = try read(fd, at: position + 46, count: nameLength)
-            if let bad = name.first(where: { $0 < 0x20 || $0 == 0x7f }) {
-                throw damaged("entry \(index) has a name holding the control character 0x\(String(bad, radix: 16))")
+            // Any byte but NUL is a legal Linux name byte; a NUL would cut the name short
+            // for every C function that reads it.
+            if name.contains(0) {
+                throw damaged("entry \(index) has a name holding a NUL byte")
             }
             let extra = try read(fd, at: position + 46 + Int64(nameLength), count: extraLength)
             var compressedSize = Int64(le32(header, 20))

@@ -5,24 +5,29 @@ import Foundation
 public struct Manifest: Codable, Sendable, Equatable {
     /// Where the manifest sits inside every archive.
     public static let archivePath = ".storebackup/manifest.json"
-    /// The manifest format this version writes.
-    public static let currentFormat = 1
+    /// The manifest format this version writes. Format 2 (see docs/FORMAT.md): paths
+    /// and link targets in ``EscapedName``'s form, FIFOs, set-user-ID/set-group-ID/sticky
+    /// bits, times outside 1970-2038, the store's own `.storebackup` under
+    /// ``ArchiveNames/storePrefix``, ``outsideLinks``, and the marker entry
+    /// ``ArchiveNames/formatMarker``.
+    public static let currentFormat = 2
 
     /// One entry of the archive: a file, folder, link or database snapshot.
     public struct File: Codable, Sendable, Equatable {
-        /// The path relative to the stores directory.
+        /// The path relative to the stores directory, in ``EscapedName``'s form (format 1
+        /// wrote it as plain UTF-8; reading converts it).
         public var path: String
-        /// "file", "directory", "symlink" or "database".
+        /// "file", "directory", "symlink", "database" or (format 2) "fifo".
         public var type: String
         /// Size in bytes of the content (0 for folders).
         public var size: Int64
         /// Hex SHA-256 of the content (files and databases; the target text for links).
         public var sha256: String?
-        /// Permission bits, e.g. 420 for 0644.
+        /// Permission bits, e.g. 420 for 0644, with set-user-ID, set-group-ID and sticky.
         public var mode: UInt32
-        /// Seconds since 1970-01-01 UTC.
+        /// Seconds since 1970-01-01 UTC (negative before 1970).
         public var mtime: Int64
-        /// Where a symbolic link points (links only).
+        /// Where a symbolic link points (links only), escaped like ``path``.
         public var linkTarget: String?
         /// For large deflated entries: the compressed size of each `deflateBlockSize`-byte
         /// block. storebackup deflates blocks independently, so restore can inflate them in parallel.
@@ -67,6 +72,12 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var files: [File]
     /// Every database snapshot, also listed in ``files``.
     public var databases: [Database]
+    /// (Format 2.) The links whose target leaves the stores directory (or loops), as
+    /// `create` found them and warned about them. Restore and verify refuse such links
+    /// unless told to allow them, and then only the ones listed here.
+    public var outsideLinks: [String]? = nil
+    /// (Format 2.) Sockets and device files that were left out, each as "path (what it is)".
+    public var leftOut: [String]? = nil
 
     func encoded() throws -> Data {
         let encoder = JSONEncoder()
@@ -97,6 +108,20 @@ public struct Manifest: Codable, Sendable, Equatable {
     static func decode(_ data: Data) throws -> Manifest {
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
-        return try decoder.decode(Manifest.self, from: data)
+        var manifest = try decoder.decode(Manifest.self, from: data)
+        if manifest.format < 2 { manifest.escapeFormat1Paths() }
+        return manifest
+    }
+
+    /// Format 1 wrote paths and link targets as plain UTF-8: give them the escaped form
+    /// every reader compares with (only a `%` or an unusual spelling changes).
+    private mutating func escapeFormat1Paths() {
+        for index in files.indices {
+            files[index].path = EscapedName.escape(plain: files[index].path)
+            files[index].linkTarget = files[index].linkTarget.map { EscapedName.escape(plain: $0) }
+        }
+        for index in databases.indices {
+            databases[index].path = EscapedName.escape(plain: databases[index].path)
+        }
     }
 }

@@ -1,0 +1,59 @@
+import Foundation
+
+/// How a store's paths become entry names in the archive, and back (format 2).
+///
+/// The archive reserves the top-level folder `.storebackup/` for storebackup's own entries
+/// (the manifest and the format marker). A store may hold a `.storebackup` of its own: that
+/// entry and everything beneath it go under ``storePrefix`` instead, so
+/// `.storebackup/cache/x` is stored as `.storebackup/store/.storebackup/cache/x`, and every
+/// other path is stored under its own name. Names are the path's raw bytes.
+enum ArchiveNames {
+    /// The prefix of a store's own `.storebackup` entries.
+    static let storePrefix = StoreScanner.reservedFolder + "/store/"
+    /// An entry every format-2 archive holds. storebackup 0.1.0 refuses an archive with any
+    /// `.storebackup/` entry but the manifest as unsafe, so it refuses format-2 archives
+    /// instead of restoring them without what 0.1.0 cannot read (FIFOs, times past 2038,
+    /// a store's own `.storebackup`).
+    static let formatMarker = StoreScanner.reservedFolder + "/format-2"
+    /// What the marker holds.
+    static let formatMarkerText = "storebackup archive format 2: see docs/FORMAT.md\n"
+
+    /// Whether `path` (a store's path) is the store's own `.storebackup` or beneath it.
+    static func isInReservedFolder(_ path: String) -> Bool {
+        path == StoreScanner.reservedFolder || path.hasPrefix(StoreScanner.reservedFolder + "/")
+    }
+
+    /// The raw entry name for a store's escaped `path` (a folder's without its trailing slash),
+    /// NUL-terminated for libzip.
+    static func entryName(for path: String) -> [CChar] {
+        let mapped = isInReservedFolder(path) ? storePrefix + path : path
+        return EscapedName.bytes(mapped).map { CChar(bitPattern: $0) } + [0]
+    }
+
+    /// The store path an escaped entry name stands for, or nil when the name is one of the
+    /// archive's own (the manifest, the marker, the reserved folder) or not one this format
+    /// writes under `.storebackup/`.
+    static func storePath(forEntryName name: String) -> StorePathResult {
+        guard name == StoreScanner.reservedFolder || name.hasPrefix(StoreScanner.reservedFolder + "/") else {
+            return .store(name)
+        }
+        if name == StoreScanner.reservedFolder || name == Manifest.archivePath || name == formatMarker
+            || name == StoreScanner.reservedFolder + "/store" {
+            return .own
+        }
+        if name.hasPrefix(storePrefix) {
+            let rest = String(name.dropFirst(storePrefix.count))
+            if isInReservedFolder(rest) { return .store(rest) }
+        }
+        return .unknown
+    }
+
+    enum StorePathResult: Equatable {
+        /// A store's path.
+        case store(String)
+        /// One of the archive's own entries.
+        case own
+        /// Under `.storebackup/` but nothing this format writes there.
+        case unknown
+    }
+}
