@@ -10,7 +10,7 @@ public struct DrillOutcome: Sendable {
         /// One result per backup picked there, newest first.
         public var results: [VerificationResult] = []
         /// Why nothing could be verified there (it could not list, or holds no backups).
-        public var error: (any Error)?
+        public var error: StoreBackupError?
 
         public var succeeded: Bool { error == nil && !results.isEmpty && results.allSatisfy(\.ok) }
     }
@@ -123,7 +123,7 @@ extension BackupService {
                 }
             }
         } catch {
-            place.error = error
+            place.error = StoreBackupError.wrapping(error)
             let cancelled = error is CancellationError || (error as? StoreBackupError) == .cancelled
             if !cancelled {
                 log.error("restore drill could not verify any backup", metadata: ["destination": "\(place.destination)", "error": "\(Self.describe(error))"])
