@@ -303,6 +303,7 @@ public struct StoreHelper: Sendable {
                         throw StoreBackupError.databaseDamagedInStore(path: item.absolutePath, reason: message)
                     }
                 }
+                TestPausePoint.reach("snapshots-held")
                 var settings = ArchiveWriter.Settings(compressionLevel: level, sourcePath: storesDirectory,
                                                       createdAt: createdAt, password: password)
                 if let threads { settings.workers = min(max(1, threads), WorkerPool.maximumWidth) }

@@ -33,6 +33,28 @@ final class LiveBackupTests: XCTestCase {
                                writer: ["synchronous=FULL", "busy_timeout=5000"], rollbackJournal: true)
     }
 
+    /// While create holds its snapshot of a WAL database (paused right after taking every
+    /// snapshot), a `synchronous=FULL` writer in another process goes on committing: the
+    /// snapshot is a read transaction, never a lock that writers wait for.
+    func testWriterCommitsWhileCreateHoldsTheSnapshot() throws {
+        let work = try TestEnvironment.temporaryDirectory("live-held")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store, logRows: 2_000)
+        let writer = try startWriter(database: store + "/App.sqlite", settings: ["synchronous=FULL", "busy_timeout=5000"])
+        defer { _ = stopWriter(writer) }
+        let create = try BackgroundCommand(["create", store, "--to", work + "/backups"],
+                                           environment: ["STOREBACKUP_TEST_PAUSE_AT": "snapshots-held"])
+        defer { create.kill9() }
+        XCTAssertTrue(create.waitForLine(containing: "test pause at snapshots-held"), "create reached its snapshots")
+        let held = try logRows(store + "/App.sqlite")
+        // Polled against a deadline, not slept: the writer commits every few milliseconds.
+        let deadline = Date().addingTimeInterval(30)
+        var now = held
+        while now < held + 20 && Date() < deadline { now = try logRows(store + "/App.sqlite") }
+        XCTAssertGreaterThanOrEqual(now, held + 20, "the writer stopped committing while create held its snapshot")
+    }
+
     private func backUpWhileWriting(environment: [String: String], expectedMethods: Set<String>, writer settings: [String] = [],
                                     rollbackJournal: Bool = false) throws {
         let work = try TestEnvironment.temporaryDirectory("live")
