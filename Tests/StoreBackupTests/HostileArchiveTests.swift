@@ -66,6 +66,8 @@ final class HostileArchiveTests: XCTestCase {
         "sizes-disagree": "other.txt", "huge-declared-size": "must stay free",
         "overlapping-entries": "share the same bytes", "huge-manifest": "manifest is larger",
         "huge-entry-count": "10000000 entries", "huge-central-directory": "central directory",
+        "million-entries": "3000000 entries but its central directory", "over-entry-ceiling": "the limit is 10000000",
+        "padded-central-directory": "too large for 3 entries",
         "manifest-wrong-sha": "extra.txt does not match", "manifest-wrong-size": "extra.txt does not match",
         "manifest-missing-entry": "not in its manifest", "manifest-extra-entry": "ghost.txt is missing",
         "manifest-wrong-type": "wrong type", "manifest-duplicate-row": "twice", "manifest-ghost-database": "ghost.sqlite",

@@ -102,6 +102,7 @@ final class ArchiveReader: @unchecked Sendable {
         let count = zip_get_num_entries(archive, 0)
         guard count >= 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot read the entry list") }
         var seen = Set<String>()
+        var nameBytes = 0
         var manifestIndex: UInt64?
         var encryptedIndex: UInt64?
         for index in 0..<UInt64(count) {
@@ -114,6 +115,7 @@ final class ArchiveReader: @unchecked Sendable {
             guard let name = String(validatingCString: rawName), !name.unicodeScalars.contains(where: Self.isControl) else {
                 throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: Self.printable(rawName))
             }
+            nameBytes += strlen(rawName)
             if name == Manifest.archivePath {
                 manifestIndex = index
                 if stat.encryption_method != UInt16(ZIP_EM_NONE) { encryptedIndex = encryptedIndex ?? index }
@@ -156,11 +158,11 @@ final class ArchiveReader: @unchecked Sendable {
         }
         if let manifestIndex {
             var stat = zip_stat_t()
-            guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0,
-                  stat.size <= UInt64(ArchiveLimits.maxManifestBytes) else {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest is larger than \(ArchiveLimits.maxManifestBytes) bytes")
+            let manifestLimit = ArchiveLimits.maxManifestBytes(entries: Int(count), nameBytes: nameBytes)
+            guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0, stat.size <= UInt64(manifestLimit) else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
             }
-            let data = try readSmallEntry(index: manifestIndex, limit: Int(ArchiveLimits.maxManifestBytes))
+            let data = try readSmallEntry(index: manifestIndex, limit: Int(manifestLimit))
             // Decoding costs memory per row: bound the rows by the entries before decoding
             // (one row per entry, and one per database, each with a "path" key).
             guard Self.occurrences(of: Array("\"path\"".utf8), in: data) <= 2 * entries.count + 2 else {
