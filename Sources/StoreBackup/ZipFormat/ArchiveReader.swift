@@ -150,6 +150,8 @@ final class ArchiveReader: @unchecked Sendable {
                 encryptionMethod: stat.encryption_method,
                 archiveOffset: index < UInt64(localHeaderOffsets.count) ? localHeaderOffsets[Int(index)] : 0))
         }
+        // Only needed to find duplicates: let it go before the manifest is read and decoded.
+        seen = []
         if let encryptedIndex {
             try checkPassword(passwords, onEntry: manifestIndex.flatMap { encrypted($0) ? $0 : nil } ?? encryptedIndex)
         }
@@ -162,7 +164,7 @@ final class ArchiveReader: @unchecked Sendable {
             guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0, stat.size <= UInt64(manifestLimit) else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
             }
-            let data = try readSmallEntry(index: manifestIndex, limit: Int(manifestLimit))
+            let data = try readSmallEntry(index: manifestIndex, limit: Int(manifestLimit), expectedSize: Int(stat.size))
             // Decoding costs memory per row: bound the rows by the entries before decoding
             // (one row per entry, and one per database, each with a "path" key).
             guard Self.occurrences(of: Array("\"path\"".utf8), in: data) <= 2 * entries.count + 2 else {
@@ -206,12 +208,14 @@ final class ArchiveReader: @unchecked Sendable {
         return Int64(stat.mtime)
     }
 
-    func readSmallEntry(index: UInt64, limit: Int) throws -> Data {
+    /// Reads a whole entry of at most `limit` bytes. `expectedSize` (already checked against
+    /// `limit`) is reserved up front, so a large manifest is not copied as its buffer grows.
+    func readSmallEntry(index: UInt64, limit: Int, expectedSize: Int = 0) throws -> Data {
         guard let file = zip_fopen_index(archive, index, 0) else {
             throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
         }
         defer { zip_fclose(file) }
-        var data = Data()
+        var data = Data(capacity: min(max(0, expectedSize), limit))
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             let got = zip_fread(file, &buffer, zip_uint64_t(buffer.count))
