@@ -16,7 +16,7 @@ final class HostileArchiveTests: XCTestCase {
     static let builder = TestEnvironment.packageRoot + "/Tests/Support/hostile_archives.py"
     /// The project's memory budget for create, restore and verify.
     static let budgetKiB = 64 * 1024
-    /// What restore and verify may use for an archive at the entry limits (ArchiveLimits).
+    /// What restore and verify may use for the 49,990-entry archive (docs/scale.md).
     static let ceilingAtTheLimitsKiB = 200 * 1024
 
     override func setUpWithError() throws {
@@ -82,8 +82,8 @@ final class HostileArchiveTests: XCTestCase {
         XCTAssertEqual(try FileSystem.lstatInfo(store + "/big.bin").st_size, 3 << 20)
     }
 
-    /// The largest archive the limits let through (most entries, longest names, biggest
-    /// manifest) restores and verifies within the memory budget.
+    /// An archive of 49,990 entries with long names restores and verifies within the
+    /// ceiling stated for it.
     func testLargestArchiveWithinLimitsStaysWithinItsCeiling() throws {
         try assertRestoresAndVerifiesWithinBudget("largest-within-limits", budgetKiB: Self.ceilingAtTheLimitsKiB)
     }

@@ -238,8 +238,8 @@ def case_dense_manifest():
 
 
 def case_largest_within_limits():
-    """Close to the entry limit (49,990 entries with 80-byte names, about 7 MiB of central
-    directory): restored, within the memory ceiling documented for the limits."""
+    """Many entries (49,990 with 80-byte names, about 7 MiB of central directory, close to
+    the old 50,000-entry limit): restored within the ceiling the test states for it."""
     entries = base_entries() + [Entry("f/%05d-%s" % (i, "x" * 74), b"") for i in range(49_990)]
     return with_manifest(entries)
 
