@@ -80,6 +80,10 @@ final class ArchiveReader: @unchecked Sendable {
 
 
 
+    /// The reader's own handle (password set), for one thread at a time while the reader is
+    /// not used otherwise (extraction lends it to one worker instead of opening another).
+    var idleHandle: OpaquePointer { archive }
+
     deinit { zip_discard(archive) }
 
     /// Opens another handle on the same file; libzip handles are not shared between threads.
