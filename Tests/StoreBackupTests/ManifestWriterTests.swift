@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// The manifest is written row by row (``ManifestWriter``) instead of through JSONEncoder:
@@ -15,20 +16,28 @@ final class ManifestWriterTests: XCTestCase {
             case 0:
                 files.append(.init(path: name, type: "directory", size: 0, sha256: nil, mode: 0o755, mtime: Int64(random.next() >> 33)))
             case 1:
-                files.append(.init(path: name, type: "symlink", size: 9, sha256: String(repeating: "a", count: 64), mode: 0o777,
-                                   mtime: -5, linkTarget: "../" + name))
+                files.append(
+                    .init(
+                        path: name, type: "symlink", size: 9, sha256: String(repeating: "a", count: 64), mode: 0o777,
+                        mtime: -5, linkTarget: "../" + name))
             case 2:
-                files.append(.init(path: name, type: "database", size: 3 << 20, sha256: String(repeating: "0", count: 64), mode: 0o600,
-                                   mtime: 1_700_000_000, deflateBlockSize: 1 << 20,
-                                   deflateBlocks: [Int(random.next() >> 45), 17, 1 << 20]))
+                files.append(
+                    .init(
+                        path: name, type: "database", size: 3 << 20, sha256: String(repeating: "0", count: 64), mode: 0o600,
+                        mtime: 1_700_000_000, deflateBlockSize: 1 << 20,
+                        deflateBlocks: [Int(random.next() >> 45), 17, 1 << 20]))
             default:
-                files.append(.init(path: name, type: "file", size: Int64(random.next() >> 20), sha256: String(repeating: "f", count: 64),
-                                   mode: 0o644, mtime: Int64.max / 3))
+                files.append(
+                    .init(
+                        path: name, type: "file", size: Int64(random.next() >> 20), sha256: String(repeating: "f", count: 64),
+                        mode: 0o644, mtime: Int64.max / 3))
             }
         }
-        return Manifest(format: 1, tool: "storebackup", toolVersion: "0.1.0", hostName: "host \"x\"", sourcePath: "/srv/Stores/é",
-                        createdAt: Date(timeIntervalSince1970: 1_764_196_000), compressionLevel: 1, rootMode: 0o750, rootMtime: 1_600_000_001,
-                        files: files, databases: [.init(path: "App.sqlite", pageSize: 4096, pageCount: 77, journalMode: "wal", snapshotMethod: "read-transaction")])
+        return Manifest(
+            format: 1, tool: "storebackup", toolVersion: "0.1.0", hostName: "host \"x\"", sourcePath: "/srv/Stores/é",
+            createdAt: Date(timeIntervalSince1970: 1_764_196_000), compressionLevel: 1, rootMode: 0o750, rootMtime: 1_600_000_001,
+            files: files,
+            databases: [.init(path: "App.sqlite", pageSize: 4096, pageCount: 77, journalMode: "wal", snapshotMethod: "read-transaction")])
     }
 
     func testWrittenManifestDecodesToTheSameManifest() throws {

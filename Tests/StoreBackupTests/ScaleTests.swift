@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Issue 34: stores of many small files. No cap on entries below the format's, and memory
@@ -46,8 +47,9 @@ final class ScaleTests: XCTestCase {
     /// 200,000 entries: restore and verify stay within a fixed base plus a bound per entry
     /// (docs/scale.md). Opt-in (STOREBACKUP_SCALE_TESTS=1): it takes several minutes.
     func testTwoHundredThousandEntriesStayWithinTheirMemoryBound() throws {
-        try XCTSkipUnless(ProcessInfo.processInfo.environment["STOREBACKUP_SCALE_TESTS"] == "1",
-                          "set STOREBACKUP_SCALE_TESTS=1 to run the 200,000-entry memory test")
+        try XCTSkipUnless(
+            ProcessInfo.processInfo.environment["STOREBACKUP_SCALE_TESTS"] == "1",
+            "set STOREBACKUP_SCALE_TESTS=1 to run the 200,000-entry memory test")
         let count = 200_000
         try makeStore(smallFiles: count, sizes: 16...256)
         let created = try runStoreBackup(["create", store, "--to", backups])

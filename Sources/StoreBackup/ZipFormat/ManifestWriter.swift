@@ -66,13 +66,14 @@ struct ManifestWriter {
 
     private mutating func database(_ d: Manifest.Database) {
         append("{\n")
-        object([
-            ("journalMode", { $0.string(d.journalMode) }),
-            ("pageCount", { $0.append(String(d.pageCount)) }),
-            ("pageSize", { $0.append(String(d.pageSize)) }),
-            ("path", { $0.string(d.path) }),
-            ("snapshotMethod", { $0.string(d.snapshotMethod) }),
-        ], indent: 6)
+        object(
+            [
+                ("journalMode", { $0.string(d.journalMode) }),
+                ("pageCount", { $0.append(String(d.pageCount)) }),
+                ("pageSize", { $0.append(String(d.pageSize)) }),
+                ("path", { $0.string(d.path) }),
+                ("snapshotMethod", { $0.string(d.snapshotMethod) }),
+            ], indent: 6)
         append("    }")
     }
 
