@@ -2,6 +2,7 @@
 """Generates a realistic app stores directory for demos, tests and benchmarks.
 
     python3 scripts/make_store.py DIR [--size-mb N] [--seed S]
+    python3 scripts/make_store.py DIR --files N [--seed S]
 
 DIR (which must not exist, or be empty) gets:
   App.sqlite            WAL mode, ~80% of the size: rows of text (id, created_at, title,
@@ -14,6 +15,10 @@ DIR (which must not exist, or be empty) gets:
   Caches/Empty/         an empty folder
   notes.txt             a plain file
   .secret-config        a file with mode 0600
+
+With --files N the store is many small files instead (an app that keeps every large
+attribute as its own file): N blobs of 1-16 KiB under .App_SUPPORT/_EXTERNAL_DATA/<UUID>
+(half random, half compressible), App.sqlite of about 8 MiB in WAL mode, Settings.sqlite.
 
 The same --seed gives the same contents. Standard library only.
 """
@@ -111,6 +116,22 @@ def make_blobs(rng, folder, total):
     return count
 
 
+def make_small_blobs(rng, folder, count):
+    """count blobs of 1-16 KiB, half random and half structured text."""
+    os.makedirs(folder, exist_ok=True)
+    for index in range(count):
+        name = str(uuid.UUID(int=rng.getrandbits(128), version=4)).upper()
+        size = rng.randint(1 << 10, 16 << 10)
+        if index % 2 == 0:
+            data = rng.randbytes(size)
+        else:
+            record = f'{{"id": {index}, "kind": "attachment", "title": "{sentence(rng, 6)}"}}\n'.encode()
+            data = (record * (size // len(record) + 1))[:size]
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(data)
+    return count
+
+
 def make_app_database(rng, path, target):
     """Fills a WAL database to about target bytes and returns (connection, rows).
 
@@ -165,9 +186,12 @@ def main():
     parser.add_argument("dir")
     parser.add_argument("--size-mb", type=int, default=250, help="total size in MiB (default 250)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    parser.add_argument("--files", type=int, help="many small files: N blobs of 1-16 KiB and an ~8 MiB database")
     args = parser.parse_args()
     if args.size_mb < 1:
         parser.error("--size-mb must be at least 1")
+    if args.files is not None and args.files < 1:
+        parser.error("--files must be at least 1")
     root = args.dir
     if os.path.exists(root) and (not os.path.isdir(root) or os.listdir(root)):
         parser.error(f"{root} exists and is not an empty folder")
@@ -175,7 +199,12 @@ def main():
     total = args.size_mb << 20
     os.makedirs(root, exist_ok=True)
 
-    blobs = make_blobs(rng, os.path.join(root, ".App_SUPPORT", "_EXTERNAL_DATA"), total * 0.2)
+    blob_folder = os.path.join(root, ".App_SUPPORT", "_EXTERNAL_DATA")
+    if args.files is not None:
+        blobs = make_small_blobs(rng, blob_folder, args.files)
+        total = int(8 / 0.8 * (1 << 20))  # the database below: about 8 MiB
+    else:
+        blobs = make_blobs(rng, blob_folder, total * 0.2)
     os.makedirs(os.path.join(root, "Caches", "Empty"), exist_ok=True)
     with open(os.path.join(root, "notes.txt"), "w") as f:
         f.write("Weekly grocery list\n\n" + "\n".join("- " + sentence(rng, 5) for _ in range(20)) + "\n")

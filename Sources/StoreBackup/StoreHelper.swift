@@ -285,9 +285,9 @@ public struct StoreHelper: Sendable {
                 guard scan.items.contains(where: { $0.kind == .database }) else {
                     throw StoreBackupError.noDatabases(path: storesDirectory)
                 }
-                // Restore refuses larger archives (its memory budget); do not make one.
+                // Restore refuses archives beyond this ceiling; do not make one.
                 guard scan.items.count < ArchiveLimits.maxEntries else {
-                    throw StoreBackupError.archiveWrite(reason: "\(storesDirectory) holds \(scan.items.count) files and folders; a backup can hold at most \(ArchiveLimits.maxEntries - 1)")
+                    throw StoreBackupError.archiveWrite(reason: "\(storesDirectory) holds \(scan.items.count) files and folders; a backup can hold at most \(ArchiveLimits.maxEntries - 1) (split the store, or remove files it no longer needs)")
                 }
                 try cancel.throwIfCancelled()
                 throttle.report(BackupProgress(phase: .snapshotting), force: true)

@@ -83,7 +83,7 @@ def manifest_entry(manifest):
     return Entry(".storebackup/manifest.json", json.dumps(manifest, indent=1).encode())
 
 
-def write_zip(path, entries, declared_count=None, declared_cd_size=None):
+def write_zip(path, entries, declared_count=None, declared_cd_size=None, cd_padding=0):
     out = bytearray()
     offsets = []
     for e in entries:
@@ -107,6 +107,7 @@ def write_zip(path, entries, declared_count=None, declared_cd_size=None):
         out += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, (3 << 8) | 45, 45 if e.zip64 else 20, e.flags, e.method,
                            0, 0x2821, e.crc, comp, size, len(e.name), len(extra), 0, 0, 0, e.mode << 16, local)
         out += e.name + extra
+    out += bytes(cd_padding)  # inside the file, counted in the directory's size
     cd_size = len(out) - cd_start
     count = len(entries) if declared_count is None else declared_count
     if count > 0xFFFF:
@@ -237,8 +238,8 @@ def case_dense_manifest():
 
 
 def case_largest_within_limits():
-    """Close to the entry limit (49,990 entries with 80-byte names, about 7 MiB of central
-    directory): restored, within the memory ceiling documented for the limits."""
+    """Many entries (49,990 with 80-byte names, about 7 MiB of central directory, close to
+    the old 50,000-entry limit): restored within the ceiling the test states for it."""
     entries = base_entries() + [Entry("f/%05d-%s" % (i, "x" * 74), b"") for i in range(49_990)]
     return with_manifest(entries)
 
@@ -325,6 +326,11 @@ CASES = {
 RAW_CASES = {
     "huge-entry-count": lambda path: write_zip(path, with_manifest(base_entries()), declared_count=10_000_000),
     "huge-central-directory": lambda path: write_zip(path, with_manifest(base_entries()), declared_cd_size=1 << 30),
+    # Millions of entries claimed by a directory of a few hundred bytes.
+    "million-entries": lambda path: write_zip(path, with_manifest(base_entries()), declared_count=3_000_000),
+    "over-entry-ceiling": lambda path: write_zip(path, with_manifest(base_entries()), declared_count=20_000_000),
+    # A 12 MiB central directory really inside the file, for three entries.
+    "padded-central-directory": lambda path: write_zip(path, with_manifest(base_entries()), cd_padding=12 << 20),
 }
 
 # Cases that must succeed with bounded memory rather than be refused.

@@ -315,9 +315,13 @@ struct Extractor {
             }
             try verifyDigests(&digests)
         }
+        // The first thread borrows the reader's handle (idle meanwhile): each handle holds a
+        // copy of the central directory, the largest memory per entry.
+        let readerHandleLent = Locked(false)
         try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
             // Each thread reads through its own libzip handle and buffer.
-            let archive = try ArchiveHandle(reader.openHandle())
+            let borrow = readerHandleLent.withLock { lent in defer { lent = true }; return !lent }
+            let archive = borrow ? ArchiveHandle(reader.idleHandle, owned: false) : try ArchiveHandle(reader.openHandle())
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             return { entry in
                 if let failure = checks.firstFailure { throw failure }
@@ -510,6 +514,8 @@ struct Extractor {
 /// A libzip handle of one thread, discarded (read-only: nothing to write) when it goes.
 private final class ArchiveHandle {
     let pointer: OpaquePointer
-    init(_ pointer: OpaquePointer) { self.pointer = pointer }
-    deinit { zip_discard(pointer) }
+    /// False for a handle lent by the reader, which discards it itself.
+    let owned: Bool
+    init(_ pointer: OpaquePointer, owned: Bool = true) { self.pointer = pointer; self.owned = owned }
+    deinit { if owned { zip_discard(pointer) } }
 }

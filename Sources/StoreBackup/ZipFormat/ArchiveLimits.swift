@@ -1,25 +1,38 @@
 import Foundation
 
-/// Fixed ceilings on every number a backup archive supplies.
+/// Ceilings on every number a backup archive supplies.
 ///
 /// An archive may come from storage someone else controls, so nothing read from it sizes
-/// an allocation until it has been checked against one of these, and memory stays bounded
-/// whatever the archive says. Memory grows with the entries and their name length
-/// (libzip's directory in each of the few handles, the entry list, the decoded manifest);
-/// docs/trust-model.md gives the budget. The entry limit is set for real stores (folders
-/// of external blobs hold tens of thousands of files) rather than for the budget; `create` refuses a
-/// store with more entries than restore accepts, so no backup is made that could not be
-/// restored.
+/// an allocation until it has been checked. The checks follow the archive's own
+/// consistency rather than fixed small numbers: the entry count must fit the central
+/// directory's bytes, the central directory must fit inside the file, and the manifest's
+/// size must fit a bound per entry. What an archive can make us allocate thus grows only
+/// with the bytes it really holds. One fixed ceiling remains, ``maxEntries``, far above
+/// real stores, so that memory per entry (see docs/scale.md) stays within what a machine
+/// has; `create` refuses a store beyond it up front, so no backup is made that restore
+/// would refuse.
 enum ArchiveLimits {
     /// Entries in the central directory (files, folders, links and the manifest).
-    static let maxEntries = 50_000
-    /// Bytes of the central directory; libzip holds all of it in memory.
-    static let maxCentralDirectoryBytes: Int64 = 8 << 20  // 8 MiB
+    static let maxEntries = 10_000_000
+    /// Smallest central directory header: 46 fixed bytes and a name of at least one byte.
+    static let minCentralHeaderBytes: Int64 = 47
+    /// Largest central directory allowed for `entries` entries: a header, a name of
+    /// ``maxNameBytes`` and 1 KiB of extra fields and comment each (storebackup writes
+    /// well under 100), and never less than the 8 MiB that older versions accepted.
+    static func maxCentralDirectoryBytes(entries: Int64) -> Int64 {
+        max(8 << 20, entries * (46 + Int64(maxNameBytes) + 1024))
+    }
     /// Bytes of one entry name: Linux's PATH_MAX (4096 with its NUL), plus room for the
     /// prefix a store's own `.storebackup` entries get (``ArchiveNames/storePrefix``).
     static let maxNameBytes = 4096 + 32
-    /// Bytes of the manifest, declared and read.
-    static let maxManifestBytes: Int64 = 24 << 20  // 24 MiB
+    /// Bytes of the manifest, declared and read, for an archive of `entries` entries whose
+    /// names hold `nameBytes` bytes in all: a row of keys, digest and numbers per entry,
+    /// each name up to six times over (JSON escapes a byte as `\u00XX`), and 16 MiB for
+    /// the header, the database list and the deflate block lists (a few bytes per MiB of
+    /// a database).
+    static func maxManifestBytes(entries: Int, nameBytes: Int) -> Int64 {
+        (16 << 20) + Int64(entries) * 512 + Int64(nameBytes) * 6
+    }
     /// Bytes of a link's target (Linux's PATH_MAX). There is no limit on the number of
     /// links: each is resolved once, following at most ``maxLinkHops`` others.
     static let maxLinkTargetBytes = 4096

@@ -82,6 +82,10 @@ final class ArchiveReader: @unchecked Sendable {
 
 
 
+    /// The reader's own handle (password set), for one thread at a time while the reader is
+    /// not used otherwise (extraction lends it to one worker instead of opening another).
+    var idleHandle: OpaquePointer { archive }
+
     deinit { zip_discard(archive) }
 
     /// Opens another handle on the same file; libzip handles are not shared between threads.
@@ -105,6 +109,7 @@ final class ArchiveReader: @unchecked Sendable {
         guard count >= 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot read the entry list") }
         try checkFormatMarkers(count: UInt64(count))
         var seen = Set<String>()
+        var nameBytes = 0
         var manifestIndex: UInt64?
         var encryptedIndex: UInt64?
         for index in 0..<UInt64(count) {
@@ -119,6 +124,7 @@ final class ArchiveReader: @unchecked Sendable {
             if let problem = Self.lengthProblem(rawBytes) {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(name.prefix(300)) has \(problem)")
             }
+            nameBytes += strlen(rawName)
             if name == Manifest.archivePath {
                 manifestIndex = index
                 if stat.encryption_method != UInt16(ZIP_EM_NONE) { encryptedIndex = encryptedIndex ?? index }
@@ -161,16 +167,18 @@ final class ArchiveReader: @unchecked Sendable {
                 encryptionMethod: stat.encryption_method,
                 archiveOffset: index < UInt64(localHeaderOffsets.count) ? localHeaderOffsets[Int(index)] : 0))
         }
+        // Only needed to find duplicates: let it go before the manifest is read and decoded.
+        seen = []
         if let encryptedIndex {
             try checkPassword(passwords, onEntry: manifestIndex.flatMap { encrypted($0) ? $0 : nil } ?? encryptedIndex)
         }
         if let manifestIndex {
             var stat = zip_stat_t()
-            guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0,
-                  stat.size <= UInt64(ArchiveLimits.maxManifestBytes) else {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest is larger than \(ArchiveLimits.maxManifestBytes) bytes")
+            let manifestLimit = ArchiveLimits.maxManifestBytes(entries: Int(count), nameBytes: nameBytes)
+            guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0, stat.size <= UInt64(manifestLimit) else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
             }
-            let data = try readSmallEntry(index: manifestIndex, limit: Int(ArchiveLimits.maxManifestBytes))
+            let data = try readSmallEntry(index: manifestIndex, limit: Int(manifestLimit), expectedSize: Int(stat.size))
             // Decoding costs memory per row: bound the rows by the entries before decoding
             // (one row per entry, and one per database, each with a "path" key).
             guard Self.occurrences(of: Array("\"path\"".utf8), in: data) <= 2 * entries.count + 2 else {
@@ -238,12 +246,14 @@ final class ArchiveReader: @unchecked Sendable {
         return Int64(stat.mtime)
     }
 
-    func readSmallEntry(index: UInt64, limit: Int) throws -> Data {
+    /// Reads a whole entry of at most `limit` bytes. `expectedSize` (already checked against
+    /// `limit`) is reserved up front, so a large manifest is not copied as its buffer grows.
+    func readSmallEntry(index: UInt64, limit: Int, expectedSize: Int = 0) throws -> Data {
         guard let file = zip_fopen_index(archive, index, 0) else {
             throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
         }
         defer { zip_fclose(file) }
-        var data = Data()
+        var data = Data(capacity: min(max(0, expectedSize), limit))
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             let got = zip_fread(file, &buffer, zip_uint64_t(buffer.count))

@@ -28,11 +28,16 @@ struct CentralDirectoryCheck {
         guard count <= Int64(ArchiveLimits.maxEntries) else {
             throw damaged("it declares \(count) entries (the limit is \(ArchiveLimits.maxEntries))")
         }
-        guard directorySize <= ArchiveLimits.maxCentralDirectoryBytes else {
-            throw damaged("its central directory is \(directorySize) bytes (the limit is \(ArchiveLimits.maxCentralDirectoryBytes))")
-        }
-        guard directoryOffset >= 0, directoryOffset + directorySize <= fileSize else {
+        // Checked before anything is sized by `count`: the claims must agree with the
+        // bytes the file really holds.
+        guard directoryOffset >= 0, directorySize >= 0, directoryOffset + directorySize <= fileSize else {
             throw damaged("its central directory lies outside the file")
+        }
+        guard count * ArchiveLimits.minCentralHeaderBytes <= directorySize else {
+            throw damaged("it declares \(count) entries but its central directory of \(directorySize) bytes cannot hold them")
+        }
+        guard directorySize <= ArchiveLimits.maxCentralDirectoryBytes(entries: count) else {
+            throw damaged("its central directory is \(directorySize) bytes, too large for \(count) entries")
         }
         var records: [Record] = []
         records.reserveCapacity(Int(count))

@@ -79,7 +79,14 @@ public struct Manifest: Codable, Sendable, Equatable {
     /// (Format 2.) Sockets and device files that were left out, each as "path (what it is)".
     public var leftOut: [String]? = nil
 
+    /// The JSON text, written row by row (``ManifestWriter``) rather than through
+    /// `JSONEncoder`, whose value tree of the whole document costs memory per row.
     func encoded() throws -> Data {
+        ManifestWriter.encode(self)
+    }
+
+    /// The same text through `JSONEncoder`, for tests comparing the two.
+    func encodedByFoundation() throws -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
         encoder.dateEncodingStrategy = .iso8601
