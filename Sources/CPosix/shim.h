@@ -3,7 +3,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -57,7 +56,13 @@ static inline int sb_wait_writeback(int fd, long long offset, long long count) {
 
 /// Makes a posix_spawn close every descriptor from `from` up in the child (glibc >= 2.34),
 /// so only the standard three reach it. Returns 0, or an error number (ENOSYS where missing).
-static inline int sb_spawn_close_from(posix_spawn_file_actions_t *actions, int from) {
+/// `actions` is a `posix_spawn_file_actions_t *`, declared here without <spawn.h>: under
+/// _GNU_SOURCE that header brings in a `fd_set` that clashes with Dispatch's in apps that
+/// import both (the example server did).
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
+extern int posix_spawn_file_actions_addclosefrom_np(void *actions, int from);
+#endif
+static inline int sb_spawn_close_from(void *actions, int from) {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 34))
     return posix_spawn_file_actions_addclosefrom_np(actions, from);
 #else
