@@ -69,9 +69,11 @@ let package = Package(
             ]),
         .testTarget(
             name: "StoreBackupTests",
-            dependencies: ["StoreBackup", .product(name: "Crypto", package: "swift-crypto"),
-                           .product(name: "Logging", package: "swift-log"),
-                           .product(name: "MetricsTestKit", package: "swift-metrics")],
+            dependencies: [
+                "StoreBackup", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+            ],
             resources: [.copy("Fixtures")]),
     ],
     swiftLanguageModes: [.v6]

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -51,8 +52,10 @@ package struct BackupBrowser: Sendable {
     }
 
     /// Writes the selected entries into a new folder; see ``StoreHelper/extract(_:paths:into:progress:)``.
-    public func extract(_ nameOrLatest: String, paths: [String] = [], into directory: String,
-                        progress: ProgressHandler? = nil) async throws -> ExtractResult {
+    public func extract(
+        _ nameOrLatest: String, paths: [String] = [], into directory: String,
+        progress: ProgressHandler? = nil
+    ) async throws -> ExtractResult {
         let progress = ProgressPlan.stamping(ProgressPlan.verify, progress)
         let selection = EntrySelection(paths)
         let target = FileSystem.absolutePath(directory)
@@ -97,7 +100,8 @@ package struct BackupBrowser: Sendable {
                         backupName: backup.name, directory: target, entryCount: written.count,
                         byteCount: written.filter { $0.kind == .file }.reduce(0) { $0 + $1.size },
                         databasesChecked: databases,
-                        warning: reader.manifest == nil ? Extractor.unverifiedWarning : Self.damageWarning(extractor.damagedDatabases.current))
+                        warning: reader.manifest == nil
+                            ? Extractor.unverifiedWarning : Self.damageWarning(extractor.damagedDatabases.current))
                 }
             }
         } catch is CancellationError {
@@ -109,7 +113,8 @@ package struct BackupBrowser: Sendable {
     static func damageWarning(_ damaged: [String: String]) -> String? {
         guard !damaged.isEmpty else { return nil }
         let list = damaged.keys.sorted().joined(separator: ", ")
-        return "\(list) \(damaged.count == 1 ? "was" : "were") already damaged when the backup was made (it fails its integrity check but matches the backup's checksum); extracted as it was"
+        return
+            "\(list) \(damaged.count == 1 ? "was" : "were") already damaged when the backup was made (it fails its integrity check but matches the backup's checksum); extracted as it was"
     }
 
     /// The folder to extract into must be new (or an empty folder) in an existing folder.
@@ -119,17 +124,21 @@ package struct BackupBrowser: Sendable {
             throw StoreBackupError.extractRefused(reason: "cannot extract into \(target): \(parent) is not an existing folder")
         }
         guard let info = try? FileSystem.lstatInfo(target) else { return }
-        let isEmptyFolder = info.st_mode & S_IFMT == S_IFDIR
+        let isEmptyFolder =
+            info.st_mode & S_IFMT == S_IFDIR
             && (try? FileManager.default.contentsOfDirectory(atPath: target).isEmpty) == true
         guard isEmptyFolder else {
-            throw StoreBackupError.extractRefused(reason: "\(target) already exists and is not an empty folder; extract writes only into a new folder (nothing was written)")
+            throw StoreBackupError.extractRefused(
+                reason: "\(target) already exists and is not an empty folder; extract writes only into a new folder (nothing was written)")
         }
     }
 
     /// Runs `body` on a local copy of the backup's archive: a local folder's file in place,
     /// else a download into `folder` (under the scratch policy), removed afterwards.
-    private func withArchive<T: Sendable>(of name: String, downloadingInto folder: String, progress: ProgressHandler?,
-                                          _ body: (String) async throws -> T) async throws -> T {
+    private func withArchive<T: Sendable>(
+        of name: String, downloadingInto folder: String, progress: ProgressHandler?,
+        _ body: (String) async throws -> T
+    ) async throws -> T {
         if let local = destination.localPath(of: name) {
             return try await body(local)
         }
@@ -143,20 +152,23 @@ package struct BackupBrowser: Sendable {
     static func contents(of reader: ArchiveReader) -> [BackupContents.Entry] {
         guard let manifest = reader.manifest else {
             return reader.entries.map { entry in
-                let type = switch entry.kind {
-                case .directory: "directory"
-                case .symlink: "symlink"
-                case .file: "file"
-                case .fifo: "fifo"
-                }
-                return BackupContents.Entry(path: entry.path, type: type, size: entry.size, mode: entry.permissions,
-                                            modified: Date(timeIntervalSince1970: TimeInterval(entry.modificationTime)))
+                let type =
+                    switch entry.kind {
+                    case .directory: "directory"
+                    case .symlink: "symlink"
+                    case .file: "file"
+                    case .fifo: "fifo"
+                    }
+                return BackupContents.Entry(
+                    path: entry.path, type: type, size: entry.size, mode: entry.permissions,
+                    modified: Date(timeIntervalSince1970: TimeInterval(entry.modificationTime)))
             }.sorted { $0.path < $1.path }
         }
         return manifest.files.map { file in
-            BackupContents.Entry(path: file.path, type: file.type, size: file.size,
-                                 mode: file.mode & 0o7777, modified: Date(timeIntervalSince1970: TimeInterval(file.mtime)),
-                                 linkTarget: file.linkTarget, sha256: file.sha256)
+            BackupContents.Entry(
+                path: file.path, type: file.type, size: file.size,
+                mode: file.mode & 0o7777, modified: Date(timeIntervalSince1970: TimeInterval(file.mtime)),
+                linkTarget: file.linkTarget, sha256: file.sha256)
         }.sorted { $0.path < $1.path }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -108,17 +109,21 @@ package struct BackupVerifier: Sendable {
                 let databases = try extractor.extract(into: scratch + "/store")
                 let damaged = extractor.damagedDatabases.current
                 if let first = damaged.keys.sorted().first {
-                    let error = StoreBackupError.databaseDamagedAtSource(name: name, databases: damaged.keys.sorted(), result: damaged[first]!)
-                    return VerificationResult(name: name, ok: false, problem: error.description, files: reader.entries.count,
-                                              databases: databases.count - damaged.count, damagedDatabases: damaged.keys.sorted())
+                    let error = StoreBackupError.databaseDamagedAtSource(
+                        name: name, databases: damaged.keys.sorted(), result: damaged[first]!)
+                    return VerificationResult(
+                        name: name, ok: false, problem: error.description, files: reader.entries.count,
+                        databases: databases.count - damaged.count, damagedDatabases: damaged.keys.sorted())
                 }
-                return VerificationResult(name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count,
-                                          warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)
+                return VerificationResult(
+                    name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count,
+                    warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)
             }
         } catch {
             let text = (error as? StoreBackupError)?.description ?? "\(error)"
-            return VerificationResult(name: name, ok: false, problem: text, files: 0, databases: 0,
-                                      remedy: (error as? StoreBackupError)?.remedy)
+            return VerificationResult(
+                name: name, ok: false, problem: text, files: 0, databases: 0,
+                remedy: (error as? StoreBackupError)?.remedy)
         }
     }
 }

@@ -103,8 +103,10 @@ extension StoreHelper {
     ///   ``StoreBackupError/unsafeArchiveEntry(name:entry:)`` and
     ///   ``StoreBackupError/checksumMismatch(name:entry:)`` for a damaged or hostile backup,
     ///   ``StoreBackupError/cancelled``.
-    public func extract(_ nameOrLatest: String, paths: [String] = [], into directory: String,
-                        progress: ProgressHandler? = nil) async throws -> ExtractResult {
+    public func extract(
+        _ nameOrLatest: String, paths: [String] = [], into directory: String,
+        progress: ProgressHandler? = nil
+    ) async throws -> ExtractResult {
         try await browser.extract(nameOrLatest, paths: paths, into: directory, progress: progress)
     }
 

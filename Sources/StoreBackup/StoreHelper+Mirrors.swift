@@ -32,15 +32,18 @@ extension StoreHelper {
         var outcomes = destinations.map { PublishOutcome(destination: $0.displayName) }
         func recordFailures() {
             for outcome in outcomes where !outcome.succeeded {
-                BackupMetrics.recordBackup(store: metricsStoreName, destination: outcome.destination, size: nil,
-                                           seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+                BackupMetrics.recordBackup(
+                    store: metricsStoreName, destination: outcome.destination, size: nil,
+                    seconds: Self.seconds(ContinuousClock.now - started), at: Date())
             }
         }
         do {
             let password = try archivePassword()
             var reachable: [Int] = []
             for (index, target) in destinations.enumerated() {
-                do { try await target.preflight(); reachable.append(index) } catch { outcomes[index].error = StoreBackupError.wrapping(error) }
+                do { try await target.preflight(); reachable.append(index) } catch {
+                    outcomes[index].error = StoreBackupError.wrapping(error)
+                }
             }
             guard !reachable.isEmpty else { recordFailures(); return outcomes }
             // Build in place at the first destination that can (a local folder: no space taken in
@@ -51,7 +54,8 @@ extension StoreHelper {
                 if let path = try? destinations[index].prepareInPlaceArchive() { host = (index, path); break }
             }
             if let host { reachable.removeAll { $0 == host.index }; reachable.append(host.index) }
-            let archivePath = host?.archivePath
+            let archivePath =
+                host?.archivePath
                 ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
             let hostIndex = host?.index
             let order = reachable
@@ -84,7 +88,8 @@ extension StoreHelper {
                 if let index = hostIndex {
                     if Task.isCancelled { throw StoreBackupError.cancelled }
                     do {
-                        all[index] = .success(try await publish(archive, to: destinations[index], progress: shared.handler(for: index), start: start))
+                        all[index] = .success(
+                            try await publish(archive, to: destinations[index], progress: shared.handler(for: index), start: start))
                     } catch StoreBackupError.cancelled {
                         throw StoreBackupError.cancelled
                     } catch {
@@ -95,8 +100,9 @@ extension StoreHelper {
                     switch result {
                     case .success(let backup):
                         published[index].backup = backup
-                        BackupMetrics.recordBackup(store: metricsStoreName, destination: backup.destination, size: backup.size,
-                                                   seconds: backup.archiveSeconds + backup.uploadSeconds, at: Date())
+                        BackupMetrics.recordBackup(
+                            store: metricsStoreName, destination: backup.destination, size: backup.size,
+                            seconds: backup.archiveSeconds + backup.uploadSeconds, at: Date())
                     case .failure(let error):
                         published[index].error = StoreBackupError.wrapping(error)
                     }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -55,7 +56,8 @@ enum BackupWarnings {
     static func lines(outsideLinks: [String], leftOut: [String], targets: [String: String] = [:]) -> [String] {
         outsideLinks.map { link in
             let target = targets[link].map { " -> \($0)" } ?? ""
-            return "the link \(link)\(target) points outside the stores directory: it is in the backup, but restore makes it only when allowed to (--allow-outside-links)"
+            return
+                "the link \(link)\(target) points outside the stores directory: it is in the backup, but restore makes it only when allowed to (--allow-outside-links)"
         } + leftOut.map { "\($0) is not in the backup: sockets and device files cannot be backed up" }
     }
 }
@@ -163,8 +165,10 @@ public struct StoreHelper: Sendable {
     ///   - encrypt: Encrypt new backups (WinZip AES-256); `passwords` must then be set.
     ///   - passwords: Where the password comes from, for `encrypt` and for restoring encrypted backups.
     ///   - logger: Where the helper reports what it did (see ``logger``); silent by default.
-    public init(storesDirectory: String, destination: any BackupDestination, compressionLevel: Int = CompressionLevel.default,
-                encrypt: Bool = false, passwords: PasswordProvider? = nil, logger: Logger = .disabled) {
+    public init(
+        storesDirectory: String, destination: any BackupDestination, compressionLevel: Int = CompressionLevel.default,
+        encrypt: Bool = false, passwords: PasswordProvider? = nil, logger: Logger = .disabled
+    ) {
         self.storesDirectory = FileSystem.absolutePath(storesDirectory)
         self.destination = destination
         self.compressionLevel = compressionLevel
@@ -196,12 +200,14 @@ public struct StoreHelper: Sendable {
         let started = ContinuousClock.now
         do {
             let result = try await createBackupUnmeasured(progress: progress)
-            BackupMetrics.recordBackup(store: metricsStoreName, destination: destination.displayName, size: result.size,
-                                       seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+            BackupMetrics.recordBackup(
+                store: metricsStoreName, destination: destination.displayName, size: result.size,
+                seconds: Self.seconds(ContinuousClock.now - started), at: Date())
             return result
         } catch {
-            BackupMetrics.recordBackup(store: metricsStoreName, destination: destination.displayName, size: nil,
-                                       seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+            BackupMetrics.recordBackup(
+                store: metricsStoreName, destination: destination.displayName, size: nil,
+                seconds: Self.seconds(ContinuousClock.now - started), at: Date())
             throw error
         }
     }
@@ -215,7 +221,8 @@ public struct StoreHelper: Sendable {
         try requireStoresDirectory()
         // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
         try await destination.preflight()
-        let archivePath = try destination.prepareInPlaceArchive()
+        let archivePath =
+            try destination.prepareInPlaceArchive()
             ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
         return try await withBuiltArchive(at: archivePath, password: password, progress: progress) { archive in
             let published = try await publish(archive, to: destination, progress: progress)
@@ -251,8 +258,10 @@ public struct StoreHelper: Sendable {
 
     /// Locks the store, snapshots and archives it into `archivePath`, then runs `publish`
     /// (still under the lock); the archive file is removed afterwards, whatever happens.
-    func withBuiltArchive<T: Sendable>(at archivePath: String, password: BackupPassword?, progress: ProgressHandler?,
-                                       _ publish: (BuiltArchive) async throws -> T) async throws -> T {
+    func withBuiltArchive<T: Sendable>(
+        at archivePath: String, password: BackupPassword?, progress: ProgressHandler?,
+        _ publish: (BuiltArchive) async throws -> T
+    ) async throws -> T {
         try requireStoresDirectory()
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "create")
         defer { withExtendedLifetime(lock) {} }
@@ -287,7 +296,10 @@ public struct StoreHelper: Sendable {
                 }
                 // Restore refuses archives beyond this ceiling; do not make one.
                 guard scan.items.count < ArchiveLimits.maxEntries else {
-                    throw StoreBackupError.archiveWrite(reason: "\(storesDirectory) holds \(scan.items.count) files and folders; a backup can hold at most \(ArchiveLimits.maxEntries - 1) (split the store, or remove files it no longer needs)")
+                    throw StoreBackupError.archiveWrite(
+                        reason:
+                            "\(storesDirectory) holds \(scan.items.count) files and folders; a backup can hold at most \(ArchiveLimits.maxEntries - 1) (split the store, or remove files it no longer needs)"
+                    )
                 }
                 try cancel.throwIfCancelled()
                 throttle.report(BackupProgress(phase: .snapshotting), force: true)
@@ -304,13 +316,15 @@ public struct StoreHelper: Sendable {
                     }
                 }
                 TestPausePoint.reach("snapshots-held")
-                var settings = ArchiveWriter.Settings(compressionLevel: level, sourcePath: storesDirectory,
-                                                      createdAt: createdAt, password: password)
+                var settings = ArchiveWriter.Settings(
+                    compressionLevel: level, sourcePath: storesDirectory,
+                    createdAt: createdAt, password: password)
                 if let threads { settings.workers = min(max(1, threads), WorkerPool.maximumWidth) }
                 let writer = ArchiveWriter(settings: settings, cancel: cancel, progress: throttle)
-                return try writer.write(items: scan.items, snapshots: snapshots, outsideLinks: outsideLinks,
-                                        leftOut: scan.leftOut,
-                                        root: (scan.rootPermissions, scan.rootModificationTime), to: archivePath)
+                return try writer.write(
+                    items: scan.items, snapshots: snapshots, outsideLinks: outsideLinks,
+                    leftOut: scan.leftOut,
+                    root: (scan.rootPermissions, scan.rootModificationTime), to: archivePath)
             }
         } catch {
             unlink(archivePath)
@@ -319,16 +333,19 @@ public struct StoreHelper: Sendable {
 
         defer { unlink(archivePath) }
         let size = (try? FileSystem.lstatInfo(archivePath)).map { Int64($0.st_size) } ?? 0
-        let archive = BuiltArchive(path: archivePath, manifest: manifest, createdAt: createdAt, size: size,
-                                   archiveSeconds: Self.seconds(clock.now - archiveStarted), throttle: throttle)
+        let archive = BuiltArchive(
+            path: archivePath, manifest: manifest, createdAt: createdAt, size: size,
+            archiveSeconds: Self.seconds(clock.now - archiveStarted), throttle: throttle)
         return try await publish(archive)
     }
 
     /// Uploads a built archive to `destination` as `<UTC date> Stores.zip` (the date `start`,
     /// by default when it was built), moving the name on by a second while another store
     /// sharing the destination has taken it.
-    func publish(_ archive: BuiltArchive, to destination: any BackupDestination, progress: ProgressHandler?,
-                 start: Date? = nil) async throws -> BackupResult {
+    func publish(
+        _ archive: BuiltArchive, to destination: any BackupDestination, progress: ProgressHandler?,
+        start: Date? = nil
+    ) async throws -> BackupResult {
         let clock = ContinuousClock()
         let uploadStarted = clock.now
         let first = await Self.firstFreeSecond(from: start ?? archive.createdAt, at: destination)
@@ -344,8 +361,9 @@ public struct StoreHelper: Sendable {
                 throw StoreBackupError.cancelled
             }
         }
-        return BackupResult(name: name, size: archive.size, destination: destination.displayName, manifest: archive.manifest,
-                            archiveSeconds: archive.archiveSeconds, uploadSeconds: Self.seconds(clock.now - uploadStarted))
+        return BackupResult(
+            name: name, size: archive.size, destination: destination.displayName, manifest: archive.manifest,
+            archiveSeconds: archive.archiveSeconds, uploadSeconds: Self.seconds(clock.now - uploadStarted))
     }
 
     /// `date`, or the second after the destination's newest backup when that one is named
@@ -357,8 +375,9 @@ public struct StoreHelper: Sendable {
     static func firstFreeSecond(from date: Date, at destination: any BackupDestination) async -> Date {
         let second = date.timeIntervalSince1970.rounded(.down)
         guard let newest = try? await destination.sortedBackups().first(where: \.hasDateInName),
-              let newestSecond = BackupName.date(of: newest.name)?.timeIntervalSince1970,
-              newestSecond >= second, newestSecond < second + 60 else { return date }
+            let newestSecond = BackupName.date(of: newest.name)?.timeIntervalSince1970,
+            newestSecond >= second, newestSecond < second + 60
+        else { return date }
         return Date(timeIntervalSince1970: newestSecond + 1)
     }
 
@@ -423,8 +442,9 @@ public struct StoreHelper: Sendable {
     private func restoreUnmeasured(
         _ nameOrLatest: String, hooks: ReloadHooks, progress: ProgressHandler?
     ) async throws -> RestoreResult {
-        var transaction = RestoreTransaction(layout: layout, source: destination, passwords: passwords, hooks: hooks,
-                                             logger: logger)
+        var transaction = RestoreTransaction(
+            layout: layout, source: destination, passwords: passwords, hooks: hooks,
+            logger: logger)
         transaction.allowUnverified = allowUnverified
         transaction.acceptDamagedDatabases = acceptDamagedDatabases
         transaction.appCommands = appCommands

@@ -29,17 +29,21 @@ struct DropboxAuthCommand: AsyncParsableCommand {
             Instead of this, a long-lived access token can be given in STOREBACKUP_DROPBOX_TOKEN.
             """)
 
-    @Option(name: .customLong("app-key"),
-            help: ArgumentHelp("The Dropbox app's key (default: STOREBACKUP_DROPBOX_APP_KEY).", valueName: "key"))
+    @Option(
+        name: .customLong("app-key"),
+        help: ArgumentHelp("The Dropbox app's key (default: STOREBACKUP_DROPBOX_APP_KEY).", valueName: "key"))
     var appKey: String?
 
-    @Option(name: .customLong("credentials"),
-            help: ArgumentHelp("Credentials file to write (default ~/.config/storebackup/credentials); other lines in it are kept.",
-                               valueName: "file"))
+    @Option(
+        name: .customLong("credentials"),
+        help: ArgumentHelp(
+            "Credentials file to write (default ~/.config/storebackup/credentials); other lines in it are kept.",
+            valueName: "file"))
     var credentials: String?
 
-    @Option(name: .customLong("ca-file"),
-            help: ArgumentHelp("Also trust the CAs in this PEM file (default: STOREBACKUP_CA_FILE).", valueName: "file"))
+    @Option(
+        name: .customLong("ca-file"),
+        help: ArgumentHelp("Also trust the CAs in this PEM file (default: STOREBACKUP_CA_FILE).", valueName: "file"))
     var caFile: String?
 
     func run() async throws {
@@ -58,7 +62,8 @@ struct DropboxAuthCommand: AsyncParsableCommand {
         Terminal.output(authorization.authorizeURL(environment: environment))
         Terminal.info("2. Paste the code Dropbox shows here and press Enter:")
         guard let code = readLine(strippingNewline: true), !code.trimmingCharacters(in: .whitespaces).isEmpty else {
-            Terminal.fail(StoreBackupError.destination(destination: "Dropbox", reason: "no authorization code was given; nothing was stored"))
+            Terminal.fail(
+                StoreBackupError.destination(destination: "Dropbox", reason: "no authorization code was given; nothing was stored"))
         }
         await Terminal.runCancellable { try await authorization.complete(code: code, credentialsFile: file, options: options) }
         Terminal.info("storebackup: Dropbox access stored in \(file); use --to dropbox:///PATH (e.g. dropbox:///Backups)")

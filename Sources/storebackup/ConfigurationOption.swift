@@ -4,8 +4,9 @@ import StoreBackup
 
 /// `--config FILE`, shared by the commands that read the YAML configuration.
 struct ConfigurationOption: ParsableArguments {
-    @Option(name: .customLong("config"),
-            help: ArgumentHelp("The YAML configuration (default \(BackupConfiguration.defaultPath)).", valueName: "file"))
+    @Option(
+        name: .customLong("config"),
+        help: ArgumentHelp("The YAML configuration (default \(BackupConfiguration.defaultPath)).", valueName: "file"))
     var path: String?
 
     var effectivePath: String { path ?? BackupConfiguration.defaultPath }

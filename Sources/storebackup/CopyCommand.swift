@@ -26,7 +26,10 @@ struct CopyCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("The destination to copy from (same forms as --to).", valueName: "destination"))
     var from: String
 
-    @Option(help: ArgumentHelp("The destination to copy to: a folder path or file:// URL, s3://BUCKET/PREFIX, webdav(s)://HOST[:PORT]/PATH, sftp://USER@HOST[:PORT]/PATH, or dropbox:///PATH.", valueName: "destination"))
+    @Option(
+        help: ArgumentHelp(
+            "The destination to copy to: a folder path or file:// URL, s3://BUCKET/PREFIX, webdav(s)://HOST[:PORT]/PATH, sftp://USER@HOST[:PORT]/PATH, or dropbox:///PATH.",
+            valueName: "destination"))
     var to: String
 
     @OptionGroup var connection: ConnectionOption

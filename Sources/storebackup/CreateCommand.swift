@@ -25,7 +25,10 @@ struct CreateCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Compression: fast, default, best, or 0-9 (0 stores without compressing).", valueName: "level"))
     var level: String = "default"
 
-    @Option(help: ArgumentHelp("Threads that compress (default: one per core). Fewer leave CPU to the app while the backup runs, at the cost of a slower backup.", valueName: "n"))
+    @Option(
+        help: ArgumentHelp(
+            "Threads that compress (default: one per core). Fewer leave CPU to the app while the backup runs, at the cost of a slower backup.",
+            valueName: "n"))
     var threads: Int?
 
     @Flag(help: "Encrypt every entry (WinZip AES-256; 7-Zip and WinZip open it with the password).")
@@ -36,13 +39,16 @@ struct CreateCommand: AsyncParsableCommand {
     @Flag(help: "Print the result as JSON.")
     var json = false
 
-    @Flag(name: [.short, .long], help: "Also say which other processes had the store open (information only: backing up a store in use is normal).")
+    @Flag(
+        name: [.short, .long],
+        help: "Also say which other processes had the store open (information only: backing up a store in use is normal).")
     var verbose = false
 
     @Flag(help: "After a successful upload, apply the store's retention from the configuration (see `prune`).")
     var prune = false
 
-    @Option(help: ArgumentHelp("Back up this store of the configuration (its path, destination, level, retention, hooks).", valueName: "name"))
+    @Option(
+        help: ArgumentHelp("Back up this store of the configuration (its path, destination, level, retention, hooks).", valueName: "name"))
     var store: String?
 
     @OptionGroup var configurationFile: ConfigurationOption
@@ -50,7 +56,9 @@ struct CreateCommand: AsyncParsableCommand {
     @OptionGroup var metrics: MetricsFileOption
 
     func validate() throws {
-        if storesDirectory == nil && store == nil { throw ValidationError("give the stores directory, or --store NAME with a configuration") }
+        if storesDirectory == nil && store == nil {
+            throw ValidationError("give the stores directory, or --store NAME with a configuration")
+        }
         guard CompressionLevel.parse(level) != nil else {
             throw ValidationError("--level must be fast, default, best or a number from 0 to 9")
         }
@@ -70,8 +78,9 @@ struct CreateCommand: AsyncParsableCommand {
         var passwords: PasswordProvider?
         if encrypt {
             guard let provider = password.provider(confirm: true) else {
-                Terminal.fail(StoreBackupError.passwordUnavailable(
-                    reason: "--encrypt needs a password: --password-file FILE, STOREBACKUP_PASSWORD, or run on a terminal to be asked"))
+                Terminal.fail(
+                    StoreBackupError.passwordUnavailable(
+                        reason: "--encrypt needs a password: --password-file FILE, STOREBACKUP_PASSWORD, or run on a terminal to be asked"))
             }
             // Asked before any work starts, so the prompt is not mixed with progress.
             do { passwords = .fixed(try provider.password()) } catch { Terminal.fail(error) }

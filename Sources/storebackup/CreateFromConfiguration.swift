@@ -21,9 +21,11 @@ extension CreateCommand {
         } else {
             let path = Self.normalized(storesDirectory ?? ".")
             guard let match = configuration.stores.first(where: { $0.storesDirectory == path }) else {
-                Terminal.fail(StoreBackupError.invalidConfiguration(ConfigurationProblem(
-                    file: configuration.file ?? configurationFile.effectivePath, line: nil, key: "stores",
-                    message: "no store with path \(path); --prune takes its retention from there")))
+                Terminal.fail(
+                    StoreBackupError.invalidConfiguration(
+                        ConfigurationProblem(
+                            file: configuration.file ?? configurationFile.effectivePath, line: nil, key: "stores",
+                            message: "no store with path \(path); --prune takes its retention from there")))
             }
             job = match
         }
@@ -38,12 +40,15 @@ extension CreateCommand {
         if encrypt {
             // The configured path reads the password from a file (no prompt: it is for cron and timers).
             guard let file = password.passwordFile ?? job.passwordFile else {
-                throw ValidationError("--encrypt with --store or --prune needs --password-file FILE (or encrypt.password-file in the configuration)")
+                throw ValidationError(
+                    "--encrypt with --store or --prune needs --password-file FILE (or encrypt.password-file in the configuration)")
             }
             adjusted.passwordFile = file
         }
         if prune && adjusted.retention == nil {
-            Terminal.info("storebackup: warning: store \"\(job.name)\" has no retention in \(configurationFile.effectivePath); nothing will be pruned")
+            Terminal.info(
+                "storebackup: warning: store \"\(job.name)\" has no retention in \(configurationFile.effectivePath); nothing will be pruned"
+            )
         }
         var options = configuration.destinationOptions()
         if destination.caFile != nil || destination.insecure { options.transport = destination.options.transport }

@@ -42,16 +42,20 @@ extension CreateCommand {
         } else {
             for outcome in outcomes {
                 if let backup = outcome.backup {
-                    Terminal.info("storebackup: published \"\(backup.name)\" (\(Terminal.formatBytes(backup.size))) to \(outcome.destination)")
+                    Terminal.info(
+                        "storebackup: published \"\(backup.name)\" (\(Terminal.formatBytes(backup.size))) to \(outcome.destination)")
                 } else {
-                    Terminal.info("storebackup: FAILED to publish to \(outcome.destination): \(Self.describe(outcome.error ?? StoreBackupError.cancelled))")
+                    Terminal.info(
+                        "storebackup: FAILED to publish to \(outcome.destination): \(Self.describe(outcome.error ?? StoreBackupError.cancelled))"
+                    )
                 }
             }
             if let first = outcomes.compactMap(\.backup).first { Terminal.output(first.name) }
         }
         if !failed.isEmpty {
-            Terminal.info("storebackup: error: the backup was not published to \(failed.count) of \(outcomes.count) destinations: "
-                + failed.map(\.destination).joined(separator: ", "))
+            Terminal.info(
+                "storebackup: error: the backup was not published to \(failed.count) of \(outcomes.count) destinations: "
+                    + failed.map(\.destination).joined(separator: ", "))
             throw ExitCode(1)
         }
     }

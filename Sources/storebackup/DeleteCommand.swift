@@ -19,7 +19,8 @@ struct DeleteCommand: AsyncParsableCommand {
         let backup = await Terminal.runCancellable { try await target.resolve(name) }
         if !yes {
             guard Terminal.standardInputIsTerminal else {
-                Terminal.fail(StoreBackupError.restoreRefused(reason: "pass --yes to delete \"\(backup.name)\" when not running on a terminal"))
+                Terminal.fail(
+                    StoreBackupError.restoreRefused(reason: "pass --yes to delete \"\(backup.name)\" when not running on a terminal"))
             }
             guard Terminal.confirm("Delete backup \"\(backup.name)\" from \(target.displayName)?") else {
                 Terminal.fail(StoreBackupError.restoreRefused(reason: "not confirmed; nothing was deleted"))

@@ -28,7 +28,8 @@ enum ErrorAdvice {
         case .giveSSHKey: return "; pass the key with --ssh-key"
         case .stopStoreUsers: return "; stop it first, or use --stop-command/--start-command"
         case .allowStoreInUse: return "; run as root to see every process, or pass --force to restore anyway"
-        case .allowOutsideLinks: return ". Pass --allow-outside-links to make the links it recorded as pointing outside (nothing is written through them)"
+        case .allowOutsideLinks:
+            return ". Pass --allow-outside-links to make the links it recorded as pointing outside (nothing is written through them)"
         }
     }
 }

@@ -35,7 +35,9 @@ struct ExtractCommand: AsyncParsableCommand {
     @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
     var name: String
 
-    @Argument(help: ArgumentHelp("Paths inside the backup (files or folders, as `storebackup ls` shows them); none: everything.", valueName: "path"))
+    @Argument(
+        help: ArgumentHelp(
+            "Paths inside the backup (files or folders, as `storebackup ls` shows them); none: everything.", valueName: "path"))
     var paths: [String] = []
 
     @Option(help: ArgumentHelp("The folder to create and write into (must not exist, or be empty).", valueName: "dir"))
@@ -45,10 +47,15 @@ struct ExtractCommand: AsyncParsableCommand {
 
     @OptionGroup var password: PasswordOption
 
-    @Flag(help: "Extract from a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check.")
+    @Flag(
+        help: "Extract from a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check."
+    )
     var allowUnverified = false
 
-    @Flag(help: "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused.")
+    @Flag(
+        help:
+            "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused."
+    )
     var allowOutsideLinks = false
 
     func run() async throws {
@@ -64,6 +71,8 @@ struct ExtractCommand: AsyncParsableCommand {
         printer.finishLine()
         if let warning = result.warning { Terminal.info("storebackup: warning: \(warning)") }
         let databases = result.databasesChecked.isEmpty ? "" : ", \(result.databasesChecked.count) databases checked"
-        Terminal.info("storebackup: extracted \(result.entryCount) entries (\(Terminal.formatBytes(result.byteCount))) of \"\(result.backupName)\" into \(result.directory)\(databases)")
+        Terminal.info(
+            "storebackup: extracted \(result.entryCount) entries (\(Terminal.formatBytes(result.byteCount))) of \"\(result.backupName)\" into \(result.directory)\(databases)"
+        )
     }
 }

@@ -17,7 +17,10 @@ struct ListCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Only backups made by this host (see the host column).", valueName: "name"))
     var host: String?
 
-    @Flag(help: "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted, dated} (host null when not known; encrypted only for local folders).")
+    @Flag(
+        help:
+            "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted, dated} (host null when not known; encrypted only for local folders)."
+    )
     var json = false
 
     func run() async throws {
@@ -29,16 +32,20 @@ struct ListCommand: AsyncParsableCommand {
             let unknown = backups.filter { (origins[$0.name] ?? nil) == nil }.count
             backups = backups.filter { (origins[$0.name] ?? nil)?.host == host }
             if unknown > 0 {
-                Terminal.info("storebackup: \(unknown) backups of unknown host left out (remote and not read yet: `storebackup prune --dry-run --all-hosts` reads them once)")
+                Terminal.info(
+                    "storebackup: \(unknown) backups of unknown host left out (remote and not read yet: `storebackup prune --dry-run --all-hosts` reads them once)"
+                )
             }
         }
         // Encryption is read from each archive's central directory, cheap for a local folder.
         // Remote backups would need a download, so it is left unknown there (see docs/encryption.md).
-        let encrypted: [String: Bool] = Dictionary(uniqueKeysWithValues: backups.compactMap { backup in
-            guard let path = target.localPath(of: backup.name),
-                  let flag = BackupInspection.isEncrypted(archiveAt: path) else { return nil }
-            return (backup.name, flag)
-        })
+        let encrypted: [String: Bool] = Dictionary(
+            uniqueKeysWithValues: backups.compactMap { backup in
+                guard let path = target.localPath(of: backup.name),
+                    let flag = BackupInspection.isEncrypted(archiveAt: path)
+                else { return nil }
+                return (backup.name, flag)
+            })
         if json {
             let formatter = ISO8601DateFormatter()
             let rows: [[String: Any]] = backups.map { backup in

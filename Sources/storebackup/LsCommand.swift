@@ -47,7 +47,8 @@ struct LsCommand: AsyncParsableCommand {
         let name = self.name, paths = self.paths
         let contents = await Terminal.runCancellable { try await browser.listContents(name, matching: paths) }
         if !contents.hasManifest {
-            Terminal.info("storebackup: warning: backup \"\(contents.backupName)\" has no manifest; listed from its ZIP directory (not verifiable)")
+            Terminal.info(
+                "storebackup: warning: backup \"\(contents.backupName)\" has no manifest; listed from its ZIP directory (not verifiable)")
         }
         if json {
             Terminal.output(try Self.json(contents))
@@ -74,16 +75,17 @@ struct LsCommand: AsyncParsableCommand {
 
     /// `drwxr-xr-x`, `-rw-r--r--`, `lrwxrwxrwx`, `prw-------`, `drwxrwxrwt`, `-rwsr-xr-x`, as `ls -l`.
     static func permissions(_ entry: BackupContents.Entry) -> String {
-        let type = switch entry.type {
-        case "directory": "d"
-        case "symlink": "l"
-        case "fifo": "p"
-        default: "-"
-        }
+        let type =
+            switch entry.type {
+            case "directory": "d"
+            case "symlink": "l"
+            case "fifo": "p"
+            default: "-"
+            }
         var letters = Array("rwxrwxrwx").enumerated().map { entry.mode & (0o400 >> UInt32($0.offset)) != 0 ? $0.element : "-" }
         // set-user-ID, set-group-ID, sticky: in the execute column, lower case when executable.
         for (bit, column, letter) in [(UInt32(0o4000), 2, "s"), (0o2000, 5, "s"), (0o1000, 8, "t")] as [(UInt32, Int, Character)]
-            where entry.mode & bit != 0 {
+        where entry.mode & bit != 0 {
             letters[column] = letters[column] == "-" ? Character(letter.uppercased()) : letter
         }
         return type + String(letters)
@@ -106,9 +108,11 @@ struct LsCommand: AsyncParsableCommand {
     static func json(_ contents: BackupContents) throws -> String {
         let formatter = ISO8601DateFormatter()
         let entries: [[String: Any]] = contents.entries.map { entry in
-            ["path": entry.path, "type": entry.type, "size": entry.size, "mode": String(format: "0%o", entry.mode),
-             "modified": formatter.string(from: entry.modified),
-             "linkTarget": entry.linkTarget ?? NSNull(), "sha256": entry.sha256 ?? NSNull()]
+            [
+                "path": entry.path, "type": entry.type, "size": entry.size, "mode": String(format: "0%o", entry.mode),
+                "modified": formatter.string(from: entry.modified),
+                "linkTarget": entry.linkTarget ?? NSNull(), "sha256": entry.sha256 ?? NSNull(),
+            ]
         }
         let object: [String: Any] = [
             "backup": contents.backupName, "manifest": contents.hasManifest,

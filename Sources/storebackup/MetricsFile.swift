@@ -3,14 +3,18 @@ import Foundation
 import Metrics
 import Prometheus
 import StoreBackup
+
 #if canImport(Glibc)
 import Glibc
 #endif
 
 /// `--metrics-file FILE`, shared by the commands that back up, restore or prune.
 struct MetricsFileOption: ParsableArguments {
-    @Option(name: .customLong("metrics-file"),
-            help: ArgumentHelp("Write Prometheus metrics (text format) to this file when the command ends, for node_exporter's textfile collector; default: metrics.file in the configuration.", valueName: "file"))
+    @Option(
+        name: .customLong("metrics-file"),
+        help: ArgumentHelp(
+            "Write Prometheus metrics (text format) to this file when the command ends, for node_exporter's textfile collector; default: metrics.file in the configuration.",
+            valueName: "file"))
     var path: String?
 
     /// Starts collecting when a file is named here or in `configured`.
@@ -104,8 +108,10 @@ enum PrometheusText {
                 continue
             }
             guard !line.hasPrefix("#"), let sample = parse(Substring(line)) else { continue }
-            samples.append(Sample(name: sample.name, labels: sample.labels, value: sample.value,
-                                  isCounter: counters.contains(sample.name)))
+            samples.append(
+                Sample(
+                    name: sample.name, labels: sample.labels, value: sample.value,
+                    isCounter: counters.contains(sample.name)))
         }
         return samples
     }

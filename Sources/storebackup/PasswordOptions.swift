@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import StoreBackup
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -8,8 +9,11 @@ import Glibc
 /// Where the password of encrypted backups comes from. Never a command-line value, which
 /// any user could read in the process list: a file, the environment, or a terminal prompt.
 struct PasswordOption: ParsableArguments {
-    @Option(name: .customLong("password-file"),
-            help: ArgumentHelp("Read the backup password from the first line of this file (chmod 600); else STOREBACKUP_PASSWORD, else a prompt on a terminal.", valueName: "file"))
+    @Option(
+        name: .customLong("password-file"),
+        help: ArgumentHelp(
+            "Read the backup password from the first line of this file (chmod 600); else STOREBACKUP_PASSWORD, else a prompt on a terminal.",
+            valueName: "file"))
     var passwordFile: String?
 
     static let environmentVariable = "STOREBACKUP_PASSWORD"

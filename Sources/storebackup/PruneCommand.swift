@@ -38,12 +38,18 @@ struct PruneCommand: AsyncParsableCommand {
     var allHosts = false
 
     @Option(name: .customLong("keep-last"), help: "Keep the N newest backups.") var keepLast: Int?
-    @Option(name: .customLong("keep-hourly"), help: "Keep the newest backup of each of the last N hours that have one.") var keepHourly: Int?
+    @Option(name: .customLong("keep-hourly"), help: "Keep the newest backup of each of the last N hours that have one.") var keepHourly:
+        Int?
     @Option(name: .customLong("keep-daily"), help: "Keep the newest backup of each of the last N days that have one.") var keepDaily: Int?
-    @Option(name: .customLong("keep-weekly"), help: "Keep the newest backup of each of the last N ISO weeks that have one.") var keepWeekly: Int?
-    @Option(name: .customLong("keep-monthly"), help: "Keep the newest backup of each of the last N months that have one.") var keepMonthly: Int?
-    @Option(name: .customLong("keep-yearly"), help: "Keep the newest backup of each of the last N years that have one.") var keepYearly: Int?
-    @Option(name: .customLong("keep-within"), help: ArgumentHelp("Keep backups newer than SPAN before the newest (e.g. 30d, 1y6m, 12h).", valueName: "span"))
+    @Option(name: .customLong("keep-weekly"), help: "Keep the newest backup of each of the last N ISO weeks that have one.") var keepWeekly:
+        Int?
+    @Option(name: .customLong("keep-monthly"), help: "Keep the newest backup of each of the last N months that have one.") var keepMonthly:
+        Int?
+    @Option(name: .customLong("keep-yearly"), help: "Keep the newest backup of each of the last N years that have one.") var keepYearly:
+        Int?
+    @Option(
+        name: .customLong("keep-within"),
+        help: ArgumentHelp("Keep backups newer than SPAN before the newest (e.g. 30d, 1y6m, 12h).", valueName: "span"))
     var keepWithin: String?
 
     @Flag(help: "Print what would be kept and deleted; delete nothing.")
@@ -68,13 +74,17 @@ struct PruneCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        for (name, value) in [("keep-last", keepLast), ("keep-hourly", keepHourly), ("keep-daily", keepDaily), ("keep-weekly", keepWeekly),
-                              ("keep-monthly", keepMonthly), ("keep-yearly", keepYearly)] {
+        for (name, value) in [
+            ("keep-last", keepLast), ("keep-hourly", keepHourly), ("keep-daily", keepDaily), ("keep-weekly", keepWeekly),
+            ("keep-monthly", keepMonthly), ("keep-yearly", keepYearly),
+        ] {
             if let value, value < 0 { throw ValidationError("--\(name) must be 0 or more") }
         }
         _ = try flagPolicy
         if allHosts && host != nil { throw ValidationError("give --host or --all-hosts, not both") }
-        if try flagPolicy != nil && store != nil { throw ValidationError("--store picks a configured retention; do not combine it with --keep-* flags") }
+        if try flagPolicy != nil && store != nil {
+            throw ValidationError("--store picks a configured retention; do not combine it with --keep-* flags")
+        }
     }
 
     /// One destination pruned by one policy, over the origins it selects.
@@ -94,13 +104,17 @@ struct PruneCommand: AsyncParsableCommand {
             let configuration = configurationFile.path == nil ? nil : configurationFile.load()
             metrics.start(configured: configuration?.metricsFile)
             let stateDirectory = configuration?.stateStore.directory ?? BackupStateStore.defaultDirectory()
-            targets.append(Target(destination: try destination.resolve(), policy: policy, storesDirectory: nil, stateDirectory: stateDirectory,
-                                  passwords: password.provider(confirm: false, prompt: false)))
+            targets.append(
+                Target(
+                    destination: try destination.resolve(), policy: policy, storesDirectory: nil, stateDirectory: stateDirectory,
+                    passwords: password.provider(confirm: false, prompt: false)))
         } else {
             guard configurationFile.path != nil || FileManager.default.fileExists(atPath: BackupConfiguration.defaultPath) else {
-                Terminal.fail(StoreBackupError.invalidConfiguration(ConfigurationProblem(
-                    file: BackupConfiguration.defaultPath, line: nil, key: nil,
-                    message: "no --keep-* flags and no configuration: say what to keep (e.g. --keep-daily 7)")))
+                Terminal.fail(
+                    StoreBackupError.invalidConfiguration(
+                        ConfigurationProblem(
+                            file: BackupConfiguration.defaultPath, line: nil, key: nil,
+                            message: "no --keep-* flags and no configuration: say what to keep (e.g. --keep-daily 7)")))
             }
             let configuration = configurationFile.load()
             metrics.start(configured: configuration.metricsFile)
@@ -122,9 +136,11 @@ struct PruneCommand: AsyncParsableCommand {
                     do {
                         target = try DestinationResolver.resolve(value, options: options)
                     } catch { Terminal.fail(error) }
-                    targets.append(Target(destination: target, policy: policy, storesDirectory: job.storesDirectory,
-                                          stateDirectory: configuration.stateStore.directory,
-                                          passwords: job.passwordFile.map(PasswordProvider.file) ?? password.provider(confirm: false, prompt: false)))
+                    targets.append(
+                        Target(
+                            destination: target, policy: policy, storesDirectory: job.storesDirectory,
+                            stateDirectory: configuration.stateStore.directory,
+                            passwords: job.passwordFile.map(PasswordProvider.file) ?? password.provider(confirm: false, prompt: false)))
                 }
             }
         }
@@ -148,17 +164,23 @@ struct PruneCommand: AsyncParsableCommand {
                 try await dryRun ? destination.staleUploads(olderThan: 86_400) : destination.removeStaleUploads(olderThan: 86_400)
             }
             if !leftovers.isEmpty {
-                Terminal.info("storebackup: \(dryRun ? "would remove" : "removed") \(leftovers.count) unfinished uploads older than a day "
-                              + "from \(destination.displayName)")
+                Terminal.info(
+                    "storebackup: \(dryRun ? "would remove" : "removed") \(leftovers.count) unfinished uploads older than a day "
+                        + "from \(destination.displayName)")
             }
         }
         if dryRun || doomed.isEmpty {
-            if !json { Terminal.info(doomed.isEmpty ? "storebackup: nothing to delete" : "storebackup: dry run; \(doomed.count) backups would be deleted") }
+            if !json {
+                Terminal.info(
+                    doomed.isEmpty ? "storebackup: nothing to delete" : "storebackup: dry run; \(doomed.count) backups would be deleted")
+            }
             return
         }
         if !yes {
             guard Terminal.standardInputIsTerminal else {
-                Terminal.fail(StoreBackupError.restoreRefused(reason: "pass --yes to delete \(doomed.count) backups when not running on a terminal (or --dry-run to look)"))
+                Terminal.fail(
+                    StoreBackupError.restoreRefused(
+                        reason: "pass --yes to delete \(doomed.count) backups when not running on a terminal (or --dry-run to look)"))
             }
             guard Terminal.confirm("Delete \(doomed.count) backups?") else {
                 Terminal.fail(StoreBackupError.restoreRefused(reason: "not confirmed; nothing was deleted"))
@@ -186,8 +208,10 @@ struct PruneCommand: AsyncParsableCommand {
                         "destination": target.destination.displayName, "policy": target.policy.summary,
                         "host": group.origin?.host ?? NSNull(), "storesDirectory": group.origin?.storesDirectory ?? NSNull(),
                         "backups": group.decisions.map { decision -> [String: Any] in
-                            ["name": decision.backup.name, "date": formatter.string(from: decision.backup.date),
-                             "keep": decision.keep, "reasons": decision.reasons]
+                            [
+                                "name": decision.backup.name, "date": formatter.string(from: decision.backup.date),
+                                "keep": decision.keep, "reasons": decision.reasons,
+                            ]
                         },
                     ]
                 }

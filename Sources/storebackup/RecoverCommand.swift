@@ -14,7 +14,8 @@ struct RecoverCommand: AsyncParsableCommand {
     var storesDirectory: String
 
     func run() async throws {
-        let helper = StoreHelper(storesDirectory: storesDirectory, destination: LocalFolderDestination(folder: "/"), logger: Terminal.logger)
+        let helper = StoreHelper(
+            storesDirectory: storesDirectory, destination: LocalFolderDestination(folder: "/"), logger: Terminal.logger)
         let outcome = await Terminal.runCancellable { try helper.recover() }
         if outcome == .nothingToDo { Terminal.info("storebackup: \(helper.storesDirectory) needs no recovery") }
         for store in StoreLayout(storesDirectory: helper.storesDirectory).setAsideStores() {

@@ -42,16 +42,24 @@ struct RestoreCommand: AsyncParsableCommand {
     @Flag(help: "Restore a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check.")
     var allowUnverified = false
 
-    @Flag(help: "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused.")
+    @Flag(
+        help:
+            "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused."
+    )
     var allowOutsideLinks = false
 
-    @Flag(help: "Restore a backup whose databases fail PRAGMA integrity_check although they match the backup's checksums: they were already damaged in the live store when the backup was made, and come back as they were then.")
+    @Flag(
+        help:
+            "Restore a backup whose databases fail PRAGMA integrity_check although they match the backup's checksums: they were already damaged in the live store when the backup was made, and come back as they were then."
+    )
     var acceptDamagedDatabases = false
 
     @Option(help: ArgumentHelp("Stops the app before the swap (run with /bin/sh -c), e.g. 'systemctl stop myapp'.", valueName: "command"))
     var stopCommand: String?
 
-    @Option(help: ArgumentHelp("Starts the app after the swap, also after a rollback or a failure, e.g. 'systemctl start myapp'.", valueName: "command"))
+    @Option(
+        help: ArgumentHelp(
+            "Starts the app after the swap, also after a rollback or a failure, e.g. 'systemctl start myapp'.", valueName: "command"))
     var startCommand: String?
 
     @Option(help: ArgumentHelp("Seconds the stop (and start) command may run before it is killed (default 60).", valueName: "seconds"))
@@ -76,15 +84,17 @@ struct RestoreCommand: AsyncParsableCommand {
     /// with this path (a configuration that cannot be read is ignored unless --config named it).
     func appCommands(for storesDirectory: String) -> AppCommands? {
         var configured: AppCommands?
-        let configuration = configurationFile.path != nil
+        let configuration =
+            configurationFile.path != nil
             ? configurationFile.load()
             : try? BackupConfiguration.load(path: configurationFile.effectivePath)
         if let configuration, let job = configuration.stores.first(where: { $0.storesDirectory == storesDirectory }) {
             configured = job.appCommands
         }
         guard let stop = stopCommand ?? configured?.stop else { return nil }
-        return AppCommands(stop: stop, start: startCommand ?? (stopCommand == nil ? configured?.start : nil),
-                           timeout: stopTimeout ?? configured?.timeout ?? AppCommands.defaultTimeout)
+        return AppCommands(
+            stop: stop, start: startCommand ?? (stopCommand == nil ? configured?.start : nil),
+            timeout: stopTimeout ?? configured?.timeout ?? AppCommands.defaultTimeout)
     }
 
     func run() async throws {
@@ -99,8 +109,9 @@ struct RestoreCommand: AsyncParsableCommand {
             source = try destination.resolve()
             name = self.name
         }
-        var configured = StoreHelper(storesDirectory: storesDirectory, destination: source,
-                                     passwords: password.provider(confirm: false), logger: Terminal.logger)
+        var configured = StoreHelper(
+            storesDirectory: storesDirectory, destination: source,
+            passwords: password.provider(confirm: false), logger: Terminal.logger)
         configured.allowUnverified = allowUnverified
         configured.acceptDamagedDatabases = acceptDamagedDatabases
         configured.allowStoreInUse = force
@@ -109,8 +120,9 @@ struct RestoreCommand: AsyncParsableCommand {
         let helper = configured
         if !yes {
             guard Terminal.standardInputIsTerminal else {
-                Terminal.fail(StoreBackupError.restoreRefused(
-                    reason: "restore replaces \(helper.storesDirectory); pass --yes to confirm when not running on a terminal"))
+                Terminal.fail(
+                    StoreBackupError.restoreRefused(
+                        reason: "restore replaces \(helper.storesDirectory); pass --yes to confirm when not running on a terminal"))
             }
             guard Terminal.confirm("Replace \(helper.storesDirectory) with backup \"\(name)\"?") else {
                 Terminal.fail(StoreBackupError.restoreRefused(reason: "restore not confirmed; nothing was changed"))
@@ -124,9 +136,13 @@ struct RestoreCommand: AsyncParsableCommand {
         printer.finishLine()
         if let warning = result.warning { Terminal.info("storebackup: warning: \(warning)") }
         if !result.damagedDatabases.isEmpty {
-            Terminal.info("storebackup: warning: restored as they were when the backup was made, already damaged (they fail PRAGMA integrity_check): \(result.damagedDatabases.joined(separator: ", "))")
+            Terminal.info(
+                "storebackup: warning: restored as they were when the backup was made, already damaged (they fail PRAGMA integrity_check): \(result.damagedDatabases.joined(separator: ", "))"
+            )
         }
-        Terminal.info("storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)")
+        Terminal.info(
+            "storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)"
+        )
         if json { try printJSON(result) }
         if let failure = result.appDowntime?.startFailure {
             Terminal.fail(StoreBackupError.restoreRefused(reason: "the store was restored, but \(failure); start the app"))
@@ -153,7 +169,8 @@ struct RestoreCommand: AsyncParsableCommand {
     /// With several --from: the first destination, in the order given, that answers and
     /// holds the backup (`latest` is resolved at each). Ends the command when none does.
     static func firstHolding(_ nameOrLatest: String, in destinations: [any BackupDestination]) async
-        -> (destination: any BackupDestination, backup: BackupListing) {
+        -> (destination: any BackupDestination, backup: BackupListing)
+    {
         do {
             return try await StoreHelper.firstHolding(nameOrLatest, in: destinations) { destination, reason in
                 Terminal.info("storebackup: warning: \(destination): \(ErrorAdvice.describe(reason)); trying the next --from")
@@ -180,5 +197,9 @@ struct RestoreCommand: AsyncParsableCommand {
 final class ReloadAttempts: @unchecked Sendable {
     private let lock = NSLock()
     private var count = 0
-    func next() -> Int { lock.withLock { count += 1; return count } }
+    func next() -> Int {
+        lock.withLock {
+            count += 1; return count
+        }
+    }
 }

@@ -41,8 +41,9 @@ struct RunCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "storebackup")
         let service = BackupService(configuration: configuration, logger: logger)
-        let group = ServiceGroup(configuration: .init(
-            services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         // A long run rewrites the metrics file every 15 s, so node_exporter sees each backup soon after it ends.
         let exporter = Task {
             while !Task.isCancelled {

@@ -16,7 +16,10 @@ struct StatusCommand: AsyncParsableCommand {
 
     @OptionGroup var configurationFile: ConfigurationOption
 
-    @Flag(help: "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun, lastVerifySuccess, lastVerifyFailure ({at, backups, destination, trigger, error}), verifyFailing, nextVerify, and for several destinations destinations: {NAME: {lastSuccess, lastFailure}}} (and leftovers with --leftovers).")
+    @Flag(
+        help:
+            "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun, lastVerifySuccess, lastVerifyFailure ({at, backups, destination, trigger, error}), verifyFailing, nextVerify, and for several destinations destinations: {NAME: {lastSuccess, lastFailure}}} (and leftovers with --leftovers)."
+    )
     var json = false
 
     @Flag(help: "Also ask each destination for unfinished uploads older than a day (what `prune` removes).")
@@ -29,12 +32,16 @@ struct StatusCommand: AsyncParsableCommand {
         var rows: [BackupState] = []
         if let configuration {
             for job in configuration.stores {
-                var state = stateStore.load(job.name) ?? BackupState(
-                    store: job.name, storesDirectory: job.storesDirectory, destination: job.destination)
+                var state =
+                    stateStore.load(job.name)
+                    ?? BackupState(
+                        store: job.name, storesDirectory: job.storesDirectory, destination: job.destination)
                 state.schedule = job.schedule.description
                 // A plan from a service that has stopped is stale: show when the schedule would fire.
                 if (state.nextRun ?? .distantPast) < now { state.nextRun = job.schedule.nextFire(after: now) }
-                if let drill = job.verify, (state.nextVerify ?? .distantPast) < now { state.nextVerify = drill.schedule.nextFire(after: now) }
+                if let drill = job.verify, (state.nextVerify ?? .distantPast) < now {
+                    state.nextVerify = drill.schedule.nextFire(after: now)
+                }
                 rows.append(state)
             }
         } else {
@@ -58,33 +65,43 @@ struct StatusCommand: AsyncParsableCommand {
                 object["setAside"] = StoreLayout(storesDirectory: state.storesDirectory).setAsideStores().map { store in
                     ["path": store.path, "size": store.bytes] as [String: Any]
                 }
-                object["lastSuccess"] = state.lastSuccess.map { success in
-                    ["at": formatter.string(from: success.at), "backup": success.backup, "size": success.size,
-                     "durationSeconds": success.durationSeconds, "ageSeconds": Int(now.timeIntervalSince(success.at))] as [String: Any]
-                } ?? NSNull()
-                object["lastFailure"] = state.lastFailure.map { failure in
-                    ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
-                } ?? NSNull()
-                for (key, verification) in [("lastVerifySuccess", state.lastVerifySuccess), ("lastVerifyFailure", state.lastVerifyFailure)] {
-                    object[key] = verification.map { verification -> [String: Any] in
-                        var fields: [String: Any] = ["at": formatter.string(from: verification.at), "backups": verification.backups,
-                                                     "destination": verification.destination, "trigger": verification.trigger,
-                                                     "ageSeconds": Int(now.timeIntervalSince(verification.at))]
-                        fields["error"] = verification.error
-                        return fields
+                object["lastSuccess"] =
+                    state.lastSuccess.map { success in
+                        [
+                            "at": formatter.string(from: success.at), "backup": success.backup, "size": success.size,
+                            "durationSeconds": success.durationSeconds, "ageSeconds": Int(now.timeIntervalSince(success.at)),
+                        ] as [String: Any]
                     } ?? NSNull()
+                object["lastFailure"] =
+                    state.lastFailure.map { failure in
+                        ["at": formatter.string(from: failure.at), "error": failure.error] as [String: Any]
+                    } ?? NSNull()
+                for (key, verification) in [("lastVerifySuccess", state.lastVerifySuccess), ("lastVerifyFailure", state.lastVerifyFailure)]
+                {
+                    object[key] =
+                        verification.map { verification -> [String: Any] in
+                            var fields: [String: Any] = [
+                                "at": formatter.string(from: verification.at), "backups": verification.backups,
+                                "destination": verification.destination, "trigger": verification.trigger,
+                                "ageSeconds": Int(now.timeIntervalSince(verification.at)),
+                            ]
+                            fields["error"] = verification.error
+                            return fields
+                        } ?? NSNull()
                 }
                 object["verifyFailing"] = Self.verifyFailing(state)
                 object["nextVerify"] = state.nextVerify.map(formatter.string(from:)) ?? NSNull()
                 if leftovers { object["leftovers"] = state.destination.flatMap { leftoverText[$0] } ?? NSNull() }
                 if let destinations = state.destinations {
                     object["destinations"] = destinations.mapValues { record -> [String: Any] in
-                        let success: Any = record.lastSuccess.map { success -> [String: Any] in
-                            ["at": formatter.string(from: success.at), "backup": success.backup, "size": success.size]
-                        } ?? NSNull()
-                        let failure: Any = record.lastFailure.map { failure -> [String: Any] in
-                            ["at": formatter.string(from: failure.at), "error": failure.error]
-                        } ?? NSNull()
+                        let success: Any =
+                            record.lastSuccess.map { success -> [String: Any] in
+                                ["at": formatter.string(from: success.at), "backup": success.backup, "size": success.size]
+                            } ?? NSNull()
+                        let failure: Any =
+                            record.lastFailure.map { failure -> [String: Any] in
+                                ["at": formatter.string(from: failure.at), "error": failure.error]
+                            } ?? NSNull()
                         return ["lastSuccess": success, "lastFailure": failure]
                     }
                 }
@@ -106,7 +123,9 @@ struct StatusCommand: AsyncParsableCommand {
             if let schedule = state.schedule { Terminal.output("  schedule      \(schedule)") }
             if let success = state.lastSuccess {
                 let age = DurationText.format(now.timeIntervalSince(success.at).rounded())
-                Terminal.output("  last backup   \(formatter.string(from: success.at)) (\(age) ago)  \(Terminal.formatBytes(success.size))  \(success.backup)")
+                Terminal.output(
+                    "  last backup   \(formatter.string(from: success.at)) (\(age) ago)  \(Terminal.formatBytes(success.size))  \(success.backup)"
+                )
             } else {
                 Terminal.output("  last backup   never")
             }
@@ -126,7 +145,9 @@ struct StatusCommand: AsyncParsableCommand {
             }
             if let verified = state.lastVerifySuccess {
                 let age = DurationText.format(now.timeIntervalSince(verified.at).rounded())
-                Terminal.output("  last verify   \(formatter.string(from: verified.at)) (\(age) ago, \(verified.trigger))  \(verified.backups.joined(separator: ", "))")
+                Terminal.output(
+                    "  last verify   \(formatter.string(from: verified.at)) (\(age) ago, \(verified.trigger))  \(verified.backups.joined(separator: ", "))"
+                )
             }
             if Self.verifyFailing(state), let failed = state.lastVerifyFailure {
                 Terminal.output("  VERIFY FAILED \(formatter.string(from: failed.at)) (\(failed.trigger))  \(failed.error ?? "")")

@@ -21,8 +21,11 @@ struct StoreBackupCommand: AsyncParsableCommand {
             ~/.local/share/storebackup/backups.
             """,
         version: StoreBackupVersion.current,
-        subcommands: [CreateCommand.self, ListCommand.self, LsCommand.self, RestoreCommand.self, ExtractCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
-                      RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self, CopyCommand.self]
+        subcommands: [
+            CreateCommand.self, ListCommand.self, LsCommand.self, RestoreCommand.self, ExtractCommand.self, VerifyCommand.self,
+            DeleteCommand.self, RecoverCommand.self,
+            RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self, CopyCommand.self,
+        ]
     )
 
     static func main() async {

@@ -1,5 +1,6 @@
 import Foundation
 import StoreBackup
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -99,7 +100,8 @@ final class ProgressPrinter: @unchecked Sendable {
     func show(_ progress: BackupProgress) {
         lock.withLock {
             let fraction = progress.bytesTotal > 0 ? Double(progress.bytesDone) / Double(progress.bytesTotal) : 0
-            let amounts = progress.bytesTotal > 0
+            let amounts =
+                progress.bytesTotal > 0
                 ? " \(Terminal.formatBytes(progress.bytesDone)) / \(Terminal.formatBytes(progress.bytesTotal)) (\(Int(fraction * 100))%)"
                 : ""
             let file = progress.currentFile.map { "  \($0)" } ?? ""

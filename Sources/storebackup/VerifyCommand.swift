@@ -27,16 +27,28 @@ struct VerifyCommand: AsyncParsableCommand {
 
     @OptionGroup var password: PasswordOption
 
-    @Flag(help: "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable.")
+    @Flag(
+        help:
+            "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable."
+    )
     var allowUnverified = false
 
-    @Flag(help: "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused.")
+    @Flag(
+        help:
+            "Make the links that point outside the stores directory (create warned about each and recorded them in the backup); other such links are still refused."
+    )
     var allowOutsideLinks = false
 
-    @Flag(help: "Print JSON: an array of {name, ok, problem, files, databases, warning, damagedDatabases} (with --store, each also has its destination).")
+    @Flag(
+        help:
+            "Print JSON: an array of {name, ok, problem, files, databases, warning, damagedDatabases} (with --store, each also has its destination)."
+    )
     var json = false
 
-    @Option(help: ArgumentHelp("Run the restore drill of this store of the configuration (its destination, pick, state, metrics and hooks).", valueName: "name"))
+    @Option(
+        help: ArgumentHelp(
+            "Run the restore drill of this store of the configuration (its destination, pick, state, metrics and hooks).", valueName: "name"
+        ))
     var store: String?
 
     @OptionGroup var configurationFile: ConfigurationOption
@@ -76,9 +88,11 @@ struct VerifyCommand: AsyncParsableCommand {
             Terminal.output(String(decoding: try encoder.encode(results), as: UTF8.self))
         } else {
             for result in results {
-                Terminal.output(result.ok
-                    ? "ok      \(result.name)  (\(result.files) entries, \(result.databases) databases)" + (result.warning.map { "; \($0)" } ?? "")
-                    : "FAILED  \(result.name): \(Self.problem(result))")
+                Terminal.output(
+                    result.ok
+                        ? "ok      \(result.name)  (\(result.files) entries, \(result.databases) databases)"
+                            + (result.warning.map { "; \($0)" } ?? "")
+                        : "FAILED  \(result.name): \(Self.problem(result))")
             }
         }
     }
@@ -89,7 +103,8 @@ struct VerifyCommand: AsyncParsableCommand {
         guard let damaged = result.damagedDatabases, !damaged.isEmpty else { return result }
         var result = result
         let verb = damaged.count == 1 ? "was" : "were"
-        result.problem = "restorable only with --accept-damaged-databases: \(damaged.joined(separator: ", ")) \(verb) already damaged when the backup was made (it fails its integrity check but matches the checksum the backup recorded)"
+        result.problem =
+            "restorable only with --accept-damaged-databases: \(damaged.joined(separator: ", ")) \(verb) already damaged when the backup was made (it fails its integrity check but matches the checksum the backup recorded)"
         return result
     }
 

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance: the archive is a standard ZIP that other tools open, with hidden files,
@@ -85,8 +86,9 @@ final class ArchiveCompatibilityTests: XCTestCase {
     func testTimesSurviveDifferentTimeZones() throws {
         let created = try runStoreBackup(["create", work + "/Stores", "--to", work + "/tz"], environment: ["TZ": "America/New_York"])
         XCTAssertEqual(created.status, 0, created.stderr)
-        let restored = try runStoreBackup(["restore", "latest", work + "/TZRestored", "--from", work + "/tz", "--yes"],
-                                          environment: ["TZ": "Asia/Tokyo"])
+        let restored = try runStoreBackup(
+            ["restore", "latest", work + "/TZRestored", "--from", work + "/tz", "--yes"],
+            environment: ["TZ": "Asia/Tokyo"])
         XCTAssertEqual(restored.status, 0, restored.stderr)
         let info = try FileSystem.lstatInfo(work + "/TZRestored/notes.txt")
         XCTAssertEqual(info.st_mtim.tv_sec, 1_600_000_001)
@@ -140,13 +142,19 @@ final class ArchiveCompatibilityTests: XCTestCase {
         XCTAssertTrue(sevenZip.stdout.contains("Everything is Ok"), sevenZip.stdout + sevenZip.stderr)
 
         let passwordFile = work + "/lanes-password"
-        XCTAssertTrue(FileManager.default.createFile(atPath: passwordFile, contents: Data("lanes of blocks\n".utf8),
-                                                     attributes: [.posixPermissions: 0o600]))
-        let encrypted = try runStoreBackup(["create", stores, "--to", work + "/lanes-encrypted", "--encrypt", "--password-file", passwordFile])
+        XCTAssertTrue(
+            FileManager.default.createFile(
+                atPath: passwordFile, contents: Data("lanes of blocks\n".utf8),
+                attributes: [.posixPermissions: 0o600]))
+        let encrypted = try runStoreBackup([
+            "create", stores, "--to", work + "/lanes-encrypted", "--encrypt", "--password-file", passwordFile,
+        ])
         XCTAssertEqual(encrypted.status, 0, encrypted.stderr)
         let extracted = work + "/lanes-extracted"
-        let extract = try runStoreBackup(["extract", "latest", "--into", extracted, "--from", work + "/lanes-encrypted",
-                                          "--password-file", passwordFile])
+        let extract = try runStoreBackup([
+            "extract", "latest", "--into", extracted, "--from", work + "/lanes-encrypted",
+            "--password-file", passwordFile,
+        ])
         XCTAssertEqual(extract.status, 0, extract.stderr)
         for (name, data) in expected {
             XCTAssertEqual(FileManager.default.contents(atPath: extracted + "/" + name), data, name)
@@ -231,7 +239,8 @@ final class ArchiveCompatibilityTests: XCTestCase {
         // The last case compresses on one thread: the blocks and the archive must not depend on it.
         for (level, threads) in [("fast", nil), ("3", nil), ("6", nil), ("default", "1")] as [(String, String?)] {
             let backups = work + "/level-\(level)"
-            let created = try runStoreBackup(["create", stores, "--to", backups, "--level", level] + (threads.map { ["--threads", $0] } ?? []))
+            let created = try runStoreBackup(
+                ["create", stores, "--to", backups, "--level", level] + (threads.map { ["--threads", $0] } ?? []))
             XCTAssertEqual(created.status, 0, created.stderr)
             let path = try onlyBackup(in: backups)
             let unzip = try runTool("/usr/bin/unzip", ["-t", path])
@@ -248,8 +257,9 @@ final class ArchiveCompatibilityTests: XCTestCase {
             let restored = try runStoreBackup(["restore", "latest", restoredRoot, "--from", backups, "--yes"])
             XCTAssertEqual(restored.status, 0, restored.stderr)
             for name in ["big.log", "mixed.bin"] {
-                XCTAssertEqual(FileManager.default.contents(atPath: restoredRoot + "/" + name),
-                               FileManager.default.contents(atPath: stores + "/" + name), "level \(level): \(name)")
+                XCTAssertEqual(
+                    FileManager.default.contents(atPath: restoredRoot + "/" + name),
+                    FileManager.default.contents(atPath: stores + "/" + name), "level \(level): \(name)")
             }
         }
     }

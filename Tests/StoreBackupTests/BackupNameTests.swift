@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 final class BackupNameTests: XCTestCase {
@@ -37,9 +38,11 @@ final class BackupNameTests: XCTestCase {
         for valid in ["2000-02-29 000000", "2024-02-29 235959", "0001-01-01 000000"] {
             XCTAssertNotNil(UTCTimestamp.parseCompact(Substring(valid)), valid)
         }
-        for invalid in ["2025-02-29 120000", "2100-02-29 120000", "2026-04-31 000000", "2026-11-22 240000",
-                        "2026-11-22 036000", "2026-11-22 031560", "0000-01-01 000000", "2026-1-22 0315070",
-                        "2026-11-22T031507", "2026-11-22 03150", "+026-11-22 031507", "２026-11-22 031507"] {
+        for invalid in [
+            "2025-02-29 120000", "2100-02-29 120000", "2026-04-31 000000", "2026-11-22 240000",
+            "2026-11-22 036000", "2026-11-22 031560", "0000-01-01 000000", "2026-1-22 0315070",
+            "2026-11-22T031507", "2026-11-22 03150", "+026-11-22 031507", "２026-11-22 031507",
+        ] {
             XCTAssertNil(UTCTimestamp.parseCompact(Substring(invalid)), invalid)
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Issue 36, point 4: `--limit-upload` and `--limit-download` cap the command's total
@@ -20,23 +21,27 @@ final class BandwidthLimitTests: XCTestCase {
     }
 
     func testConfigurationTakesRetryBudgetRatesAndLock() throws {
-        let configuration = try BackupConfiguration.parse(yaml: """
-            retry-for: 10m
-            limit-upload: 5M
-            limit-download: 20M
-            retain-days: 30
-            retain-mode: compliance
-            stores: [{name: app, path: /srv/Stores, schedule: daily 02:00, destination: "s3://b/app"}]
-            """)
+        let configuration = try BackupConfiguration.parse(
+            yaml: """
+                retry-for: 10m
+                limit-upload: 5M
+                limit-download: 20M
+                retain-days: 30
+                retain-mode: compliance
+                stores: [{name: app, path: /srv/Stores, schedule: daily 02:00, destination: "s3://b/app"}]
+                """)
         let options = configuration.destinationOptions(environment: [:])
         XCTAssertEqual(options.retry.budget, 600)
         XCTAssertEqual(options.transport.uploadLimit?.bytesPerSecond, 5_000_000)
         XCTAssertEqual(options.transport.downloadLimit?.bytesPerSecond, 20_000_000)
         XCTAssertEqual(options.objectLock, ObjectLockRetention(days: 30, mode: .compliance))
-        XCTAssertThrowsError(try BackupConfiguration.parse(yaml: """
-            limit-upload: 5 megabytes
-            stores: [{name: app, path: /srv/Stores, schedule: daily 02:00}]
-            """)) { error in
+        XCTAssertThrowsError(
+            try BackupConfiguration.parse(
+                yaml: """
+                    limit-upload: 5 megabytes
+                    stores: [{name: app, path: /srv/Stores, schedule: daily 02:00}]
+                    """)
+        ) { error in
             XCTAssertTrue("\(error)".contains("limit-upload"), "\(error)")
         }
     }
@@ -71,14 +76,16 @@ final class BandwidthLimitTests: XCTestCase {
         let uploadSeconds = Date().timeIntervalSince(started)
         XCTAssertEqual(created.status, 0, created.stderr)
         let listed = try runStoreBackup(["list", "--json"] + to, environment: environment)
-        let size = Double((try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])?.first?["size"] as? Int ?? 0)
+        let size = Double(
+            (try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])?.first?["size"] as? Int ?? 0)
         XCTAssertGreaterThan(size, Double(32 << 20), "a multipart upload")
         XCTAssertGreaterThanOrEqual(uploadSeconds, 0.8 * size / uploadRate, "the cap holds across parallel parts")
 
         let downloadRate = 18_000_000.0
         let restoreStarted = Date()
-        let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--limit-download", "18M", "--from"] + to.dropFirst(),
-                                          environment: environment)
+        let restored = try runStoreBackup(
+            ["restore", "latest", work + "/Restored", "--yes", "--limit-download", "18M", "--from"] + to.dropFirst(),
+            environment: environment)
         let downloadSeconds = Date().timeIntervalSince(restoreStarted)
         XCTAssertEqual(restored.status, 0, restored.stderr)
         XCTAssertGreaterThanOrEqual(downloadSeconds, 0.8 * size / downloadRate)

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Issue 36, point 7: services that answer "busy, try later" to many requests delay a
@@ -47,12 +48,15 @@ final class BusyServiceTests: XCTestCase {
             let injected = try emulator.control("faults", method: "GET")["injected"] as? Int ?? 0
             let busy = try emulator.log().filter { $0["fault"] as? String == "409_write" }
             XCTAssertGreaterThan(injected, 3, "seed \(seed): the emulator answered busy to writes")
-            XCTAssertTrue(busy.contains { ($0["route"] as? String ?? "").hasPrefix("/2/files/upload_session/") },
-                          "seed \(seed): the upload session itself met busy answers: \(busy.map { $0["route"] ?? "" })")
+            XCTAssertTrue(
+                busy.contains { ($0["route"] as? String ?? "").hasPrefix("/2/files/upload_session/") },
+                "seed \(seed): the upload session itself met busy answers: \(busy.map { $0["route"] ?? "" })")
             try emulator.control("faults", [:])
         }
         // A few deletes per seed: across the seeds, some of them met busy answers too.
-        let busyDeletes = try emulator.log().filter { $0["route"] as? String == "/2/files/delete_v2" && $0["fault"] as? String == "409_write" }
+        let busyDeletes = try emulator.log().filter {
+            $0["route"] as? String == "/2/files/delete_v2" && $0["fault"] as? String == "409_write"
+        }
         XCTAssertGreaterThan(busyDeletes.count, 0, "deletes met busy answers")
     }
 
@@ -64,15 +68,19 @@ final class BusyServiceTests: XCTestCase {
             "AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
             "AWS_REGION": s3["region"] as! String, "HOME": work,
         ]
-        let slowDown = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
+        let slowDown =
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
             + "<Message>Please reduce your request rate.</Message></Error>"
         var busyDeletes = 0
         for seed in seeds {
             let plan = work + "/plan-\(seed).json"
             // Real S3 sends no Retry-After with SlowDown: the client's own backoff must do.
-            try JSONSerialization.data(withJSONObject: ["seed": seed, "rules": [
-                ["probability": 1.0 / 3.0, "fault": "503", "retry_after": NSNull(), "body": slowDown],
-            ]]).write(to: URL(fileURLWithPath: plan))
+            try JSONSerialization.data(withJSONObject: [
+                "seed": seed,
+                "rules": [
+                    ["probability": 1.0 / 3.0, "fault": "503", "retry_after": NSNull(), "body": slowDown]
+                ],
+            ]).write(to: URL(fileURLWithPath: plan))
             let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(s3["port"]!)", "--plan", plan])
             let to = ["--to", "s3://backups/busy\(seed)", "--s3-endpoint", proxy["url"] as! String]
             let names = try createFour(to: to, environment: environment, seed: seed)
@@ -83,8 +91,9 @@ final class BusyServiceTests: XCTestCase {
             }
             let refused = entries.filter { $0["status"] as? Int == 503 }
             XCTAssertGreaterThan(refused.count, 5, "seed \(seed): the proxy answered SlowDown")
-            XCTAssertTrue(refused.contains { ($0["request"] as? String ?? "").contains("partNumber=") },
-                          "seed \(seed): parts of the multipart upload met SlowDown")
+            XCTAssertTrue(
+                refused.contains { ($0["request"] as? String ?? "").contains("partNumber=") },
+                "seed \(seed): parts of the multipart upload met SlowDown")
             busyDeletes += refused.filter { ($0["request"] as? String ?? "").hasPrefix("DELETE ") }.count
         }
         XCTAssertGreaterThan(busyDeletes, 0, "deletes met SlowDown")
@@ -104,8 +113,9 @@ final class BusyServiceTests: XCTestCase {
         try JSONSerialization.data(withJSONObject: ["rules": [["fault": "503", "retry_after": NSNull()]]])
             .write(to: URL(fileURLWithPath: plan))
         let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(s3["port"]!)", "--plan", plan])
-        let listed = try runStoreBackup(["list", "--to", "s3://backups/app", "--s3-endpoint", proxy["url"] as! String, "--retry-for", "3s"],
-                                        environment: environment)
+        let listed = try runStoreBackup(
+            ["list", "--to", "s3://backups/app", "--s3-endpoint", proxy["url"] as! String, "--retry-for", "3s"],
+            environment: environment)
         XCTAssertNotEqual(listed.status, 0)
         XCTAssertTrue(listed.stderr.contains("HTTP 503"), listed.stderr)
         XCTAssertTrue(listed.stderr.contains("over 3s; --retry-for or retry-for: allows longer"), listed.stderr)

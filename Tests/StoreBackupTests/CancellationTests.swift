@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @_spi(Testing) @testable import StoreBackup
 
 /// Acceptance: cancelling leaves no partial backup, no temporary files, and an untouched store.
@@ -56,7 +57,7 @@ final class CancellationTests: XCTestCase {
         TestHooks.pausePoint = { step in
             guard step == "extract-file-written" else { return }
             written.append(step)
-            canceller.cancel()   // from the first file on (once is enough; again is harmless)
+            canceller.cancel()  // from the first file on (once is enough; again is harmless)
         }
         defer { TestHooks.pausePoint = nil }
         let task = Task<ExtractResult, Error> { try await helper.extract("latest", into: into) }
@@ -83,12 +84,16 @@ final class TaskCanceller: @unchecked Sendable {
     private var requested = false
 
     func attach(_ cancel: @escaping @Sendable () -> Void) {
-        let runNow: Bool = lock.withLock { action = cancel; return requested }
+        let runNow: Bool = lock.withLock {
+            action = cancel; return requested
+        }
         if runNow { cancel() }
     }
 
     func cancel() {
-        let current: (@Sendable () -> Void)? = lock.withLock { requested = true; return action }
+        let current: (@Sendable () -> Void)? = lock.withLock {
+            requested = true; return action
+        }
         current?()
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Reload skips the second read of a database only while it is the very file restore just
@@ -9,7 +10,8 @@ final class CheckedDatabasesTests: XCTestCase {
         let directory = try TestEnvironment.temporaryDirectory("checked-databases")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let path = directory + "/Data.sqlite"
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sqlite3, sys
             db = sqlite3.connect(sys.argv[1])
             db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)")
@@ -23,7 +25,8 @@ final class CheckedDatabasesTests: XCTestCase {
 
         // Checked in full, then damaged: the table's root page (page 2) is overwritten.
         try Extractor.checkDatabase(path)
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys
             with open(sys.argv[1], "r+b") as f:
                 f.seek(4096); f.write(b"\\xff" * 4096)

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance: list, delete, the per-store lock, and clear errors for bad input.
@@ -20,7 +21,7 @@ final class CommandLineTests: XCTestCase {
         let names = [
             "2026-11-20 010203 Stores.zip",
             "2026-11-22 031507 Stores.zip",
-            "[2026-Nov-21] 10.15 PM Stores.zip",   // the seed app's own naming
+            "[2026-Nov-21] 10.15 PM Stores.zip",  // the seed app's own naming
             "2025-01-01 000000 Stores.zip",
         ]
         for (index, name) in names.enumerated() {
@@ -34,12 +35,14 @@ final class CommandLineTests: XCTestCase {
         let listed = try runStoreBackup(["list", "--to", folder, "--json"])
         XCTAssertEqual(listed.status, 0, listed.stderr)
         let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [[String: Any]]
-        XCTAssertEqual(rows.map { $0["name"] as! String }, [
-            "2026-11-22 031507 Stores.zip",
-            "[2026-Nov-21] 10.15 PM Stores.zip",
-            "2026-11-20 010203 Stores.zip",
-            "2025-01-01 000000 Stores.zip",
-        ])
+        XCTAssertEqual(
+            rows.map { $0["name"] as! String },
+            [
+                "2026-11-22 031507 Stores.zip",
+                "[2026-Nov-21] 10.15 PM Stores.zip",
+                "2026-11-20 010203 Stores.zip",
+                "2025-01-01 000000 Stores.zip",
+            ])
         XCTAssertEqual(rows[0]["size"] as? Int, 200)
         XCTAssertEqual(rows[0]["date"] as? String, "2026-11-22T03:15:07Z")
 
@@ -61,8 +64,9 @@ final class CommandLineTests: XCTestCase {
     func testSecondCreateOnTheSameStoreIsRefused() throws {
         let store = work + "/Stores"
         try StoreFixture.make(at: store, logRows: 100, blobCount: 2)
-        let first = try BackgroundCommand(["create", store, "--to", work + "/backups"],
-                                          environment: ["STOREBACKUP_TEST_PAUSE_AT": "create-locked"])
+        let first = try BackgroundCommand(
+            ["create", store, "--to", work + "/backups"],
+            environment: ["STOREBACKUP_TEST_PAUSE_AT": "create-locked"])
         XCTAssertTrue(first.waitForLine(containing: "test pause at create-locked"))
         let second = try runStoreBackup(["create", store, "--to", work + "/backups"])
         first.kill9()

@@ -20,15 +20,20 @@ final class CompletionTests: XCTestCase {
     func commandLine() throws -> (subcommands: [String], rootOptions: [String], options: [String: [String]]) {
         let dump = try runStoreBackup(["--experimental-dump-help"])
         XCTAssertEqual(dump.status, 0, dump.stderr)
-        let root = try XCTUnwrap((try JSONSerialization.jsonObject(with: Data(dump.stdout.utf8)) as? [String: Any])?["command"] as? [String: Any])
+        let root = try XCTUnwrap(
+            (try JSONSerialization.jsonObject(with: Data(dump.stdout.utf8)) as? [String: Any])?["command"] as? [String: Any])
         func names(_ command: [String: Any]) -> [String] {
             (command["arguments"] as? [[String: Any]] ?? []).flatMap { argument in
-                (argument["names"] as? [[String: Any]] ?? []).map { ($0["kind"] as? String == "short" ? "-" : "--") + ($0["name"] as? String ?? "") }
+                (argument["names"] as? [[String: Any]] ?? []).map {
+                    ($0["kind"] as? String == "short" ? "-" : "--") + ($0["name"] as? String ?? "")
+                }
             }
         }
         let subcommands = root["subcommands"] as? [[String: Any]] ?? []
-        return (subcommands.compactMap { $0["commandName"] as? String }, names(root),
-                Dictionary(uniqueKeysWithValues: subcommands.map { ($0["commandName"] as! String, names($0)) }))
+        return (
+            subcommands.compactMap { $0["commandName"] as? String }, names(root),
+            Dictionary(uniqueKeysWithValues: subcommands.map { ($0["commandName"] as! String, names($0)) })
+        )
     }
 
     /// The partial lines and what each must offer, from the command line's description.
@@ -59,7 +64,8 @@ final class CompletionTests: XCTestCase {
         try completionScript("bash").write(toFile: script, atomically: true, encoding: .utf8)
         for (words, expected) in try cases() {
             XCTAssertFalse(expected.isEmpty, "\(words): nothing expected")
-            let completed = try runTool("/usr/bin/env", ["bash", "--norc", "--noprofile", Self.support + "/complete_bash.sh", script] + words)
+            let completed = try runTool(
+                "/usr/bin/env", ["bash", "--norc", "--noprofile", Self.support + "/complete_bash.sh", script] + words)
             XCTAssertEqual(completed.status, 0, completed.stderr)
             let offered = Set(completed.stdout.split(separator: "\n").map(String.init))
             XCTAssertEqual(offered, expected, "bash completing \(words.joined(separator: " ")): \(completed.stderr)")
@@ -76,8 +82,12 @@ final class CompletionTests: XCTestCase {
         for (index, (words, expected)) in try cases().enumerated() {
             let output = work + "/zsh-candidates-\(index)"
             // Bounded: a completion that never returns ends with the timeout, not a hung suite.
-            let completed = try runTool("/usr/bin/timeout", ["30", zsh, "-f", Self.support + "/complete_zsh.zsh", functions, output,
-                                                             words.joined(separator: " ")], environment: ["HOME": work])
+            let completed = try runTool(
+                "/usr/bin/timeout",
+                [
+                    "30", zsh, "-f", Self.support + "/complete_zsh.zsh", functions, output,
+                    words.joined(separator: " "),
+                ], environment: ["HOME": work])
             XCTAssertEqual(completed.status, 0, "zsh completing \(words): \(completed.stderr)")
             let offered = Set(((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init))
             XCTAssertEqual(offered, expected, "zsh completing \(words.joined(separator: " "))")

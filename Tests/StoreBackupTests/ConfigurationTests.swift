@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 final class ConfigurationTests: XCTestCase {
@@ -7,7 +8,9 @@ final class ConfigurationTests: XCTestCase {
         try BackupConfiguration.parse(yaml: yaml, file: "/etc/test.yml", environment: environment)
     }
 
-    func error(_ yaml: String, environment: [String: String] = [:], file: StaticString = #filePath, line: UInt = #line) -> ConfigurationProblem? {
+    func error(_ yaml: String, environment: [String: String] = [:], file: StaticString = #filePath, line: UInt = #line)
+        -> ConfigurationProblem?
+    {
         do {
             _ = try parse(yaml, environment: environment)
             XCTFail("expected an error", file: file, line: line)
@@ -21,7 +24,8 @@ final class ConfigurationTests: XCTestCase {
     }
 
     func testTheIssueExampleAndDefaults() throws {
-        let configuration = try parse("""
+        let configuration = try parse(
+            """
             schedule: every 6h
             retention: {keep-last: 3}
             stores:
@@ -59,7 +63,8 @@ final class ConfigurationTests: XCTestCase {
     }
 
     func testEnvironmentReferences() throws {
-        let configuration = try parse("""
+        let configuration = try parse(
+            """
             stores:
               - name: app
                 path: ${APP_HOME}/Stores
@@ -69,7 +74,8 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(configuration.stores[0].storesDirectory, "/srv/app/Stores")
         XCTAssertEqual(configuration.stores[0].destination, "s3://my-bucket/app")
 
-        let missing = error("""
+        let missing = error(
+            """
             stores:
               - name: app
                 path: /srv/app/Stores
@@ -82,7 +88,8 @@ final class ConfigurationTests: XCTestCase {
     }
 
     func testErrorsNameFileLineAndKey() throws {
-        let badSchedule = error("""
+        let badSchedule = error(
+            """
             stores:
               - name: app
                 path: /srv/app/Stores
@@ -91,7 +98,8 @@ final class ConfigurationTests: XCTestCase {
             """)
         XCTAssertEqual(badSchedule?.description.hasPrefix("/etc/test.yml:5: stores[0].schedule: "), true, badSchedule?.description ?? "")
 
-        let unknownKey = error("""
+        let unknownKey = error(
+            """
             stores:
               - name: app
                 path: /srv/app/Stores
@@ -102,7 +110,8 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(unknownKey?.key, "stores[0].retension")
         XCTAssertTrue(unknownKey?.message.contains("unknown key") ?? false)
 
-        let badCount = error("""
+        let badCount = error(
+            """
             schedule: every 1h
             stores:
               - name: app
@@ -113,7 +122,8 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(badCount?.line, 6)
         XCTAssertEqual(badCount?.key, "stores[0].retention.keep-daily")
 
-        let syntax = error("""
+        let syntax = error(
+            """
             stores:
               - name: app
                 path: [unclosed
@@ -122,7 +132,8 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertNotNil(syntax?.line)
         XCTAssertTrue(syntax?.message.contains("invalid YAML") ?? false)
 
-        let duplicate = error("""
+        let duplicate = error(
+            """
             schedule: every 1h
             stores:
               - {name: app, path: /a}
@@ -134,12 +145,14 @@ final class ConfigurationTests: XCTestCase {
         XCTAssertEqual(error("stores: []")?.key, "stores")
         XCTAssertEqual(error("schedule: every 1h\nstores:\n  - {name: ../x, path: /a}")?.key, "stores[0].name")
         XCTAssertEqual(error("stores:\n  - {name: a, path: /a}")?.key, "stores[0].schedule")
-        XCTAssertEqual(error("schedule: every 1h\nstores:\n  - {name: a, path: /a, hooks: {on-success: {url: ftp://x}}}")?.key,
-                       "stores[0].hooks.on-success.url")
+        XCTAssertEqual(
+            error("schedule: every 1h\nstores:\n  - {name: a, path: /a, hooks: {on-success: {url: ftp://x}}}")?.key,
+            "stores[0].hooks.on-success.url")
     }
 
     func testThreadsPerStoreOrAsDefault() throws {
-        let configuration = try parse("""
+        let configuration = try parse(
+            """
             schedule: every 6h
             threads: 2
             stores:

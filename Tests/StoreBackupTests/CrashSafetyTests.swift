@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance for crash safety: kill -9 at named steps and at seeded random moments of
@@ -26,7 +27,8 @@ final class CrashSafetyTests: XCTestCase {
         try StoreFixture.make(at: store, logRows: 600, blobCount: 6)
         // A database large enough that unpacking, checking and archiving each take a share
         // of a run that seeded kills find (the loops fail unless they do).
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import random, sqlite3, sys
             db = sqlite3.connect(sys.argv[1]); db.execute("PRAGMA journal_mode=WAL")
             db.execute("CREATE TABLE bulk(id INTEGER PRIMARY KEY, note TEXT)"); db.execute("CREATE INDEX bulk_note ON bulk(note)")
@@ -64,10 +66,12 @@ final class CrashSafetyTests: XCTestCase {
             paused["STOREBACKUP_TEST_PAUSE_AT"] = expectation.step
             if expectation.failReload { paused["STOREBACKUP_TEST_FAIL_RELOAD"] = "1" }
             // --force: the pinned reader is exactly what restore refuses otherwise (see StoreInUseTests).
-            let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes", "--force"],
-                                                environment: paused)
-            XCTAssertTrue(restore.waitForLine(containing: "test pause at \(expectation.step)"),
-                          "\(expectation.step): never reached; stderr: \(restore.stderrSoFar)")
+            let restore = try BackgroundCommand(
+                ["restore", "latest", store, "--from", backups, "--yes", "--force"],
+                environment: paused)
+            XCTAssertTrue(
+                restore.waitForLine(containing: "test pause at \(expectation.step)"),
+                "\(expectation.step): never reached; stderr: \(restore.stderrSoFar)")
             restore.kill9()
             reader.close()
 
@@ -78,7 +82,8 @@ final class CrashSafetyTests: XCTestCase {
             XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA integrity_check"), "ok", expectation.step)
             XCTAssertEqual(try liveTheme(), expectation.restored ? "dark" : "light", "after a kill at \(expectation.step)")
             if !expectation.restored {
-                XCTAssertEqual(try StoreFixture.describe(store, includeJournals: false), oldTree, "\(expectation.step): the old store, exactly")
+                XCTAssertEqual(
+                    try StoreFixture.describe(store, includeJournals: false), oldTree, "\(expectation.step): the old store, exactly")
             }
             assertNoTemporaries(allowFailedRestore: expectation.failReload, expectation.step)
             try? FileSystem.removeTree(StoreLayout(storesDirectory: store).failed)
@@ -120,8 +125,9 @@ final class CrashSafetyTests: XCTestCase {
         XCTAssertEqual(calls.entries.count, 9)
 
         // The command line says the same, and `recover` names the set-aside store with its size.
-        let rejected = try runStoreBackup(["restore", "latest", store, "--from", backups, "--yes"],
-                                          environment: environment.merging(["STOREBACKUP_TEST_FAIL_RELOAD": "1"]) { $1 })
+        let rejected = try runStoreBackup(
+            ["restore", "latest", store, "--from", backups, "--yes"],
+            environment: environment.merging(["STOREBACKUP_TEST_FAIL_RELOAD": "1"]) { $1 })
         XCTAssertNotEqual(rejected.status, 0)
         XCTAssertTrue(rejected.stderr.contains("_FailedRestore (") && rejected.stderr.contains("only the newest is kept"), rejected.stderr)
         let recovered = try runStoreBackup(["recover", store], environment: environment)
@@ -154,8 +160,9 @@ final class CrashSafetyTests: XCTestCase {
                 // Commits after the reader's snapshot keep the WAL from being checkpointed past it.
                 try execute(store + "/App.sqlite", "INSERT INTO log(note) VALUES('after the pinned snapshot')")
                 duration = try timedRun(["create", store, "--to", backups])
-                XCTAssertEqual(try snapshotMethod(of: try XCTUnwrap(listedBackups().subtracting(published).first)), "backup-api-copy",
-                               "the pinned reader must force the fallback copy")
+                XCTAssertEqual(
+                    try snapshotMethod(of: try XCTUnwrap(listedBackups().subtracting(published).first)), "backup-api-copy",
+                    "the pinned reader must force the fallback copy")
                 published = try listedBackups()
             }
             // The moment is a seeded offset from the start of the process (the event the test
@@ -211,7 +218,11 @@ final class CrashSafetyTests: XCTestCase {
             XCTAssertEqual(recovered.status, 0, recovered.stderr)
             _ = try runStoreBackup(["list", "--from", backups], environment: environment)
             let tree = try StoreFixture.describe(store, includeJournals: false)
-            if tree == oldTree { outcomes.old += 1 } else if tree == newTree { outcomes.new += 1 } else {
+            if tree == oldTree {
+                outcomes.old += 1
+            } else if tree == newTree {
+                outcomes.new += 1
+            } else {
                 XCTFail("restore run \(run) killed at \(moment) s left a store that is neither the old nor the new one")
             }
             assertNoTemporaries(allowFailedRestore: false, "restore run \(run) killed at \(moment) s")
@@ -287,7 +298,8 @@ final class CrashSafetyTests: XCTestCase {
             temporaries += names.filter { ScratchFiles.owner(of: $0) != nil }.map { folder + "/" + $0 }
         }
         temporaries += [layout.new, layout.old].filter(FileSystem.fileExists)
-        let journal = (try? Data(contentsOf: URL(fileURLWithPath: layout.journal)))
+        let journal =
+            (try? Data(contentsOf: URL(fileURLWithPath: layout.journal)))
             .flatMap { try? JSONSerialization.jsonObject(with: $0) as? [String: Any] }?["phase"] as? String
         let reported = command.stderrSoFar.split(separator: "\n").compactMap { line -> String? in
             guard line.hasPrefix("storebackup: ") else { return nil }
@@ -295,21 +307,28 @@ final class CrashSafetyTests: XCTestCase {
             return BackupProgress.Phase(rawValue: String(word)).map(\.rawValue)
         }.last
         command.kill9()
-        return KillLanding(phase: running ? (reported ?? "start") : "ended", journalPhase: journal, temporaries: temporaries, bytesWritten: written)
+        return KillLanding(
+            phase: running ? (reported ?? "start") : "ended", journalPhase: journal, temporaries: temporaries, bytesWritten: written)
     }
 
     /// Fails unless every phase in `required` was hit by at least one kill; prints where
     /// the kills landed.
-    func assertCoverage(_ landings: [KillLanding], of required: [String], _ operation: String,
-                        file: StaticString = #filePath, line: UInt = #line) {
+    func assertCoverage(
+        _ landings: [KillLanding], of required: [String], _ operation: String,
+        file: StaticString = #filePath, line: UInt = #line
+    ) {
         let counts = Dictionary(grouping: landings, by: \.phase).mapValues(\.count)
-        print("CrashSafetyTests: \(operation) kills landed in \(counts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))")
+        print(
+            "CrashSafetyTests: \(operation) kills landed in \(counts.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))"
+        )
         for phase in required {
             XCTAssertGreaterThan(counts[phase] ?? 0, 0, "no \(operation) kill landed while \(phase): \(landings)", file: file, line: line)
         }
         // A kill in a phase that writes must find the process had written: the landing is real.
         let writing = landings.filter { required.contains($0.phase) }
-        XCTAssertTrue(writing.contains { $0.bytesWritten > 0 }, "\(operation): no kill in \(required) found bytes written: \(writing)", file: file, line: line)
+        XCTAssertTrue(
+            writing.contains { $0.bytesWritten > 0 }, "\(operation): no kill in \(required) found bytes written: \(writing)", file: file,
+            line: line)
     }
     static var seed: UInt64 { UInt64(ProcessInfo.processInfo.environment["STOREBACKUP_CRASH_SEED"] ?? "") ?? 20_261_123 }
 
@@ -361,7 +380,9 @@ final class CrashSafetyTests: XCTestCase {
         XCTAssertFalse(FileSystem.fileExists(layout.new), "\(context): _New left", file: file, line: line)
         XCTAssertFalse(FileSystem.fileExists(layout.old), "\(context): _Old left", file: file, line: line)
         XCTAssertFalse(FileSystem.fileExists(layout.journal), "\(context): journal left", file: file, line: line)
-        if !allowFailedRestore { XCTAssertFalse(FileSystem.fileExists(layout.failed), "\(context): _FailedRestore", file: file, line: line) }
+        if !allowFailedRestore {
+            XCTAssertFalse(FileSystem.fileExists(layout.failed), "\(context): _FailedRestore", file: file, line: line)
+        }
     }
 }
 

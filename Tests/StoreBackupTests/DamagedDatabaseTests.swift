@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// A database already damaged in the live store is backed up faithfully (its bytes match the
@@ -18,8 +19,9 @@ final class DamagedDatabaseTests: XCTestCase {
         let store = work + "/Damaged/Stores"
         try StoreFixture.makeWithCorruptDatabase(at: store)
         // SQLite answers a list of problems, or stops with "malformed" part way.
-        XCTAssertNotEqual((try? StoreFixture.query(store + "/Data.sqlite", "PRAGMA integrity_check")) ?? "malformed", "ok",
-                          "the fixture must be damaged in the live store")
+        XCTAssertNotEqual(
+            (try? StoreFixture.query(store + "/Data.sqlite", "PRAGMA integrity_check")) ?? "malformed", "ok",
+            "the fixture must be damaged in the live store")
         let created = try runStoreBackup(["create", store, "--to", backups])
         XCTAssertEqual(created.status, 0, created.stderr)
         backupName = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -32,7 +34,10 @@ final class DamagedDatabaseTests: XCTestCase {
     func testVerifySaysRestorableOnlyWithTheOptionAndFails() throws {
         let plain = try runStoreBackup(["verify", backupName, "--from", backups])
         XCTAssertEqual(plain.status, 1, plain.stdout + plain.stderr)
-        XCTAssertTrue(plain.stdout.contains("FAILED  \(backupName): restorable only with --accept-damaged-databases: Data.sqlite was already damaged when the backup was made"), plain.stdout)
+        XCTAssertTrue(
+            plain.stdout.contains(
+                "FAILED  \(backupName): restorable only with --accept-damaged-databases: Data.sqlite was already damaged when the backup was made"
+            ), plain.stdout)
 
         let json = try runStoreBackup(["verify", backupName, "--from", backups, "--json"])
         XCTAssertEqual(json.status, 1)
@@ -52,7 +57,8 @@ final class DamagedDatabaseTests: XCTestCase {
         XCTAssertEqual(refused.stderr.split(separator: "\n").filter { $0.contains("error:") }.count, 1, "one line: \(refused.stderr)")
         XCTAssertTrue(refused.stderr.split(separator: "\n").last?.contains("--accept-damaged-databases") ?? false, refused.stderr)
         XCTAssertEqual(try StoreFixture.describe(live), before, "a refused restore must not touch the live store")
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work + "/Live").filter { !$0.hasSuffix(".storebackup-lock") }, ["Stores"])
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: work + "/Live").filter { !$0.hasSuffix(".storebackup-lock") }, ["Stores"])
     }
 
     func testRestoreWithTheOptionGivesTheDatabaseBackAsItWasAndNamesIt() throws {
@@ -94,7 +100,8 @@ final class DamagedDatabaseTests: XCTestCase {
         let created = try runStoreBackup(["create", store, "--to", work + "/stored", "--level", "0"])
         XCTAssertEqual(created.status, 0, created.stderr)
         let archive = try onlyBackup(in: work + "/stored")
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys, zipfile, struct
             path = sys.argv[1]; info = zipfile.ZipFile(path).getinfo("App.sqlite")
             with open(path, "r+b") as f:
@@ -116,7 +123,8 @@ final class DamagedDatabaseTests: XCTestCase {
     func testCreateSaysSoWhenSQLiteCallsALiveDatabaseMalformed() throws {
         let store = work + "/Malformed/Stores"
         try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sqlite3, sys
             db = sqlite3.connect(sys.argv[1] + "/Data.sqlite")
             db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)")

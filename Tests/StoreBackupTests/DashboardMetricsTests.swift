@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Examples/grafana/storebackup.json queries only metrics the tool exports: the names are
@@ -27,8 +28,9 @@ final class DashboardMetricsTests: XCTestCase {
         let dashboard = try XCTUnwrap(JSONSerialization.jsonObject(with: data) as? [String: Any])
         XCTAssertEqual(dashboard["uid"] as? String, "storebackup")
         let variables = try XCTUnwrap((dashboard["templating"] as? [String: Any])?["list"] as? [[String: Any]])
-        XCTAssertTrue(variables.contains { $0["type"] as? String == "datasource" && $0["query"] as? String == "prometheus" },
-                      "a Prometheus datasource variable")
+        XCTAssertTrue(
+            variables.contains { $0["type"] as? String == "datasource" && $0["query"] as? String == "prometheus" },
+            "a Prometheus datasource variable")
         var expressions: [String] = []
         for panel in try XCTUnwrap(dashboard["panels"] as? [[String: Any]]) {
             XCTAssertEqual((panel["datasource"] as? [String: Any])?["uid"] as? String, "${datasource}", "\(panel["title"] ?? "")")
@@ -51,15 +53,19 @@ final class DashboardMetricsTests: XCTestCase {
         }
         XCTAssertEqual(queried.subtracting(exported), [], "queried but not exported (exported: \(exported.sorted()))")
         // The panels the dashboard promises: last success, duration, size, uploads, failures, last verify.
-        for name in [BackupMetrics.lastSuccess, BackupMetrics.duration, BackupMetrics.archiveSize, BackupMetrics.uploadedBytes,
-                     BackupMetrics.backups, BackupMetrics.lastVerifySuccess, BackupMetrics.verifyFailures] {
+        for name in [
+            BackupMetrics.lastSuccess, BackupMetrics.duration, BackupMetrics.archiveSize, BackupMetrics.uploadedBytes,
+            BackupMetrics.backups, BackupMetrics.lastVerifySuccess, BackupMetrics.verifyFailures,
+        ] {
             XCTAssertTrue(queried.contains(name), "the dashboard shows \(name)")
         }
     }
 
     func testTheNameExtractorSkipsFunctionsLabelsAndGroupings() throws {
-        XCTAssertEqual(try PromQLNames.metrics(in: #"sum by (store, destination) (increase(a_total{outcome="x", b=~"$y"}[1d])) / on(store) group_left(le) b offset 5m"#),
-                       ["a_total", "b"])
+        XCTAssertEqual(
+            try PromQLNames.metrics(
+                in: #"sum by (store, destination) (increase(a_total{outcome="x", b=~"$y"}[1d])) / on(store) group_left(le) b offset 5m"#),
+            ["a_total", "b"])
         XCTAssertEqual(try PromQLNames.metrics(in: "time() - max without(instance) (c) > 8 * 86400 and d unless bool e"), ["c", "d", "e"])
         XCTAssertThrowsError(try PromQLNames.metrics(in: "sum(a{b=\"c\""))
     }
@@ -73,13 +79,13 @@ final class DashboardMetricsTests: XCTestCase {
         try Data("a file where a folder should be".utf8).write(to: URL(fileURLWithPath: blocked))
         let configuration = work + "/storebackup.yml"
         try """
-            state-directory: \(work)/state
-            metrics: {file: \(metrics)}
-            schedule: daily 02:30
-            stores:
-              - {name: app, path: \(store), destination: \(work)/backups, verify: {schedule: daily 04:30}}
-              - {name: blocked, path: \(store), destination: \(blocked)}
-            """.write(toFile: configuration, atomically: true, encoding: .utf8)
+        state-directory: \(work)/state
+        metrics: {file: \(metrics)}
+        schedule: daily 02:30
+        stores:
+          - {name: app, path: \(store), destination: \(work)/backups, verify: {schedule: daily 04:30}}
+          - {name: blocked, path: \(store), destination: \(blocked)}
+        """.write(toFile: configuration, atomically: true, encoding: .utf8)
         func run(_ arguments: [String], expect status: Int32) throws {
             let result = try runStoreBackup(arguments + ["--config", configuration])
             XCTAssertEqual(result.status, status, "\(arguments): \(result.stderr)")
@@ -95,9 +101,10 @@ final class DashboardMetricsTests: XCTestCase {
         try run(["verify", "--store", "app"], expect: 1)
 
         let text = try String(contentsOfFile: metrics, encoding: .utf8)
-        return Set(text.split(separator: "\n").filter { !$0.hasPrefix("#") }.compactMap { line in
-            line.split(whereSeparator: { $0 == "{" || $0 == " " }).first.map(String.init)
-        })
+        return Set(
+            text.split(separator: "\n").filter { !$0.hasPrefix("#") }.compactMap { line in
+                line.split(whereSeparator: { $0 == "{" || $0 == " " }).first.map(String.init)
+            })
     }
 }
 
@@ -108,8 +115,10 @@ enum PromQLNames {
     struct Unbalanced: Error { var expression: String }
 
     /// Operators, and aggregations (which may come before their `by (…)` as well as after).
-    static let keywords: Set<String> = ["and", "or", "unless", "bool", "offset", "inf", "nan", "sum", "min", "max", "avg", "group",
-                                        "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile"]
+    static let keywords: Set<String> = [
+        "and", "or", "unless", "bool", "offset", "inf", "nan", "sum", "min", "max", "avg", "group",
+        "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile",
+    ]
     /// Followed by a parenthesised list of labels, not of expressions.
     static let labelLists: Set<String> = ["by", "without", "on", "ignoring", "group_left", "group_right"]
 
@@ -153,7 +162,9 @@ enum PromQLNames {
             }
             if c.isNumber || (c == "." && index + 1 < characters.count && characters[index + 1].isNumber) {
                 // A number or a duration (5m, 1h30m): digits, dots and unit letters together.
-                while index < characters.count, characters[index].isNumber || characters[index].isLetter || characters[index] == "." { index += 1 }
+                while index < characters.count, characters[index].isNumber || characters[index].isLetter || characters[index] == "." {
+                    index += 1
+                }
                 continue
             }
             if isStart(c) {
@@ -165,7 +176,7 @@ enum PromQLNames {
                 if labelLists.contains(word.lowercased()) {
                     if next == "(" { try skipGroup(open: "(", close: ")") }
                 } else if next == "(" || keywords.contains(word.lowercased()) {
-                    continue   // a function or aggregation; its arguments are read next
+                    continue  // a function or aggregation; its arguments are read next
                 } else {
                     names.append(word)
                 }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Capabilities are asked of a destination, never found by casting, so wrapping a local
@@ -28,8 +29,9 @@ final class DestinationCapabilityTests: XCTestCase {
         let created = try await helper.createBackup()
         let uploaded = await calls.uploadedFiles
         XCTAssertEqual(uploaded.count, 1)
-        XCTAssertEqual(uploaded.first.map(FileSystem.parentDirectory(of:)), backups,
-                       "the archive is built inside the wrapped local folder, so publishing is a rename")
+        XCTAssertEqual(
+            uploaded.first.map(FileSystem.parentDirectory(of:)), backups,
+            "the archive is built inside the wrapped local folder, so publishing is a rename")
         XCTAssertEqual(destination.localPath(of: created.name), backups + "/" + created.name)
         XCTAssertNil(destination.localPath(of: "2001-01-01 000000 Stores.zip"))
 
@@ -43,8 +45,11 @@ final class DestinationCapabilityTests: XCTestCase {
 
     func testRemoteDestinationsHaveNoLocalCapabilities() throws {
         // Resolved as the command line does: wrapped in retries. Nothing is sent over the network.
-        let s3 = try DestinationResolver.resolve("s3://bucket/prefix", options: DestinationOptions(
-            s3Endpoint: "http://127.0.0.1:9", environment: ["AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "HOME": work]))
+        let s3 = try DestinationResolver.resolve(
+            "s3://bucket/prefix",
+            options: DestinationOptions(
+                s3Endpoint: "http://127.0.0.1:9",
+                environment: ["AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "HOME": work]))
         XCTAssertNil(s3.localPath(of: "2026-11-22 031507 Stores.zip"))
         XCTAssertNil(try s3.prepareInPlaceArchive())
     }
@@ -70,7 +75,7 @@ final class DestinationCapabilityTests: XCTestCase {
     // MARK: the helpers every backend shares
 
     func testHTTPDatesReadEveryFormTheBackendsMeet() {
-        let expected = Date(timeIntervalSince1970: 784_111_777)   // 1994-11-06 08:49:37 UTC
+        let expected = Date(timeIntervalSince1970: 784_111_777)  // 1994-11-06 08:49:37 UTC
         XCTAssertEqual(HTTPDates.iso8601("1994-11-06T08:49:37Z"), expected)
         XCTAssertEqual(HTTPDates.iso8601("1994-11-06T08:49:37.250Z")?.timeIntervalSince1970, 784_111_777.25)
         XCTAssertEqual(HTTPDates.http("Sun, 06 Nov 1994 08:49:37 GMT"), expected)

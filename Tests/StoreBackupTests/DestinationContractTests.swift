@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// The contract every destination keeps, written once and run against each backend: a
@@ -110,7 +111,8 @@ final class DestinationContractTests: XCTestCase {
             let after = try await destination.listBackups()
             XCTAssertEqual(after.map(\.name), [name], "[\(backend.label)]")
             XCTAssertEqual(after.first?.size, Int64(Self.size), "[\(backend.label)] listed whole")
-            try backend.assertHolds([name: ServerContents.sha256(content)], in: folder, unfinishedBefore: before, "after a published upload")
+            try backend.assertHolds(
+                [name: ServerContents.sha256(content)], in: folder, unfinishedBefore: before, "after a published upload")
         }
     }
 
@@ -135,8 +137,9 @@ final class DestinationContractTests: XCTestCase {
             // Dropbox keeps a refused upload's bytes as an upload session the client could
             // finish elsewhere (its id comes with the error); no client can cancel one.
             let refusedSessions = backend.label == "dropbox" ? try backend.contents(folder).unfinished : []
-            try backend.assertHolds([name: ServerContents.sha256(first)], in: folder, unfinishedBefore: before.union(refusedSessions),
-                                    "the first backup is kept and the refused upload left nothing")
+            try backend.assertHolds(
+                [name: ServerContents.sha256(first)], in: folder, unfinishedBefore: before.union(refusedSessions),
+                "the first backup is kept and the refused upload left nothing")
         }
     }
 
@@ -153,13 +156,16 @@ final class DestinationContractTests: XCTestCase {
             }
             // Not backups: another file, a partial name, a temporary's name, a backup in a
             // subfolder, a folder named like a backup.
-            for foreign in ["notes.txt", "2026-04-01 000000 Stores.zip.part", ".storebackup-tmp-1-x.zip",
-                            "old/2026-05-01 000000 Stores.zip", "2026-06-01 000000 Stores.zip/inner.txt"] {
+            for foreign in [
+                "notes.txt", "2026-04-01 000000 Stores.zip.part", ".storebackup-tmp-1-x.zip",
+                "old/2026-05-01 000000 Stores.zip", "2026-06-01 000000 Stores.zip/inner.txt",
+            ] {
                 try backend.putForeign(folder, foreign)
             }
             let listed = try await destination.sortedBackups()
-            XCTAssertEqual(listed.map(\.name), ["2026-03-01 000000 Stores.zip", "[2026-Feb-01] 10.15 PM Stores.zip", "2026-01-01 000000 Stores.zip"],
-                           "[\(backend.label)]")
+            XCTAssertEqual(
+                listed.map(\.name), ["2026-03-01 000000 Stores.zip", "[2026-Feb-01] 10.15 PM Stores.zip", "2026-01-01 000000 Stores.zip"],
+                "[\(backend.label)]")
             XCTAssertEqual(listed.map(\.size), [8_008, 8_016, 8_000], "[\(backend.label)]")
             let missing = try await backend.make(folder + "/no/such/folder", nil, Self.once).listBackups()
             XCTAssertEqual(missing.map(\.name), [], "[\(backend.label)] a folder that does not exist lists empty")
@@ -243,8 +249,12 @@ final class DestinationContractTests: XCTestCase {
             var outputs: [CommandResult] = []
             func run(_ arguments: [String]) throws -> CommandResult {
                 let trace = work + "/strace-\(UUID().uuidString.prefix(8))"
-                let result = try runTool("/usr/bin/strace", ["-f", "-qq", "-e", "trace=execve", "-s", "65536", "-o", trace,
-                                                             TestEnvironment.binary] + arguments, environment: backend.environment)
+                let result = try runTool(
+                    "/usr/bin/strace",
+                    [
+                        "-f", "-qq", "-e", "trace=execve", "-s", "65536", "-o", trace,
+                        TestEnvironment.binary,
+                    ] + arguments, environment: backend.environment)
                 let execs = (try? String(contentsOfFile: trace, encoding: .utf8)) ?? ""
                 XCTAssertTrue(execs.contains("execve(\"\(TestEnvironment.binary)\""), "[\(label)] strace saw the command: \(execs)")
                 for secret in backend.secrets where execs.contains(secret) {
@@ -262,8 +272,9 @@ final class DestinationContractTests: XCTestCase {
             let restored = work + "/Restored-\(folder)/Stores"
             let restore = try run(["restore", "latest", restored, "--yes"] + (try backend.arguments(folder, "--from", nil)))
             XCTAssertEqual(restore.status, 0, "[\(label)] \(restore.stderr)")
-            XCTAssertEqual(try StoreFixture.describe(restored, includeJournals: false), try StoreFixture.describe(store, includeJournals: false),
-                           "[\(label)] the restored store is the original")
+            XCTAssertEqual(
+                try StoreFixture.describe(restored, includeJournals: false), try StoreFixture.describe(store, includeJournals: false),
+                "[\(label)] the restored store is the original")
             let deleted = try run(["delete", name, "--yes"] + (try backend.arguments(folder, "--to", nil)))
             XCTAssertEqual(deleted.status, 0, "[\(label)] \(deleted.stderr)")
             let remaining = try await backend.make(folder, nil, Self.once).listBackups()
@@ -293,10 +304,13 @@ final class DestinationContractTests: XCTestCase {
                     let destination = try backend.make(folder, nil, Self.once)
                     try await FileSizeLimit.during(1 << 20) { try await destination.upload(file: path, as: name, progress: nil) }
                 } else {
-                    let proxy = try ContractProxy(servers: context.servers, backend: backend, rules: [
-                        backend.tcpProxy ? ["fault": "reset", "phase": "request", "after_bytes": 300_000]
-                                         : ["method": "PUT", "fault": "reset", "phase": "request", "after_bytes": 262_144],
-                    ], work: context.work)
+                    let proxy = try ContractProxy(
+                        servers: context.servers, backend: backend,
+                        rules: [
+                            backend.tcpProxy
+                                ? ["fault": "reset", "phase": "request", "after_bytes": 300_000]
+                                : ["method": "PUT", "fault": "reset", "phase": "request", "after_bytes": 262_144]
+                        ], work: context.work)
                     try await backend.make(folder, proxy.port, Self.once).upload(file: path, as: name, progress: nil)
                 }
                 XCTFail("[\(backend.label)] the upload should fail")
@@ -317,10 +331,12 @@ final class DestinationContractTests: XCTestCase {
             let folder = freshFolder("down")
             let before = try backend.contents(folder).unfinished
             do {
-                try await backend.make(folder, closed, Self.healing).upload(file: try file(randomData(1_000)), as: "2026-09-01 000000 Stores.zip", progress: nil)
+                try await backend.make(folder, closed, Self.healing).upload(
+                    file: try file(randomData(1_000)), as: "2026-09-01 000000 Stores.zip", progress: nil)
                 XCTFail("[\(backend.label)] the upload must fail")
             } catch {
-                XCTAssertTrue("\(error)".contains("cannot reach") && "\(error)".contains("127.0.0.1:\(closed)"), "[\(backend.label)] \(error)")
+                XCTAssertTrue(
+                    "\(error)".contains("cannot reach") && "\(error)".contains("127.0.0.1:\(closed)"), "[\(backend.label)] \(error)")
                 // The cause is structured: recognised by libcurl's code, not by the message's wording.
                 guard case StoreBackupError.transfer(let failure)? = error as? StoreBackupError else {
                     XCTFail("[\(backend.label)] not a transfer failure: \(error)"); continue
@@ -339,14 +355,20 @@ final class DestinationContractTests: XCTestCase {
     func testInjectedFaultsAreRetriedAndTheBackupArrivesWhole() async throws {
         for backend in try context.backends where backend.port != nil {
             let folder = freshFolder("faults")
-            let rules: [[String: Any]] = backend.tcpProxy ? [
-                ["fault": "reset", "phase": "request", "after_bytes": 300_000, "times": 1],
-                ["fault": "reset", "phase": "response", "after_bytes": 1_500_000, "times": 1],
-            ] : [
-                ["requests": [1], "fault": "503", "retry_after": NSNull()],
-                ["method": "PUT", "requests": [1], "fault": "reset", "phase": "request", "after_bytes": 262_144],
-                ["method": "GET", "path_contains": "Stores.zip", "requests": [1], "fault": "reset", "phase": "response", "after_bytes": 1_048_576],
-            ]
+            let rules: [[String: Any]] =
+                backend.tcpProxy
+                ? [
+                    ["fault": "reset", "phase": "request", "after_bytes": 300_000, "times": 1],
+                    ["fault": "reset", "phase": "response", "after_bytes": 1_500_000, "times": 1],
+                ]
+                : [
+                    ["requests": [1], "fault": "503", "retry_after": NSNull()],
+                    ["method": "PUT", "requests": [1], "fault": "reset", "phase": "request", "after_bytes": 262_144],
+                    [
+                        "method": "GET", "path_contains": "Stores.zip", "requests": [1], "fault": "reset", "phase": "response",
+                        "after_bytes": 1_048_576,
+                    ],
+                ]
             let proxy = try ContractProxy(servers: context.servers, backend: backend, rules: rules, work: context.work)
             let destination = try backend.make(folder, proxy.port, Self.healing)
             let content = randomData()

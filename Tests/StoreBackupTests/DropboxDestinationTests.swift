@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// The Dropbox destination against the Dropbox API emulator (HTTPS with its own CA,
@@ -84,7 +85,8 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
         let fromSeed = work + "/FromSeed/Stores"
         let seeded = try runStoreBackup(["restore", "latest", fromSeed, "--yes", "--from", "dropbox:///Seed"], environment: environment)
         XCTAssertEqual(seeded.status, 0, seeded.stderr)
-        XCTAssertEqual(try StoreFixture.describe(fromSeed, includeJournals: false), try StoreFixture.describe(store, includeJournals: false))
+        XCTAssertEqual(
+            try StoreFixture.describe(fromSeed, includeJournals: false), try StoreFixture.describe(store, includeJournals: false))
     }
 
     // MARK: upload sessions
@@ -121,7 +123,8 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
         let store = work + "/Big"
         try StoreFixture.make(at: store, logRows: 100, blobCount: 1)
         _ = try makeFile("Big/.App_SUPPORT/big.bin", bytes: 300 << 20)
-        let peak = try peakRSSKiBOfStoreBackup(["create", store, "--to", "dropbox:///Backups"], environment: emulator.environment(home: work, token: emulator.accessToken))
+        let peak = try peakRSSKiBOfStoreBackup(
+            ["create", store, "--to", "dropbox:///Backups"], environment: emulator.environment(home: work, token: emulator.accessToken))
         XCTAssertLessThan(peak, 64 * 1024, "peak RSS \(peak) KiB")
         let routes = try requests().map(\.route)
         XCTAssertGreaterThanOrEqual(routes.filter { $0 == "/2/files/upload_session/append_v2" }.count, 30)
@@ -140,15 +143,19 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
         try await destination.upload(file: file, as: name, progress: nil)
 
         let log = try emulator.log()
-        XCTAssertEqual(log.filter { $0["route"] as? String == "/2/files/upload_session/start" }.count, 1,
-                       "the same session goes on: no fresh start")
+        XCTAssertEqual(
+            log.filter { $0["route"] as? String == "/2/files/upload_session/start" }.count, 1,
+            "the same session goes on: no fresh start")
         let appends = log.filter { $0["route"] as? String == "/2/files/upload_session/append_v2" }
         XCTAssertEqual(appends.first?["fault"] as? String, "drop_after")
         // The repeated append is refused with the session's real offset, and the next
         // append (or the finish) claims exactly that offset.
         let refused = try XCTUnwrap(appends.firstIndex { $0["status"] as? Int == 409 }, "the repeated append was refused")
         let correct = try XCTUnwrap(appends[refused]["correct_offset"] as? Int)
-        let sessionCalls = log.filter { ($0["route"] as? String ?? "").hasPrefix("/2/files/upload_session/") && $0["route"] as? String != "/2/files/upload_session/start" }
+        let sessionCalls = log.filter {
+            ($0["route"] as? String ?? "").hasPrefix("/2/files/upload_session/")
+                && $0["route"] as? String != "/2/files/upload_session/start"
+        }
         let afterRefusal = sessionCalls.drop { $0["seq"] as? Int != appends[refused]["seq"] as? Int }.dropFirst().first
         let cursor = (afterRefusal?["arg"] as? [String: Any])?["cursor"] as? [String: Any]
         XCTAssertEqual(cursor?["offset"] as? Int, correct, "the upload continues at correct_offset: \(String(describing: afterRefusal))")
@@ -162,8 +169,12 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
     func testContentHashMismatchFailsAndRemovesTheUpload() async throws {
         var destination = try destination()
         destination.chunkSize = 1 << 20
-        try emulator.control("faults", ["kinds": ["corrupt_commit"], "count": 2,
-                                        "routes": ["/2/files/upload", "/2/files/upload_session/finish"]])
+        try emulator.control(
+            "faults",
+            [
+                "kinds": ["corrupt_commit"], "count": 2,
+                "routes": ["/2/files/upload", "/2/files/upload_session/finish"],
+            ])
         for (index, bytes) in [5000, (2 << 20) + 5].enumerated() {
             let name = "2026-05-0\(index + 5) 000000 Stores.zip"
             do {
@@ -183,8 +194,10 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
         try emulator.control("faults", ["kinds": ["corrupt_commit"], "count": 1, "routes": ["/2/files/upload"]])
         let name = "2026-05-09 000000 Stores.zip"
         let file = try makeFile("heal.zip", bytes: 5000)
-        try await RetryingDestination(destination, policy: RetryPolicy(requestAttempts: 2, operationAttempts: 2, initialDelay: 0.02, maximumDelay: 0.1))
-            .upload(file: file, as: name, progress: nil)
+        try await RetryingDestination(
+            destination, policy: RetryPolicy(requestAttempts: 2, operationAttempts: 2, initialDelay: 0.02, maximumDelay: 0.1)
+        )
+        .upload(file: file, as: name, progress: nil)
         XCTAssertEqual(try emulator.control("faults", method: "GET")["injected"] as? Int, 1)
         let back = work + "/healed.zip"
         try await destination.download(name, to: back, progress: nil)
@@ -198,8 +211,10 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
         try emulator.control("faults", ["kinds": ["409_write"], "count": 2, "routes": ["/2/files/upload"]])
         let name = "2026-05-10 000000 Stores.zip"
         let file = try makeFile("busy.zip", bytes: 5000)
-        try await RetryingDestination(destination, policy: RetryPolicy(requestAttempts: 2, operationAttempts: 3, initialDelay: 0.01, maximumDelay: 0.02))
-            .upload(file: file, as: name, progress: nil)
+        try await RetryingDestination(
+            destination, policy: RetryPolicy(requestAttempts: 2, operationAttempts: 3, initialDelay: 0.01, maximumDelay: 0.02)
+        )
+        .upload(file: file, as: name, progress: nil)
         let uploads = try emulator.log().filter { $0["route"] as? String == "/2/files/upload" }
         XCTAssertEqual(uploads.map { $0["status"] as? Int }, [409, 409, 200])
         let back = work + "/busy-back.zip"
@@ -277,7 +292,8 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
 
     func testWrongTokenIsAClearErrorThatNeverShowsTheToken() throws {
         let token = "sl.wrong-token-\(UUID().uuidString)"
-        let result = try runStoreBackup(["list", "--to", "dropbox:///Backups"], environment: emulator.environment(home: work, token: token))
+        let result = try runStoreBackup(
+            ["list", "--to", "dropbox:///Backups"], environment: emulator.environment(home: work, token: token))
         XCTAssertEqual(result.status, 1)
         XCTAssertTrue(result.stderr.contains("Dropbox rejected the access token"), result.stderr)
         XCTAssertTrue(result.stderr.contains("dropbox:///Backups"), result.stderr)
@@ -295,7 +311,8 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
 
     func testTooManyRequestsIsRetriedAfterRetryAfter() async throws {
         try emulator.control("faults", ["kinds": ["429"], "routes": ["/2/files/list_folder"], "count": 2, "retry_after": 1])
-        let destination = try destination(options: options(retry: RetryPolicy(requestAttempts: 3, operationAttempts: 1, initialDelay: 0.01, maximumDelay: 0.02)))
+        let destination = try destination(
+            options: options(retry: RetryPolicy(requestAttempts: 3, operationAttempts: 1, initialDelay: 0.01, maximumDelay: 0.02)))
         let listed = try await destination.listBackups()
         XCTAssertEqual(listed.count, 0)
         let lists = try emulator.log().filter { $0["route"] as? String == "/2/files/list_folder" }
@@ -307,10 +324,12 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
     }
 
     func testServerErrorsAndDroppedConnectionsStillGiveAnIdenticalBackup() async throws {
-        var destination = try destination(options: options(retry: RetryPolicy(requestAttempts: 10, operationAttempts: 3, initialDelay: 0.01, maximumDelay: 0.05)))
+        var destination = try destination(
+            options: options(retry: RetryPolicy(requestAttempts: 10, operationAttempts: 3, initialDelay: 0.01, maximumDelay: 0.05)))
         destination.chunkSize = 1 << 20
         let file = try makeFile("big.zip", bytes: (5 << 20) + 99)
-        try emulator.control("faults", ["kinds": ["500", "503", "drop", "drop_after", "truncate"], "probability": 0.3, "seed": 11, "retry_after": 0])
+        try emulator.control(
+            "faults", ["kinds": ["500", "503", "drop", "drop_after", "truncate"], "probability": 0.3, "seed": 11, "retry_after": 0])
         let name = "2026-07-01 000000 Stores.zip"
         try await RetryingDestination(destination, policy: destination.transport.policy).upload(file: file, as: name, progress: nil)
         let back = work + "/back.zip"
@@ -365,7 +384,9 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
         nonisolated(unsafe) var errorData = Data()
         let group = DispatchGroup()
         group.enter()
-        DispatchQueue.global().async { errorData = errors.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        DispatchQueue.global().async {
+            errorData = errors.fileHandleForReading.readDataToEndOfFile(); group.leave()
+        }
 
         var printed = Data()
         while !printed.contains(UInt8(ascii: "\n")) {
@@ -381,8 +402,9 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
         printed += output.fileHandleForReading.readDataToEndOfFile()
         group.wait()
         process.waitUntilExit()
-        return CommandResult(status: process.terminationStatus, stdout: String(decoding: printed, as: UTF8.self),
-                             stderr: String(decoding: errorData, as: UTF8.self))
+        return CommandResult(
+            status: process.terminationStatus, stdout: String(decoding: printed, as: UTF8.self),
+            stderr: String(decoding: errorData, as: UTF8.self))
     }
 
     /// The official SDK, pointed at the emulator; the token goes in the environment.
@@ -410,8 +432,9 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
                 assert metadata.content_hash == hashlib.sha256(b"".join(blocks)).hexdigest(), "content hash"
             """
         let host = emulator.apiURL.replacingOccurrences(of: "https://", with: "")
-        try runPython(["-c", script] + arguments,
-                      environment: ["SDK_HOST": host, "SDK_TOKEN": emulator.accessToken, "REQUESTS_CA_BUNDLE": emulator.caFile])
+        try runPython(
+            ["-c", script] + arguments,
+            environment: ["SDK_HOST": host, "SDK_TOKEN": emulator.accessToken, "REQUESTS_CA_BUNDLE": emulator.caFile])
     }
 
     @discardableResult
@@ -427,13 +450,16 @@ final class DropboxDestinationTests: XCTestCase, WorkFolderTest {
         nonisolated(unsafe) var errorData = Data()
         let group = DispatchGroup()
         group.enter()
-        DispatchQueue.global().async { errorData = errors.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+        DispatchQueue.global().async {
+            errorData = errors.fileHandleForReading.readDataToEndOfFile(); group.leave()
+        }
         let data = out.fileHandleForReading.readDataToEndOfFile()
         group.wait()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw NSError(domain: "python", code: Int(process.terminationStatus),
-                          userInfo: [NSLocalizedDescriptionKey: String(decoding: errorData, as: UTF8.self)])
+            throw NSError(
+                domain: "python", code: Int(process.terminationStatus),
+                userInfo: [NSLocalizedDescriptionKey: String(decoding: errorData, as: UTF8.self)])
         }
         return String(decoding: data, as: UTF8.self)
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Power-loss ordering of restore, proved from the system calls it makes (strace), and the
@@ -28,10 +29,15 @@ final class DurabilityTests: XCTestCase {
         try "changed after the backup\n".write(toFile: store + "/notes.txt", atomically: false, encoding: .utf8)
 
         let trace = work + "/trace.txt"
-        let calls = "openat,mkdir,mkdirat,write,pwrite64,fchmod,fchmodat,utimensat,symlink,symlinkat,fsync,fdatasync,syncfs,"
+        let calls =
+            "openat,mkdir,mkdirat,write,pwrite64,fchmod,fchmodat,utimensat,symlink,symlinkat,fsync,fdatasync,syncfs,"
             + "rename,renameat,renameat2,unlink,unlinkat,rmdir"
-        let result = try runTool("/usr/bin/strace", ["-f", "-y", "-qq", "-o", trace, "-e", "trace=" + calls,
-                                                    TestEnvironment.binary, "restore", "latest", store, "--from", backups, "--yes"])
+        let result = try runTool(
+            "/usr/bin/strace",
+            [
+                "-f", "-y", "-qq", "-o", trace, "-e", "trace=" + calls,
+                TestEnvironment.binary, "restore", "latest", store, "--from", backups, "--yes",
+            ])
         XCTAssertEqual(result.status, 0, result.stderr)
         let events = SyscallTrace.parse(try String(contentsOfFile: trace, encoding: .utf8))
         let layout = StoreLayout(storesDirectory: store)
@@ -44,8 +50,10 @@ final class DurabilityTests: XCTestCase {
 
         // Everything written under _New before the swap record is synced between its last write and that record.
         let newPrefix = layout.new + "/"
-        let touching = events[..<swapRecord].indices.filter { events[$0].name != "fsync" && events[$0].name != "fdatasync"
-            && events[$0].name != "syncfs" && events[$0].mentions(newPrefix) }
+        let touching = events[..<swapRecord].indices.filter {
+            events[$0].name != "fsync" && events[$0].name != "fdatasync"
+                && events[$0].name != "syncfs" && events[$0].mentions(newPrefix)
+        }
         let lastTouch = try XCTUnwrap(touching.last, "the trace shows no extraction into _New")
         let syncfsAfter = events[lastTouch..<swapRecord].contains { $0.name == "syncfs" && $0.succeeded && $0.mentions(layout.new) }
         if !syncfsAfter {
@@ -57,17 +65,20 @@ final class DurabilityTests: XCTestCase {
             for relative in restored + [""] {
                 let path = relative.isEmpty ? layout.new : newPrefix + relative
                 let lastWrite = touching.last { events[$0].mentions(path) } ?? 0
-                XCTAssertTrue(events[lastWrite..<swapRecord].contains { ($0.name == "fsync" || $0.name == "fdatasync") && $0.fdPath == path },
-                              "\(relative.isEmpty ? "_New" : relative) is not synced before the swap record")
+                XCTAssertTrue(
+                    events[lastWrite..<swapRecord].contains { ($0.name == "fsync" || $0.name == "fdatasync") && $0.fdPath == path },
+                    "\(relative.isEmpty ? "_New" : relative) is not synced before the swap record")
             }
         }
 
         // _Old goes only after the renames are synced (fsync of the parent) and the commit is journaled.
         let firstRemoval = try XCTUnwrap(events.firstIndex { $0.isRemoval && $0.mentions(layout.old) }, "_Old was never removed")
-        XCTAssertTrue(events[toLive..<firstRemoval].contains { $0.name == "fsync" && $0.succeeded && $0.fdPath == layout.parent },
-                      "the swap is not synced before _Old is removed")
-        XCTAssertTrue(events[toLive..<firstRemoval].contains { $0.isRename(to: layout.journal) },
-                      "the commit is not journaled before _Old is removed")
+        XCTAssertTrue(
+            events[toLive..<firstRemoval].contains { $0.name == "fsync" && $0.succeeded && $0.fdPath == layout.parent },
+            "the swap is not synced before _Old is removed")
+        XCTAssertTrue(
+            events[toLive..<firstRemoval].contains { $0.isRename(to: layout.journal) },
+            "the commit is not journaled before _Old is removed")
     }
 
     func testDurableWriteReplacesAndLeavesNoTemporary() throws {
@@ -107,8 +118,9 @@ final class DurabilityTests: XCTestCase {
 
         let removed = ScratchFiles.sweep(work)
         XCTAssertEqual(Set(removed), Set(names + ["storebackup-verify-\(dead)-1a2b"]))
-        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: work)),
-                       [FileSystem.lastComponent(of: mine), ".storebackup-tmp-notapid", "Stores.zip"])
+        XCTAssertEqual(
+            Set(try FileManager.default.contentsOfDirectory(atPath: work)),
+            [FileSystem.lastComponent(of: mine), ".storebackup-tmp-notapid", "Stores.zip"])
     }
 
     /// The pid of a process that has exited (and been reaped).
@@ -132,7 +144,8 @@ struct SyscallEvent {
     /// The path of the first argument when it is a descriptor (`fsync(5</a/b>)` → `/a/b`).
     var fdPath: String? {
         guard let open = arguments.firstIndex(of: "<"), arguments[..<open].allSatisfy(\.isNumber),
-              let close = arguments[open...].firstIndex(of: ">") else { return nil }
+            let close = arguments[open...].firstIndex(of: ">")
+        else { return nil }
         return String(arguments[arguments.index(after: open)..<close])
     }
     /// The quoted path arguments, joined to their directory descriptor's path when relative.
@@ -178,15 +191,20 @@ enum SyscallTrace {
                 let arguments = body[body.index(after: open)...].dropLast("<unfinished ...>".count)
                 pending[pid] = (String(body[..<open]), String(arguments).trimmingCharacters(in: .whitespaces))
             } else if body.hasPrefix("<... "), let start = pending.removeValue(forKey: pid),
-                      let resumed = body.range(of: "resumed>") {
+                let resumed = body.range(of: "resumed>")
+            {
                 let rest = String(body[resumed.upperBound...])
                 // strace pads a resumed call's result: `<... openat resumed>)             = 14`.
                 guard let equals = rest.range(of: #"\)\s+= "#, options: [.regularExpression, .backwards]) else { continue }
-                events.append(SyscallEvent(name: start.name, arguments: start.arguments + rest[..<equals.lowerBound],
-                                           result: String(rest[equals.upperBound...])))
+                events.append(
+                    SyscallEvent(
+                        name: start.name, arguments: start.arguments + rest[..<equals.lowerBound],
+                        result: String(rest[equals.upperBound...])))
             } else if let open = body.firstIndex(of: "("), let equals = body.range(of: ") = ", options: .backwards) {
-                events.append(SyscallEvent(name: String(body[..<open]), arguments: String(body[body.index(after: open)..<equals.lowerBound]),
-                                           result: String(body[equals.upperBound...])))
+                events.append(
+                    SyscallEvent(
+                        name: String(body[..<open]), arguments: String(body[body.index(after: open)..<equals.lowerBound]),
+                        result: String(body[equals.upperBound...])))
             }
         }
         return events

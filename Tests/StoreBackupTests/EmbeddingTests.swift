@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import XCTest
+
 @_spi(Testing) @testable import StoreBackup
 
 /// The library API a server app embeds: progress as an AsyncSequence, cancellation by
@@ -111,7 +112,9 @@ final class EmbeddingTests: XCTestCase {
         let canceller = TaskCanceller()
         let quiesced = CallLog()
         // The app's quiesce hook runs while the task is cancelled; create must stop there.
-        helper.quiesce = { quiesced.append("quiesce"); canceller.cancel() }
+        helper.quiesce = {
+            quiesced.append("quiesce"); canceller.cancel()
+        }
         let frozen = helper
         let task = Task { try await frozen.createBackup() }
         canceller.attach { task.cancel() }
@@ -131,12 +134,15 @@ final class EmbeddingTests: XCTestCase {
         let helper = self.helper
         let canceller = TaskCanceller()
         let hookCalls = CallLog()
-        let hooks = ReloadHooks(willSwap: { hookCalls.append("willSwap") },
-                                reload: { _ in hookCalls.append("reload") })
+        let hooks = ReloadHooks(
+            willSwap: { hookCalls.append("willSwap") },
+            reload: { _ in hookCalls.append("reload") })
         let task = Task {
-            try await helper.restore(created.name, hooks: hooks, progress: { update in
-                if update.phase == .extracting { canceller.cancel() }
-            })
+            try await helper.restore(
+                created.name, hooks: hooks,
+                progress: { update in
+                    if update.phase == .extracting { canceller.cancel() }
+                })
         }
         canceller.attach { task.cancel() }
         do {
@@ -167,8 +173,9 @@ final class EmbeddingTests: XCTestCase {
         let created = try await helper.createBackup()
         XCTAssertEqual(try lockHolders(files), [getpid(), getpid()], "a backup dropped the app's locks")
         XCTAssertTrue(FileSystem.fileExists(store + "/App.sqlite-wal"))
-        XCTAssertEqual(created.manifest.files.map(\.path).filter { $0.hasPrefix("App.sqlite-") }, [],
-                       "a database's -wal and -shm are not stored: its snapshot is whole without them")
+        XCTAssertEqual(
+            created.manifest.files.map(\.path).filter { $0.hasPrefix("App.sqlite-") }, [],
+            "a database's -wal and -shm are not stored: its snapshot is whole without them")
     }
 
     /// For each file, the process that holds a lock on it as another process sees it (0: none).
@@ -223,7 +230,9 @@ final class EmbeddingTests: XCTestCase {
         let before = try StoreFixture.describe(store)
         let calls = CallLog()
         let hooks = ReloadHooks(
-            willSwap: { calls.append("willSwap"); throw CannotPause() },
+            willSwap: {
+                calls.append("willSwap"); throw CannotPause()
+            },
             reload: { [store] directory in
                 XCTAssertEqual(directory, store)
                 calls.append("reload " + (try StoreFixture.query(directory + "/Settings.sqlite", "SELECT v FROM kv WHERE k='theme'")))
@@ -291,8 +300,9 @@ final class EmbeddingTests: XCTestCase {
     /// helper tells its injected logger (a notice) and writes nothing to stderr itself.
     func testARecoveryIsLoggedToTheInjectedLoggerAndNothingIsPrinted() async throws {
         _ = try await helper.createBackup()
-        let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"],
-                                            environment: ["STOREBACKUP_TEST_PAUSE_AT": "between-renames"])
+        let restore = try BackgroundCommand(
+            ["restore", "latest", store, "--from", backups, "--yes"],
+            environment: ["STOREBACKUP_TEST_PAUSE_AT": "between-renames"])
         XCTAssertTrue(restore.waitForLine(containing: "test pause at between-renames"), restore.stderrSoFar)
         restore.kill9()
 
@@ -302,8 +312,9 @@ final class EmbeddingTests: XCTestCase {
         let printed = try capturingStandardError { _ = try recovering.recover() }
         XCTAssertEqual(printed, "", "the library writes nothing to stderr")
         XCTAssertEqual(lines.entries.count, 1, "\(lines.entries)")
-        XCTAssertTrue(lines.entries.first?.hasPrefix("notice ") == true && lines.entries.first?.contains("rolled back") == true,
-                      "\(lines.entries)")
+        XCTAssertTrue(
+            lines.entries.first?.hasPrefix("notice ") == true && lines.entries.first?.contains("rolled back") == true,
+            "\(lines.entries)")
         XCTAssertEqual(liveTheme, "dark", "the store as it was before the restore")
     }
 
@@ -315,8 +326,12 @@ final class EmbeddingTests: XCTestCase {
         defer { TestHooks.pausePoint = nil }
         _ = try await helper.createBackup()
         _ = try await helper.restore("latest")
-        XCTAssertEqual(steps.entries, ["create-locked", "extracting", "synced", "before-swap", "between-renames",
-                                       "before-reload", "before-cleanup"])
+        XCTAssertEqual(
+            steps.entries,
+            [
+                "create-locked", "extracting", "synced", "before-swap", "between-renames",
+                "before-reload", "before-cleanup",
+            ])
     }
 
     /// Runs `body` with file descriptor 2 sent to a file; returns what was written there.

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance for encrypted backups: round trip, 7-Zip compatibility, nothing readable
@@ -18,8 +19,10 @@ final class EncryptionTests: XCTestCase {
         // Enough log rows that App.sqlite spans several 1 MiB blocks: restore then takes the
         // parallel decrypt-and-inflate path, not libzip's sequential one.
         try StoreFixture.make(at: store, logRows: 8_000)
-        XCTAssertTrue(FileManager.default.createFile(atPath: passwordFile, contents: Data((Self.password + "\n").utf8),
-                                       attributes: [.posixPermissions: 0o600]))
+        XCTAssertTrue(
+            FileManager.default.createFile(
+                atPath: passwordFile, contents: Data((Self.password + "\n").utf8),
+                attributes: [.posixPermissions: 0o600]))
     }
 
     override func tearDownWithError() throws {
@@ -34,7 +37,8 @@ final class EncryptionTests: XCTestCase {
 
     func testRoundTripAndSevenZipReadsIt() throws {
         let archive = try createEncrypted(store, to: backups)
-        let manifest = try XCTUnwrap(ArchiveReader(path: archive, backupName: "test", passwords: .fixed(BackupPassword(Self.password))).manifest)
+        let manifest = try XCTUnwrap(
+            ArchiveReader(path: archive, backupName: "test", passwords: .fixed(BackupPassword(Self.password))).manifest)
         let blocks = manifest.files.first { $0.path == "App.sqlite" }?.deflateBlocks ?? []
         XCTAssertGreaterThan(blocks.count, 1, "App.sqlite should be restored through the parallel path")
 
@@ -53,8 +57,9 @@ final class EncryptionTests: XCTestCase {
         let restored = work + "/Restored"
         let result = try runStoreBackup(["restore", "latest", restored, "--from", backups, "--yes"], environment: withPassword)
         XCTAssertEqual(result.status, 0, result.stderr)
-        XCTAssertEqual(try StoreFixture.describe(restored, includeJournals: false),
-                       try StoreFixture.describe(store, includeJournals: false))
+        XCTAssertEqual(
+            try StoreFixture.describe(restored, includeJournals: false),
+            try StoreFixture.describe(store, includeJournals: false))
     }
 
     func testStoredBytesDoNotAppearInTheArchive() throws {
@@ -83,14 +88,16 @@ final class EncryptionTests: XCTestCase {
         let before = try StoreFixture.describe(store)
         let layout = StoreLayout(storesDirectory: store)
 
-        let wrong = try runStoreBackup(["restore", "latest", store, "--from", backups, "--yes"],
-                                       environment: ["STOREBACKUP_PASSWORD": "not the password"])
+        let wrong = try runStoreBackup(
+            ["restore", "latest", store, "--from", backups, "--yes"],
+            environment: ["STOREBACKUP_PASSWORD": "not the password"])
         XCTAssertEqual(wrong.status, 1)
         XCTAssertTrue(wrong.stderr.contains("error: wrong password"), wrong.stderr)
         XCTAssertEqual(wrong.stderr.components(separatedBy: "error:").count - 1, 1, "one clear error: \(wrong.stderr)")
         XCTAssertFalse(wrong.stderr.contains("extracting"), "nothing may be extracted before the password is checked")
 
-        let missing = try runStoreBackup(["restore", "latest", store, "--from", backups, "--yes"], environment: ["STOREBACKUP_PASSWORD": ""])
+        let missing = try runStoreBackup(
+            ["restore", "latest", store, "--from", backups, "--yes"], environment: ["STOREBACKUP_PASSWORD": ""])
         XCTAssertEqual(missing.status, 1)
         XCTAssertTrue(missing.stderr.contains("is encrypted; give its password"), missing.stderr)
 
@@ -132,8 +139,9 @@ final class EncryptionTests: XCTestCase {
         XCTAssertTrue(problem(mismatch).contains(".secret-config") && problem(mismatch).contains("checksum"), problem(mismatch))
         XCTAssertTrue(problem(corruptDatabase).contains("integrity check"), problem(corruptDatabase))
 
-        let wrong = try runStoreBackup(["verify", FileSystem.lastComponent(of: good), "--from", backups],
-                                       environment: ["STOREBACKUP_PASSWORD": "guess"])
+        let wrong = try runStoreBackup(
+            ["verify", FileSystem.lastComponent(of: good), "--from", backups],
+            environment: ["STOREBACKUP_PASSWORD": "guess"])
         XCTAssertEqual(wrong.status, 1)
         XCTAssertTrue(wrong.stdout.hasPrefix("FAILED") && wrong.stdout.contains("wrong password"), wrong.stdout)
         let ok = try runStoreBackup(["verify", FileSystem.lastComponent(of: good), "--from", backups], environment: withPassword)
@@ -148,12 +156,15 @@ final class EncryptionTests: XCTestCase {
         outputs.append(try runStoreBackup(["create", store, "--to", backups, "--encrypt", "--password-file", passwordFile]))
         outputs.append(try runStoreBackup(["list", "--to", backups, "--json"], environment: withPassword))
         outputs.append(try runStoreBackup(["verify", "--all", "--from", backups, "--json"], environment: withPassword))
-        outputs.append(try runStoreBackup(["verify", "--all", "--from", backups], environment: ["STOREBACKUP_PASSWORD": Self.password + "x"]))
-        outputs.append(try runStoreBackup(["restore", "latest", work + "/Restored", "--from", backups, "--yes"], environment: withPassword))
+        outputs.append(
+            try runStoreBackup(["verify", "--all", "--from", backups], environment: ["STOREBACKUP_PASSWORD": Self.password + "x"]))
+        outputs.append(
+            try runStoreBackup(["restore", "latest", work + "/Restored", "--from", backups, "--yes"], environment: withPassword))
         XCTAssertEqual(outputs.last?.status, 0, outputs.last?.stderr ?? "")
         // A password file others can read is refused (and its content not echoed).
         let loose = work + "/loose-password"
-        XCTAssertTrue(FileManager.default.createFile(atPath: loose, contents: Data(Self.password.utf8), attributes: [.posixPermissions: 0o644]))
+        XCTAssertTrue(
+            FileManager.default.createFile(atPath: loose, contents: Data(Self.password.utf8), attributes: [.posixPermissions: 0o644]))
         let refused = try runStoreBackup(["create", store, "--to", backups, "--encrypt", "--password-file", loose])
         XCTAssertEqual(refused.status, 1)
         XCTAssertTrue(refused.stderr.contains("chmod 600"), refused.stderr)
@@ -200,16 +211,23 @@ final class EncryptionTests: XCTestCase {
         XCTAssertEqual(derive("password", Array("salt".utf8), 1, 20), "0c60c80f961f0e71f3a9b524af6012062fe037a6")
         XCTAssertEqual(derive("password", Array("salt".utf8), 2, 20), "ea6c014dc72d6f8ccd1ed92ace1d41f0d8de8957")
         XCTAssertEqual(derive("password", Array("salt".utf8), 4096, 20), "4b007901b765489abead49d926f721d065a429c1")
-        XCTAssertEqual(derive("passwordPASSWORDpassword", Array("saltSALTsaltSALTsaltSALTsaltSALTsalt".utf8), 4096, 25),
-                       "3d2eec4fe41c849b80c8d83662c0e44a8b291a964cf2f07038")
+        XCTAssertEqual(
+            derive("passwordPASSWORDpassword", Array("saltSALTsaltSALTsaltSALTsaltSALTsalt".utf8), 4096, 25),
+            "3d2eec4fe41c849b80c8d83662c0e44a8b291a964cf2f07038")
         XCTAssertEqual(derive("pass\u{0}word", Array("sa\u{0}lt".utf8), 4096, 16), "56fa6aa75548099dcc37d7f03425e0c3")
         // WinZip's shape (1000 rounds, 66 bytes), a key longer than a SHA-1 block, non-ASCII text.
-        XCTAssertEqual(derive("bench-pw", Array(0..<16), 1000, 66),
-                       "0fbbdb34ebbe3d9312d330ca17c526adb6626f203395e10d0e8e6588c95ae256b047e15b2aef2ec434788ae5e99daa4f4b6e5bf91a2ea930b56e296128717736d321")
-        XCTAssertEqual(derive(String(repeating: "x", count: 100), Array("salty".utf8), 1000, 66),
-                       "dfea61d805f57ca89fdbc803e962b9f95521d03f9b06c7fff25898b5e0c2bfdd243042a5f849d0a92cd7ff1b9e4b49ea87eb2a0b5f930152dd35ff17aed832b30ca3")
-        XCTAssertEqual(derive(Self.password, [UInt8](repeating: 0, count: 16), 1000, 66),
-                       "3c3d261647e3cc060c47e710a8e6d65059e725319bf515b7c4b105ee8471a62762e02d992ee2ab2817680b32a483034ed92ed3d180e7e6411a3ad4032d3377c33ab8")
+        XCTAssertEqual(
+            derive("bench-pw", Array(0..<16), 1000, 66),
+            "0fbbdb34ebbe3d9312d330ca17c526adb6626f203395e10d0e8e6588c95ae256b047e15b2aef2ec434788ae5e99daa4f4b6e5bf91a2ea930b56e296128717736d321"
+        )
+        XCTAssertEqual(
+            derive(String(repeating: "x", count: 100), Array("salty".utf8), 1000, 66),
+            "dfea61d805f57ca89fdbc803e962b9f95521d03f9b06c7fff25898b5e0c2bfdd243042a5f849d0a92cd7ff1b9e4b49ea87eb2a0b5f930152dd35ff17aed832b30ca3"
+        )
+        XCTAssertEqual(
+            derive(Self.password, [UInt8](repeating: 0, count: 16), 1000, 66),
+            "3c3d261647e3cc060c47e710a8e6d65059e725319bf515b7c4b105ee8471a62762e02d992ee2ab2817680b32a483034ed92ed3d180e7e6411a3ad4032d3377c33ab8"
+        )
     }
 
     /// Counter mode at any offset gives the same bytes as one pass from the start, so blocks
@@ -236,18 +254,19 @@ final class EncryptionTests: XCTestCase {
     func testConfiguredStoreIsEncryptedAndItsRetentionReadsEncryptedBackups() throws {
         let configuration = work + "/storebackup.yml"
         try """
-            stores:
-              - name: app
-                path: \(store)
-                destination: \(backups)
-                schedule: daily 03:00
-                encrypt: {password-file: \(passwordFile)}
-                retention: {keep-last: 1}
-            """.write(toFile: configuration, atomically: true, encoding: .utf8)
+        stores:
+          - name: app
+            path: \(store)
+            destination: \(backups)
+            schedule: daily 03:00
+            encrypt: {password-file: \(passwordFile)}
+            retention: {keep-last: 1}
+        """.write(toFile: configuration, atomically: true, encoding: .utf8)
         let environment = ["STOREBACKUP_STATE_DIR": work + "/state"]
         let first = try runStoreBackup(["create", "--config", configuration, "--store", "app", "--json"], environment: environment)
         XCTAssertEqual(first.status, 0, first.stderr)
-        let firstName = try XCTUnwrap((try JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any])?["name"] as? String)
+        let firstName = try XCTUnwrap(
+            (try JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any])?["name"] as? String)
         XCTAssertThrowsError(try ArchiveReader(path: backups + "/" + firstName, backupName: firstName), "needs the password")
         // A copy under an older name is not in the origin cache: retention must open it with
         // the password file to learn it belongs to this store (else it would be kept).
@@ -264,7 +283,8 @@ final class EncryptionTests: XCTestCase {
     }
 
     private func flipByte(in archive: String, entry: String) throws {
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys, zipfile, struct
             path, name = sys.argv[1], sys.argv[2]
             info = zipfile.ZipFile(path).getinfo(name)

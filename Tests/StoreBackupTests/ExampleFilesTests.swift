@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Examples/nightly: every file is parsed by what would read it.
@@ -44,14 +45,17 @@ final class ExampleFilesTests: XCTestCase {
         XCTAssertTrue(arguments.contains("/etc/storebackup.yml"), "\(source): \(arguments)", file: file, line: line)
         let result = try runStoreBackup(arguments.map { $0 == "/etc/storebackup.yml" ? missing : $0 })
         XCTAssertEqual(result.status, 1, "\(source): \(arguments): \(result.stderr)", file: file, line: line)
-        XCTAssertTrue(result.stderr.contains(missing), "\(source): stopped at the missing configuration: \(result.stderr)", file: file, line: line)
+        XCTAssertTrue(
+            result.stderr.contains(missing), "\(source): stopped at the missing configuration: \(result.stderr)", file: file, line: line)
     }
 
     /// Wrong arguments exit 64 before any configuration is read, so a pass above means something.
     func testWrongArgumentsAreRefusedBeforeTheConfiguration() throws {
         let missing = NSTemporaryDirectory() + "storebackup-no-such-config-\(UUID().uuidString).yml"
-        for wrong in [["create", "--config", missing, "--stor", "app"], ["run", "--config", missing, "--prune"],
-                      ["create", "--config", missing, "--store", "app", "--level", "11"], ["backup", "--config", missing]] {
+        for wrong in [
+            ["create", "--config", missing, "--stor", "app"], ["run", "--config", missing, "--prune"],
+            ["create", "--config", missing, "--store", "app", "--level", "11"], ["backup", "--config", missing],
+        ] {
             let result = try runStoreBackup(wrong)
             XCTAssertEqual(result.status, 64, "\(wrong): \(result.stderr)")
         }
@@ -61,8 +65,10 @@ final class ExampleFilesTests: XCTestCase {
         let units = ["storebackup.service", "storebackup-oneshot.service", "storebackup-oneshot.timer"]
         let known: [String: Set<String>] = [
             "Unit": ["Description", "Documentation", "Wants", "After", "Requires"],
-            "Service": ["Type", "ExecStart", "KillSignal", "TimeoutStopSec", "Restart", "RestartSec", "StateDirectory",
-                        "Environment", "ProtectSystem", "ReadWritePaths", "PrivateTmp", "NoNewPrivileges", "CPUWeight"],
+            "Service": [
+                "Type", "ExecStart", "KillSignal", "TimeoutStopSec", "Restart", "RestartSec", "StateDirectory",
+                "Environment", "ProtectSystem", "ReadWritePaths", "PrivateTmp", "NoNewPrivileges", "CPUWeight",
+            ],
             "Timer": ["OnCalendar", "RandomizedDelaySec", "Persistent"],
             "Install": ["WantedBy"],
         ]
@@ -82,7 +88,8 @@ final class ExampleFilesTests: XCTestCase {
                 let parts = line.split(separator: "=", maxSplits: 1).map(String.init)
                 XCTAssertEqual(parts.count, 2, "\(unit):\(number + 1): not key=value")
                 guard let section, parts.count == 2 else { XCTFail("\(unit):\(number + 1): key outside a section"); continue }
-                XCTAssertTrue(known[section]?.contains(parts[0]) ?? false, "\(unit):\(number + 1): unexpected key \(parts[0]) in [\(section)]")
+                XCTAssertTrue(
+                    known[section]?.contains(parts[0]) ?? false, "\(unit):\(number + 1): unexpected key \(parts[0]) in [\(section)]")
                 keys[section, default: [:]][parts[0]] = parts[1]
             }
             if unit.hasSuffix(".service") {
@@ -95,7 +102,9 @@ final class ExampleFilesTests: XCTestCase {
             }
         }
         // scripts/install-deps installs systemd: a missing systemd-analyze is a broken setup, not a pass.
-        guard let analyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].first(where: FileManager.default.isExecutableFile(atPath:)) else {
+        guard
+            let analyze = ["/usr/bin/systemd-analyze", "/bin/systemd-analyze"].first(where: FileManager.default.isExecutableFile(atPath:))
+        else {
             return XCTFail("systemd-analyze is missing (scripts/install-deps installs systemd)")
         }
         let result = try runTool(analyze, ["verify", "--man=no"] + units.map { folder + "/" + $0 })

@@ -2,6 +2,7 @@ import CoreMetrics
 import Foundation
 import MetricsTestKit
 import XCTest
+
 @testable import StoreBackup
 
 /// Every metric the library exports (BackupMetrics) is reported, with its dimensions and
@@ -37,7 +38,8 @@ final class ExportedMetricsTests: XCTestCase {
 
         let started = Date()
         let created = try await helper.createBackup()
-        let archiveSize = try XCTUnwrap((try FileManager.default.attributesOfItem(atPath: backups + "/" + created.name)[.size] as? NSNumber)?.int64Value)
+        let archiveSize = try XCTUnwrap(
+            (try FileManager.default.attributesOfItem(atPath: backups + "/" + created.name)[.size] as? NSNumber)?.int64Value)
         XCTAssertEqual(try metrics.expectCounter(BackupMetrics.backups, place + [("outcome", "success")]).totalValue, 1)
         let duration = try XCTUnwrap(try metrics.expectGauge(BackupMetrics.duration, place).lastValue)
         XCTAssertGreaterThan(duration, 0)
@@ -57,7 +59,8 @@ final class ExportedMetricsTests: XCTestCase {
         XCTAssertEqual(try metrics.expectCounter(BackupMetrics.backups, place + [("outcome", "failure")]).totalValue, 1)
         XCTAssertEqual(try metrics.expectCounter(BackupMetrics.backups, place + [("outcome", "success")]).totalValue, 1)
         XCTAssertEqual(try metrics.expectGauge(BackupMetrics.duration, place).values.count, 2, "the failed run's duration too")
-        XCTAssertEqual(try metrics.expectCounter(BackupMetrics.uploadedBytes, place).totalValue, archiveSize, "nothing uploaded by a failure")
+        XCTAssertEqual(
+            try metrics.expectCounter(BackupMetrics.uploadedBytes, place).totalValue, archiveSize, "nothing uploaded by a failure")
         XCTAssertEqual(try metrics.expectGauge(BackupMetrics.archiveSize, place).values.count, 1, "no size for a failure")
         XCTAssertEqual(try metrics.expectGauge(BackupMetrics.lastSuccess, place).lastValue, success, "the last success is kept")
         let failure = try XCTUnwrap(try metrics.expectGauge(BackupMetrics.lastFailure, place).lastValue)

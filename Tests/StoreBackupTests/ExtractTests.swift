@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance for issue 17 point 4: `extract` writes some files of a backup into a new
@@ -65,8 +66,9 @@ final class ExtractTests: XCTestCase {
 
         // The live store byte-identical; no lock file or temporary made by extract.
         XCTAssertEqual(try StoreFixture.describe(store), before)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work).sorted(), (besideBefore + ["all", "folder", "one"]).sorted(),
-                       "nothing beside the targets: no temporary, no lock file")
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: work).sorted(), (besideBefore + ["all", "folder", "one"]).sorted(),
+            "nothing beside the targets: no temporary, no lock file")
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work + "/tmp"), [])
     }
 
@@ -103,10 +105,11 @@ final class ExtractTests: XCTestCase {
         XCTAssertEqual(lines.count, expected.count, text.stdout)
         XCTAssertTrue(text.stderr.contains("\(expected.count) entries") && text.stderr.contains(name), text.stderr)
         // Aligned: the time column starts at the same place on every line.
-        let dateColumns = Set(lines.compactMap { line in
-            line.range(of: #"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"#, options: .regularExpression)
-                .map { line.distance(from: line.startIndex, to: $0.lowerBound) }
-        })
+        let dateColumns = Set(
+            lines.compactMap { line in
+                line.range(of: #"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}"#, options: .regularExpression)
+                    .map { line.distance(from: line.startIndex, to: $0.lowerBound) }
+            })
         XCTAssertEqual(dateColumns.count, 1, text.stdout)
         XCTAssertTrue(lines.contains { $0.hasPrefix("-rw") && $0.hasSuffix("  App.sqlite  (database)") }, text.stdout)
         XCTAssertTrue(lines.contains { $0.hasPrefix("lrwxrwxrwx") && $0.hasSuffix("notes-link -> notes.txt") }, text.stdout)
@@ -127,8 +130,9 @@ final class ExtractTests: XCTestCase {
             XCTAssertEqual(entry["mode"] as? String, String(format: "0%o", UInt32(info.st_mode) & 0o777), path)
             if entry["type"] as? String == "file" {
                 XCTAssertEqual((entry["size"] as? NSNumber)?.int64Value, Int64(info.st_size), path)
-                XCTAssertEqual(entry["modified"] as? String,
-                               ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec))), path)
+                XCTAssertEqual(
+                    entry["modified"] as? String,
+                    ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: TimeInterval(info.st_mtim.tv_sec))), path)
             }
         }
         XCTAssertEqual(entries.first { $0["path"] as? String == "notes-link" }?["linkTarget"] as? String, "notes.txt")
@@ -139,7 +143,9 @@ final class ExtractTests: XCTestCase {
         XCTAssertEqual((filtered["entries"] as? [[String: Any]])?.compactMap { $0["path"] as? String }, ["Caches", "Caches/Empty"])
         let unknown = try runStoreBackup(["ls", "latest", "Cache", "--from", backups], environment: baseEnvironment)
         XCTAssertEqual(unknown.status, 1)
-        XCTAssertEqual(errorLines(unknown.stderr), ["storebackup: error: backup \"\(name)\" holds nothing at \"Cache\" (see: storebackup ls \"\(name)\"); nothing was written"])
+        XCTAssertEqual(
+            errorLines(unknown.stderr),
+            ["storebackup: error: backup \"\(name)\" holds nothing at \"Cache\" (see: storebackup ls \"\(name)\"); nothing was written"])
         XCTAssertEqual(unknown.stdout, "")
     }
 
@@ -148,7 +154,8 @@ final class ExtractTests: XCTestCase {
         let before = try FileManager.default.contentsOfDirectory(atPath: work).sorted()
 
         let out = work + "/out"
-        let unknown = try runStoreBackup(["extract", "latest", "notes.txt", "no/such", "--into", out, "--from", backups], environment: baseEnvironment)
+        let unknown = try runStoreBackup(
+            ["extract", "latest", "notes.txt", "no/such", "--into", out, "--from", backups], environment: baseEnvironment)
         XCTAssertEqual(unknown.status, 1)
         XCTAssertEqual(errorLines(unknown.stderr).count, 1, unknown.stderr)
         XCTAssertTrue(unknown.stderr.contains("holds nothing at \"no/such\"") && !unknown.stderr.contains("\"notes.txt\""), unknown.stderr)
@@ -163,8 +170,10 @@ final class ExtractTests: XCTestCase {
             let refused = try runStoreBackup(["extract", "latest", "--into", target, "--from", backups], environment: baseEnvironment)
             XCTAssertEqual(refused.status, 1)
             XCTAssertEqual(errorLines(refused.stderr).count, 1, refused.stderr)
-            XCTAssertTrue(refused.stderr.contains("\(target) already exists and is not an empty folder; extract writes only into a new folder (nothing was written)"),
-                          refused.stderr)
+            XCTAssertTrue(
+                refused.stderr.contains(
+                    "\(target) already exists and is not an empty folder; extract writes only into a new folder (nothing was written)"),
+                refused.stderr)
         }
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: out), ["keep.txt"])
         XCTAssertEqual(try String(contentsOfFile: plainFile, encoding: .utf8), "plain\n")
@@ -207,7 +216,8 @@ final class ExtractTests: XCTestCase {
         XCTAssertEqual(try StoreFixture.describe(work + "/library").keys.sorted(), ["Caches", "Caches/Empty", "notes.txt"])
         let contents = try await helper.listContents("latest", matching: ["notes.txt"])
         XCTAssertEqual(contents.entries.map(\.path), ["notes.txt"])
-        XCTAssertEqual(contents.entries.first?.sha256, SHA256.hash(data: Data("grocery list\n".utf8)).map { String(format: "%02x", $0) }.joined())
+        XCTAssertEqual(
+            contents.entries.first?.sha256, SHA256.hash(data: Data("grocery list\n".utf8)).map { String(format: "%02x", $0) }.joined())
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/nowhere"), "no store, lock file or folder made")
         do {
             _ = try await helper.extract("latest", paths: ["ghost"], into: work + "/ghost")
@@ -222,11 +232,13 @@ final class ExtractTests: XCTestCase {
         let environment = baseEnvironment.merging(["STOREBACKUP_PASSWORD": "correct horse battery"]) { _, new in new }
         let created = try runStoreBackup(["create", store, "--to", backups, "--encrypt"], environment: environment)
         XCTAssertEqual(created.status, 0, created.stderr)
-        let without = try runStoreBackup(["extract", "latest", "notes.txt", "--into", work + "/out", "--from", backups], environment: baseEnvironment)
+        let without = try runStoreBackup(
+            ["extract", "latest", "notes.txt", "--into", work + "/out", "--from", backups], environment: baseEnvironment)
         XCTAssertEqual(without.status, 1)
         XCTAssertTrue(without.stderr.contains("is encrypted"), without.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/out"))
-        let with = try runStoreBackup(["extract", "latest", "notes.txt", "App.sqlite", "--into", work + "/out", "--from", backups], environment: environment)
+        let with = try runStoreBackup(
+            ["extract", "latest", "notes.txt", "App.sqlite", "--into", work + "/out", "--from", backups], environment: environment)
         XCTAssertEqual(with.status, 0, with.stderr)
         XCTAssertEqual(try String(contentsOfFile: work + "/out/notes.txt", encoding: .utf8), "grocery list\n")
         XCTAssertEqual(try StoreFixture.query(work + "/out/App.sqlite", "PRAGMA integrity_check"), "ok")
@@ -245,15 +257,19 @@ final class ExtractTests: XCTestCase {
     func testHostileArchivesAreRefused() throws {
         try FileManager.default.createDirectory(atPath: backups, withIntermediateDirectories: true)
         // (slip-backslash is a legal name since issue 32: see HostileArchiveTests.legalNow.)
-        let whole = ["slip-dotdot", "slip-absolute", "name-nul", "name-escape", "name-too-long",
-                     "link-outside", "link-chain", "link-parent-is-link", "file-beneath-link", "link-loop",
-                     "duplicate-name", "lying-size", "expansion-bomb", "sizes-disagree", "huge-declared-size",
-                     "overlapping-entries", "huge-manifest", "huge-entry-count", "huge-central-directory",
-                     "manifest-wrong-sha", "manifest-missing-entry", "manifest-extra-entry", "manifest-wrong-type",
-                     "manifest-more-rows-than-entries", "manifest-wrong-link-target", "no-manifest"]
-        let metadataOnly: Set = ["slip-dotdot", "link-chain", "link-outside", "file-beneath-link", "duplicate-name", "sizes-disagree",
-                                 "manifest-missing-entry", "manifest-extra-entry", "manifest-wrong-type",
-                                 "no-manifest", "huge-entry-count"]
+        let whole = [
+            "slip-dotdot", "slip-absolute", "name-nul", "name-escape", "name-too-long",
+            "link-outside", "link-chain", "link-parent-is-link", "file-beneath-link", "link-loop",
+            "duplicate-name", "lying-size", "expansion-bomb", "sizes-disagree", "huge-declared-size",
+            "overlapping-entries", "huge-manifest", "huge-entry-count", "huge-central-directory",
+            "manifest-wrong-sha", "manifest-missing-entry", "manifest-extra-entry", "manifest-wrong-type",
+            "manifest-more-rows-than-entries", "manifest-wrong-link-target", "no-manifest",
+        ]
+        let metadataOnly: Set = [
+            "slip-dotdot", "link-chain", "link-outside", "file-beneath-link", "duplicate-name", "sizes-disagree",
+            "manifest-missing-entry", "manifest-extra-entry", "manifest-wrong-type",
+            "no-manifest", "huge-entry-count",
+        ]
         let storeBefore = try StoreFixture.describe(store)
         for (number, label) in whole.enumerated() {
             let name = String(format: "2000-01-01 %06d Stores.zip", number)
@@ -269,8 +285,9 @@ final class ExtractTests: XCTestCase {
         let name = "2000-01-01 000000 Stores.zip"
         let built = try runTool("/usr/bin/env", ["python3", HostileArchiveTests.builder, "build", "no-manifest", backups + "/" + name])
         XCTAssertEqual(built.status, 0, built.stderr)
-        let allowed = try runStoreBackup(["extract", name, "--into", work + "/unverified", "--from", backups, "--allow-unverified"],
-                                         environment: baseEnvironment)
+        let allowed = try runStoreBackup(
+            ["extract", name, "--into", work + "/unverified", "--from", backups, "--allow-unverified"],
+            environment: baseEnvironment)
         XCTAssertEqual(allowed.status, 0, allowed.stderr)
         XCTAssertTrue(allowed.stderr.contains("storebackup: warning:") && allowed.stderr.contains("no manifest"), allowed.stderr)
         XCTAssertTrue(allowed.stderr.contains("1 databases checked"), allowed.stderr)
@@ -283,16 +300,21 @@ final class ExtractTests: XCTestCase {
         XCTAssertEqual((object["entries"] as? [[String: Any]])?.compactMap { $0["path"] as? String }, ["App.sqlite", "notes.txt"])
     }
 
-    private func assertExtractRefused(_ name: String, label: String, paths: [String],
-                                      file: StaticString = #filePath, line: UInt = #line) throws {
+    private func assertExtractRefused(
+        _ name: String, label: String, paths: [String],
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws {
         let target = work + "/out"
         let before = try listing(of: work)
         let tmpBefore = try Set(FileManager.default.contentsOfDirectory(atPath: "/tmp").filter { $0.contains("storebackup-evil") })
-        let (result, peak) = try runStoreBackupMeasuringPeakRSS(["extract", name] + paths + ["--into", target, "--from", backups],
-                                                               environment: baseEnvironment)
+        let (result, peak) = try runStoreBackupMeasuringPeakRSS(
+            ["extract", name] + paths + ["--into", target, "--from", backups],
+            environment: baseEnvironment)
         XCTAssertEqual(result.status, 1, "\(label): extract must fail", file: file, line: line)
         XCTAssertEqual(errorLines(result.stderr).count, 1, "\(label): \(result.stderr)", file: file, line: line)
-        let other = result.stderr.split(separator: "\n").filter { !$0.hasPrefix("storebackup: error:") && !HostileArchiveTests.isProgress($0) }
+        let other = result.stderr.split(separator: "\n").filter {
+            !$0.hasPrefix("storebackup: error:") && !HostileArchiveTests.isProgress($0)
+        }
         XCTAssertEqual(other, [], "\(label): nothing but progress and the error: \(result.stderr)", file: file, line: line)
         if let text = HostileArchiveTests.expectedMessages[String(label.prefix { $0 != " " })] {
             XCTAssertTrue(result.stderr.contains(text), "\(label): expected \"\(text)\" in: \(result.stderr)", file: file, line: line)
@@ -320,8 +342,10 @@ final class ExtractTests: XCTestCase {
         let servers = try TestServers(label: "extract-s3")
         defer { servers.stop() }
         let s3 = try servers.start("s3")
-        let environment = ["AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
-                           "AWS_REGION": s3["region"] as! String]
+        let environment = [
+            "AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
+            "AWS_REGION": s3["region"] as! String,
+        ]
         try assertRemoteRoundTrip(["--to", "s3://backups/extract", "--s3-endpoint", s3["endpoint"] as! String], environment: environment)
     }
 
@@ -329,7 +353,9 @@ final class ExtractTests: XCTestCase {
         let servers = try TestServers(label: "extract-webdav")
         defer { servers.stop() }
         let server = try servers.start("webdav")
-        let environment = ["STOREBACKUP_WEBDAV_USER": server["user"] as! String, "STOREBACKUP_WEBDAV_PASSWORD": server["password"] as! String]
+        let environment = [
+            "STOREBACKUP_WEBDAV_USER": server["user"] as! String, "STOREBACKUP_WEBDAV_PASSWORD": server["password"] as! String,
+        ]
         try assertRemoteRoundTrip(["--to", "webdav://127.0.0.1:\(server["port"] as! Int)/dav/extract"], environment: environment)
     }
 
@@ -338,36 +364,44 @@ final class ExtractTests: XCTestCase {
         defer { servers.stop() }
         let server = try servers.start("sftp")
         let url = "sftp://\(server["user"] as! String)@127.0.0.1:\(server["port"] as! Int)\(server["path"] as! String)/extract"
-        try assertRemoteRoundTrip(["--to", url, "--ssh-key", server["key"] as! String, "--known-hosts", server["known_hosts"] as! String],
-                                  environment: [:])
+        try assertRemoteRoundTrip(
+            ["--to", url, "--ssh-key", server["key"] as! String, "--known-hosts", server["known_hosts"] as! String],
+            environment: [:])
     }
 
     func testLsAndExtractFromDropbox() throws {
         let emulator = try DropboxEmulatorClient(label: "extract-dropbox")
         defer { emulator.stop() }
-        try assertRemoteRoundTrip(["--to", "dropbox:///Extract"], environment: emulator.environment(home: work, token: emulator.accessToken))
+        try assertRemoteRoundTrip(
+            ["--to", "dropbox:///Extract"], environment: emulator.environment(home: work, token: emulator.accessToken))
     }
 
     /// create to the remote, then `ls` and `extract` of one blob and one database from it:
     /// the downloads leave no temporary behind (in TMPDIR or beside the target).
-    private func assertRemoteRoundTrip(_ destination: [String], environment: [String: String],
-                                       file: StaticString = #filePath, line: UInt = #line) throws {
+    private func assertRemoteRoundTrip(
+        _ destination: [String], environment: [String: String],
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws {
         let environment = baseEnvironment.merging(environment) { _, new in new }
         let name = try createBackup(to: destination, environment: environment)
         let expected = try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false)
         let listing = try lsJSON(["latest"] + destination, environment: environment)
         XCTAssertEqual(listing["backup"] as? String, name, file: file, line: line)
-        XCTAssertEqual((listing["entries"] as? [[String: Any]])?.compactMap { $0["path"] as? String }, expected.keys.sorted(), file: file, line: line)
+        XCTAssertEqual(
+            (listing["entries"] as? [[String: Any]])?.compactMap { $0["path"] as? String }, expected.keys.sorted(), file: file, line: line)
 
         let blob = try firstBlob(in: destination, environment: environment)
         let out = work + "/remote-out"
         try extract([name, blob, "App.sqlite", "--into", out] + destination, environment: environment)
-        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: out + "/" + blob)),
-                       try Data(contentsOf: URL(fileURLWithPath: store + "/" + blob)), file: file, line: line)
+        XCTAssertEqual(
+            try Data(contentsOf: URL(fileURLWithPath: out + "/" + blob)),
+            try Data(contentsOf: URL(fileURLWithPath: store + "/" + blob)), file: file, line: line)
         XCTAssertEqual(try StoreFixture.query(out + "/App.sqlite", "PRAGMA integrity_check"), "ok", file: file, line: line)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work + "/tmp"), [], "ls's download removed", file: file, line: line)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work).filter { $0.hasPrefix(".storebackup-tmp-") }, [],
-                       "extract's download removed", file: file, line: line)
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: work + "/tmp"), [], "ls's download removed", file: file, line: line)
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: work).filter { $0.hasPrefix(".storebackup-tmp-") }, [],
+            "extract's download removed", file: file, line: line)
     }
 
     // MARK: helpers
@@ -375,23 +409,28 @@ final class ExtractTests: XCTestCase {
     @discardableResult
     private func createBackup(to destination: [String], environment: [String: String] = [:]) throws -> String {
         let arguments = destination.first?.hasPrefix("--") == true ? destination : ["--to"] + destination
-        let created = try runStoreBackup(["create", store] + arguments, environment: baseEnvironment.merging(environment) { _, new in new })
+        let created = try runStoreBackup(
+            ["create", store] + arguments, environment: baseEnvironment.merging(environment) { _, new in new })
         XCTAssertEqual(created.status, 0, created.stderr)
         return created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// `storebackup extract …`, which must succeed.
     @discardableResult
-    private func extract(_ arguments: [String], environment: [String: String] = [:],
-                         file: StaticString = #filePath, line: UInt = #line) throws -> CommandResult {
+    private func extract(
+        _ arguments: [String], environment: [String: String] = [:],
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws -> CommandResult {
         let result = try runStoreBackup(["extract"] + arguments, environment: baseEnvironment.merging(environment) { _, new in new })
         XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
         XCTAssertEqual(errorLines(result.stderr), [], file: file, line: line)
         return result
     }
 
-    private func lsJSON(_ arguments: [String], environment: [String: String] = [:],
-                        file: StaticString = #filePath, line: UInt = #line) throws -> [String: Any] {
+    private func lsJSON(
+        _ arguments: [String], environment: [String: String] = [:],
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws -> [String: Any] {
         let result = try runStoreBackup(["ls", "--json"] + arguments, environment: baseEnvironment.merging(environment) { _, new in new })
         XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
         return try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], file: file, line: line)
@@ -400,7 +439,8 @@ final class ExtractTests: XCTestCase {
     /// The first external blob the latest backup lists.
     private func firstBlob(in destination: [String], environment: [String: String] = [:]) throws -> String {
         let arguments = destination.first?.hasPrefix("--") == true ? destination : ["--from"] + destination
-        let entries = try XCTUnwrap(try lsJSON(["latest", ".App_SUPPORT/_EXTERNAL_DATA"] + arguments, environment: environment)["entries"] as? [[String: Any]])
+        let entries = try XCTUnwrap(
+            try lsJSON(["latest", ".App_SUPPORT/_EXTERNAL_DATA"] + arguments, environment: environment)["entries"] as? [[String: Any]])
         return try XCTUnwrap(entries.first { $0["type"] as? String == "file" }?["path"] as? String)
     }
 

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Every reader checks the archive's format first: a backup written in a newer format than
@@ -20,12 +21,14 @@ final class FormatVersionTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: work)
     }
 
-    static let expectedRefusal = "was made by a newer storebackup (format 99); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(Manifest.currentFormat): upgrade storebackup"
+    static let expectedRefusal =
+        "was made by a newer storebackup (format 99); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(Manifest.currentFormat): upgrade storebackup"
 
     /// A golden format-1 archive copied into `backups`; returns its name.
     private func copyGolden(_ kind: String) throws -> (name: String, password: String?) {
         let folder = GoldenArchiveTests.goldenFolder + "/format-1/" + kind
-        let listing = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: folder + "/listing.json"))) as! [String: Any]
+        let listing =
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: folder + "/listing.json"))) as! [String: Any]
         let name = listing["archive"] as! String
         try FileManager.default.copyItem(atPath: folder + "/" + name, toPath: backups + "/" + name)
         return (name, listing["password"] as? String)
@@ -35,20 +38,26 @@ final class FormatVersionTests: XCTestCase {
     /// through libzip (every other entry copied as it is; encrypted again with `password`).
     private func rewriteManifest(_ name: String, password: String?, change: String) throws {
         let archive = backups + "/" + name
-        let read = try runTool("/usr/bin/env", ["python3", "-c", """
-            import json, sys, zipfile
-            z = zipfile.ZipFile(sys.argv[1])
-            if sys.argv[2]: z.setpassword(sys.argv[2].encode())
-            manifest = json.loads(z.read(".storebackup/manifest.json"))
-            \(change)
-            print(json.dumps(manifest))
-            """, archive, password ?? ""])
+        let read = try runTool(
+            "/usr/bin/env",
+            [
+                "python3", "-c",
+                """
+                import json, sys, zipfile
+                z = zipfile.ZipFile(sys.argv[1])
+                if sys.argv[2]: z.setpassword(sys.argv[2].encode())
+                manifest = json.loads(z.read(".storebackup/manifest.json"))
+                \(change)
+                print(json.dumps(manifest))
+                """, archive, password ?? "",
+            ])
         if read.status != 0 && password != nil {
             // Python's zipfile cannot decrypt AES: read it through this build instead.
             let reader = try ArchiveReader(path: archive, backupName: name, passwords: .fixed(try BackupPassword(password!)))
             var manifest = try XCTUnwrap(reader.manifest)
             manifest.format = 99
-            try replaceZipEntry(archive, entry: Manifest.archivePath, content: String(decoding: try manifest.encoded(), as: UTF8.self), password: password)
+            try replaceZipEntry(
+                archive, entry: Manifest.archivePath, content: String(decoding: try manifest.encoded(), as: UTF8.self), password: password)
             return
         }
         XCTAssertEqual(read.status, 0, read.stderr)
@@ -59,7 +68,8 @@ final class FormatVersionTests: XCTestCase {
     private func assertEveryReaderRefuses(_ name: String, password: String?, file: StaticString = #filePath, line: UInt = #line) throws {
         var passwordArguments: [String] = []
         if let password {
-            FileManager.default.createFile(atPath: work + "/password", contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600])
+            FileManager.default.createFile(
+                atPath: work + "/password", contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600])
             passwordArguments = ["--password-file", work + "/password"]
         }
         let store = work + "/Live/Stores"
@@ -69,11 +79,14 @@ final class FormatVersionTests: XCTestCase {
         XCTAssertNotEqual(restored.status, 0, file: file, line: line)
         XCTAssertTrue(restored.stderr.contains(Self.expectedRefusal), restored.stderr, file: file, line: line)
         XCTAssertEqual(try StoreFixture.describe(store), before, "the refused restore changed the store", file: file, line: line)
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work + "/Live").filter { !$0.hasSuffix(".storebackup-lock") }, ["Stores"], file: file, line: line)
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: work + "/Live").filter { !$0.hasSuffix(".storebackup-lock") }, ["Stores"],
+            file: file, line: line)
 
         let verified = try runStoreBackup(["verify", name, "--from", backups] + passwordArguments)
         XCTAssertEqual(verified.status, 1, file: file, line: line)
-        XCTAssertTrue(verified.stdout.contains("FAILED") && verified.stdout.contains("(format 99)"), verified.stdout, file: file, line: line)
+        XCTAssertTrue(
+            verified.stdout.contains("FAILED") && verified.stdout.contains("(format 99)"), verified.stdout, file: file, line: line)
 
         let extracted = try runStoreBackup(["extract", name, "--into", work + "/out", "--from", backups] + passwordArguments)
         XCTAssertNotEqual(extracted.status, 0, file: file, line: line)
@@ -109,7 +122,8 @@ final class FormatVersionTests: XCTestCase {
     /// archive holds names this version would refuse.
     func testAFormatMarkerEntryIsRefusedAsNewer() throws {
         let (name, _) = try copyGolden("plain")
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys, zipfile
             with zipfile.ZipFile(sys.argv[1], "a") as z:
                 z.writestr("odd\\\\name", b"a name format 1 refuses")

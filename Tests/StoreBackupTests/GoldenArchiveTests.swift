@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Backups made by earlier versions stay restorable: every archive under
@@ -43,9 +44,13 @@ final class GoldenArchiveTests: XCTestCase {
             for kind in kinds.sorted() {
                 let folder = goldenFolder + "/" + formatFolder + "/" + kind
                 guard FileManager.default.fileExists(atPath: folder + "/listing.json") else { continue }
-                let listing = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: folder + "/listing.json"))) as! [String: Any]
-                found.append(Golden(format: format, kind: kind, folder: folder, archiveName: listing["archive"] as! String,
-                                    password: listing["password"] as? String))
+                let listing =
+                    try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: folder + "/listing.json")))
+                    as! [String: Any]
+                found.append(
+                    Golden(
+                        format: format, kind: kind, folder: folder, archiveName: listing["archive"] as! String,
+                        password: listing["password"] as? String))
             }
         }
         return found
@@ -79,7 +84,8 @@ final class GoldenArchiveTests: XCTestCase {
         var passwordArguments: [String] = []
         if let password = golden.password {
             let passwordFile = work + "/\(golden.format)-\(golden.kind)/password"
-            FileManager.default.createFile(atPath: passwordFile, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600])
+            FileManager.default.createFile(
+                atPath: passwordFile, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600])
             passwordArguments = ["--password-file", passwordFile]
         }
         let verified = try runStoreBackup(["verify", golden.archiveName, "--from", backups] + passwordArguments)
@@ -90,8 +96,13 @@ final class GoldenArchiveTests: XCTestCase {
         XCTAssertEqual(restored.status, 0, "\(golden.label): restore: \(restored.stderr)", file: file, line: line)
         guard restored.status == 0 else { return }
 
-        let compared = try runTool("/usr/bin/env", ["python3", Self.goldenFolder + "/tree_listing.py", "--compare",
-                                                    golden.folder + "/listing.json", stores])
-        XCTAssertEqual(compared.status, 0, "\(golden.label) restored differently:\n\(compared.stdout)\(compared.stderr)", file: file, line: line)
+        let compared = try runTool(
+            "/usr/bin/env",
+            [
+                "python3", Self.goldenFolder + "/tree_listing.py", "--compare",
+                golden.folder + "/listing.json", stores,
+            ])
+        XCTAssertEqual(
+            compared.status, 0, "\(golden.label) restored differently:\n\(compared.stdout)\(compared.stderr)", file: file, line: line)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance for issue 12: restore and verify treat every backup as hostile input.
@@ -103,7 +104,8 @@ final class HostileArchiveTests: XCTestCase {
         "manifest-wrong-sha": "extra.txt does not match", "manifest-wrong-size": "extra.txt does not match",
         "manifest-missing-entry": "not in its manifest", "manifest-extra-entry": "ghost.txt is missing",
         "manifest-wrong-type": "wrong type", "manifest-duplicate-row": "twice", "manifest-ghost-database": "ghost.sqlite",
-        "manifest-not-json": "manifest cannot be read", "manifest-more-rows-than-entries": "more files than the archive holds", "manifest-wrong-link-target": "l does not match",
+        "manifest-not-json": "manifest cannot be read", "manifest-more-rows-than-entries": "more files than the archive holds",
+        "manifest-wrong-link-target": "l does not match",
         "no-manifest": "--allow-unverified",
     ]
 
@@ -144,8 +146,9 @@ final class HostileArchiveTests: XCTestCase {
         extractor.allowUnverified = true
         let scratch = work + "/scratch"
         XCTAssertEqual(try extractor.extract(into: scratch), ["App.sqlite"])
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: scratch), ["App.sqlite"],
-                       "verify writes databases only; other files are hashed as they are read")
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: scratch), ["App.sqlite"],
+            "verify writes databases only; other files are hashed as they are read")
 
         let restored = try runStoreBackup(["restore", name, store, "--from", backups, "--yes", "--allow-unverified"])
         XCTAssertEqual(restored.status, 0, restored.stderr)
@@ -239,15 +242,18 @@ final class HostileArchiveTests: XCTestCase {
     }
 
     private func entry(_ path: String, _ kind: ArchiveEntry.Kind) -> ArchiveEntry {
-        ArchiveEntry(index: 0, path: path, kind: kind, permissions: 0o755, modificationTime: 0, size: 0, compressedSize: 0,
-                     compressionMethod: 0, crc: 0, encryptionMethod: 0)
+        ArchiveEntry(
+            index: 0, path: path, kind: kind, permissions: 0o755, modificationTime: 0, size: 0, compressedSize: 0,
+            compressionMethod: 0, crc: 0, encryptionMethod: 0)
     }
 
     // MARK: helpers
 
     /// Builds a case that must be accepted; restore and verify it, each within the budget.
-    private func assertRestoresAndVerifiesWithinBudget(_ label: String, budgetKiB: Int = HostileArchiveTests.budgetKiB,
-                                                       file: StaticString = #filePath, line: UInt = #line) throws {
+    private func assertRestoresAndVerifiesWithinBudget(
+        _ label: String, budgetKiB: Int = HostileArchiveTests.budgetKiB,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws {
         let name = "2000-01-01 000000 Stores.zip"
         try build(label, as: name)
         let (result, peak) = try runStoreBackupMeasuringPeakRSS(["restore", name, store, "--from", backups, "--yes"])
@@ -266,8 +272,10 @@ final class HostileArchiveTests: XCTestCase {
 
     /// Restores `name`, expecting a clean refusal; returns the peak RSS in KiB.
     @discardableResult
-    private func assertRestoreRefused(_ name: String, label: String, expecting text: String?,
-                                      file: StaticString = #filePath, line: UInt = #line) throws -> Int {
+    private func assertRestoreRefused(
+        _ name: String, label: String, expecting text: String?,
+        file: StaticString = #filePath, line: UInt = #line
+    ) throws -> Int {
         let before = try StoreFixture.describe(store)
         let outside = try listing(of: work)
         let tmpBefore = try Set(FileManager.default.contentsOfDirectory(atPath: "/tmp").filter { $0.contains("storebackup-evil") })

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// The command line stopped from outside while it works: kill -9 of `create` once its
@@ -19,16 +20,18 @@ extension CrashSafetyTests {
         XCTAssertNotNil(temporary, "create ended before its temporary archive appeared: \(create.stderrSoFar)")
         create.kill9()
         let mine = ScratchFiles.prefix + "\(create.process.processIdentifier)-"
-        XCTAssertTrue(try FileManager.default.contentsOfDirectory(atPath: backups).contains { $0.hasPrefix(mine) },
-                      "the kill left its temporary (\(temporary ?? "none seen")) behind")
+        XCTAssertTrue(
+            try FileManager.default.contentsOfDirectory(atPath: backups).contains { $0.hasPrefix(mine) },
+            "the kill left its temporary (\(temporary ?? "none seen")) behind")
         let list = try runStoreBackup(["list", "--json", "--from", backups], environment: environment)
         let rows = (try? JSONSerialization.jsonObject(with: Data(list.stdout.utf8))) as? [[String: Any]]
         XCTAssertEqual(Set(rows?.compactMap { $0["name"] as? String } ?? []), before, "nothing new listed after the kill: \(list.stderr)")
 
         let next = try runStoreBackup(["create", store, "--to", backups], environment: environment)
         XCTAssertEqual(next.status, 0, next.stderr)
-        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: backups)),
-                       before.union([next.stdout.trimmingCharacters(in: .whitespacesAndNewlines)]), "the dead run's temporary is gone")
+        XCTAssertEqual(
+            Set(try FileManager.default.contentsOfDirectory(atPath: backups)),
+            before.union([next.stdout.trimmingCharacters(in: .whitespacesAndNewlines)]), "the dead run's temporary is gone")
         XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA integrity_check"), "ok")
         assertNoTemporaries(allowFailedRestore: false, "after a killed create and the next one")
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance: a backup taken while another process keeps writing restores to a
@@ -22,15 +23,17 @@ final class LiveBackupTests: XCTestCase {
     /// A writer that syncs every commit (synchronous=FULL) keeps committing while create
     /// runs, never failing busy within its busy timeout, and the backup is consistent.
     func testCreateBesideAFullSyncWriter() throws {
-        try backUpWhileWriting(environment: [:], expectedMethods: ["wal-read-lock", "backup-api-copy"],
-                               writer: ["synchronous=FULL", "busy_timeout=5000"])
+        try backUpWhileWriting(
+            environment: [:], expectedMethods: ["wal-read-lock", "backup-api-copy"],
+            writer: ["synchronous=FULL", "busy_timeout=5000"])
     }
 
     /// The same beside a rollback-journal writer (journal_mode=DELETE, no WAL): create may
     /// make it wait, but within its busy timeout, and it keeps committing.
     func testCreateBesideARollbackJournalWriter() throws {
-        try backUpWhileWriting(environment: [:], expectedMethods: ["shared-lock", "backup-api-copy"],
-                               writer: ["synchronous=FULL", "busy_timeout=5000"], rollbackJournal: true)
+        try backUpWhileWriting(
+            environment: [:], expectedMethods: ["shared-lock", "backup-api-copy"],
+            writer: ["synchronous=FULL", "busy_timeout=5000"], rollbackJournal: true)
     }
 
     /// While create holds its snapshot of a WAL database (paused right after taking every
@@ -43,8 +46,9 @@ final class LiveBackupTests: XCTestCase {
         try StoreFixture.make(at: store, logRows: 2_000)
         let writer = try startWriter(database: store + "/App.sqlite", settings: ["synchronous=FULL", "busy_timeout=5000"])
         defer { _ = stopWriter(writer) }
-        let create = try BackgroundCommand(["create", store, "--to", work + "/backups"],
-                                           environment: ["STOREBACKUP_TEST_PAUSE_AT": "snapshots-held"])
+        let create = try BackgroundCommand(
+            ["create", store, "--to", work + "/backups"],
+            environment: ["STOREBACKUP_TEST_PAUSE_AT": "snapshots-held"])
         defer { create.kill9() }
         XCTAssertTrue(create.waitForLine(containing: "test pause at snapshots-held"), "create reached its snapshots")
         let held = try logRows(store + "/App.sqlite")
@@ -55,14 +59,17 @@ final class LiveBackupTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(now, held + 20, "the writer stopped committing while create held its snapshot")
     }
 
-    private func backUpWhileWriting(environment: [String: String], expectedMethods: Set<String>, writer settings: [String] = [],
-                                    rollbackJournal: Bool = false) throws {
+    private func backUpWhileWriting(
+        environment: [String: String], expectedMethods: Set<String>, writer settings: [String] = [],
+        rollbackJournal: Bool = false
+    ) throws {
         let work = try TestEnvironment.temporaryDirectory("live")
         defer { try? FileManager.default.removeItem(atPath: work) }
         let store = work + "/Stores", backups = work + "/backups", restored = work + "/Restored"
         try StoreFixture.make(at: store, logRows: 20_000)
         if rollbackJournal {
-            try runPythonScript("import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA journal_mode=DELETE')", [store + "/App.sqlite"])
+            try runPythonScript(
+                "import sqlite3, sys; sqlite3.connect(sys.argv[1]).execute('PRAGMA journal_mode=DELETE')", [store + "/App.sqlite"])
         }
         let before = try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false)
 
@@ -82,8 +89,9 @@ final class LiveBackupTests: XCTestCase {
 
         let database = restored + "/App.sqlite"
         XCTAssertEqual(try StoreFixture.query(database, "PRAGMA integrity_check"), "ok")
-        XCTAssertEqual(Int(try StoreFixture.query(database, "SELECT sum(balance) FROM accounts")),
-                       StoreFixture.accountCount * StoreFixture.startingBalance)
+        XCTAssertEqual(
+            Int(try StoreFixture.query(database, "SELECT sum(balance) FROM accounts")),
+            StoreFixture.accountCount * StoreFixture.startingBalance)
         let count = Int(try StoreFixture.query(database, "SELECT count(*) FROM log"))!
         let maxID = Int(try StoreFixture.query(database, "SELECT max(id) FROM log"))!
         XCTAssertEqual(count, maxID, "log ids must be gap-free")
@@ -128,8 +136,9 @@ final class LiveBackupTests: XCTestCase {
         try writer.run()
         writer.waitUntilExit()
         XCTAssertEqual(writer.terminationStatus, 0, "a writer with busy timeout 0 must not be blocked by the snapshot")
-        XCTAssertEqual(String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            .trimmingCharacters(in: .whitespacesAndNewlines), "700")
+        XCTAssertEqual(
+            String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+                .trimmingCharacters(in: .whitespacesAndNewlines), "700")
 
         // Copy the snapshot bytes out and check they hold the old state.
         let copy = work + "/copy.sqlite"
@@ -202,7 +211,13 @@ final class LiveBackupTests: XCTestCase {
     /// Rows in the log, read waiting for a writer's lock (a rollback-journal writer holds
     /// an exclusive one while it commits).
     private func logRows(_ database: String) throws -> Int {
-        let result = try runTool("/usr/bin/env", ["python3", "-c", "import sqlite3, sys; print(sqlite3.connect(sys.argv[1], timeout=10).execute('SELECT count(*) FROM log').fetchone()[0])", database])
+        let result = try runTool(
+            "/usr/bin/env",
+            [
+                "python3", "-c",
+                "import sqlite3, sys; print(sqlite3.connect(sys.argv[1], timeout=10).execute('SELECT count(*) FROM log').fetchone()[0])",
+                database,
+            ])
         XCTAssertEqual(result.status, 0, result.stderr)
         return Int(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
     }

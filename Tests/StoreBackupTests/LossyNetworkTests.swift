@@ -1,6 +1,7 @@
 import CCurl
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Issue 14: every remote destination through a fault-injecting proxy in front of a real
@@ -48,9 +49,10 @@ final class LossyNetworkTests: XCTestCase {
 
     /// A backend of the destination contract, for the command line with quick retries.
     func target(_ backend: ContractBackend) -> Target {
-        Target(label: backend.label, port: backend.port!, environment: backend.environment.merging(Self.retryEnvironment) { a, _ in a },
-               arguments: { folder, proxy in try backend.arguments(folder, "--to", proxy) }, localFolder: backend.localFolder,
-               contents: backend.contents)
+        Target(
+            label: backend.label, port: backend.port!, environment: backend.environment.merging(Self.retryEnvironment) { a, _ in a },
+            arguments: { folder, proxy in try backend.arguments(folder, "--to", proxy) }, localFolder: backend.localFolder,
+            contents: backend.contents)
     }
 
     func s3Target(_ kind: String) throws -> Target { target(ContractBackend.s3(try servers.start(kind), work: work)) }
@@ -67,7 +69,8 @@ final class LossyNetworkTests: XCTestCase {
 
     func runHTTPScenarios(_ target: Target, publish: Publish) throws {
         // 1. The answer to the publishing request is lost (the server acted).
-        let publishing: [String: Any] = publish == .s3
+        let publishing: [String: Any] =
+            publish == .s3
             ? ["method": "POST", "path_contains": "uploadId=", "fault": "reset", "phase": "before_response", "times": 1]
             : ["method": "MOVE", "fault": "reset", "phase": "before_response", "times": 1]
         if publish == .s3 {
@@ -78,38 +81,46 @@ final class LossyNetworkTests: XCTestCase {
         if publish == .s3 {
             try FileManager.default.removeItem(atPath: store + "/.App_SUPPORT/video.bin")
             // The same for a single PUT.
-            try expectHealed(target, "lost answer to PUT", rules: [["method": "PUT", "fault": "reset", "phase": "before_response", "times": 1]])
+            try expectHealed(
+                target, "lost answer to PUT", rules: [["method": "PUT", "fault": "reset", "phase": "before_response", "times": 1]])
         }
 
         // 2. One byte of the upload flipped on the wire (S3: the object; WebDAV: the temporary).
-        try expectHealed(target, "flipped byte", rules: [["method": "PUT", "path_contains": ".zip", "fault": "flip", "times": 1]],
-                         expectFault: "flip")
+        try expectHealed(
+            target, "flipped byte", rules: [["method": "PUT", "path_contains": ".zip", "fault": "flip", "times": 1]],
+            expectFault: "flip")
 
         // 3. A cut download, resumed and answered with 200 + Content-Range.
         let folder = nextFolder()
         let created = try runStoreBackup(["create", store] + (try target.arguments(folder, nil)), environment: target.environment)
         XCTAssertEqual(created.status, 0, created.stderr)
-        let proxy = try startProxy(target, rules: [
-            ["method": "GET", "path_contains": "Stores.zip", "fault": "reset", "phase": "response", "after_bytes": 20000, "times": 1],
-            ["method": "GET", "path_contains": "Stores.zip", "fault": "range200"],
-        ])
-        let verified = try runStoreBackup(["verify", "latest"] + (try target.arguments(folder, proxy.port)), environment: target.environment)
+        let proxy = try startProxy(
+            target,
+            rules: [
+                ["method": "GET", "path_contains": "Stores.zip", "fault": "reset", "phase": "response", "after_bytes": 20000, "times": 1],
+                ["method": "GET", "path_contains": "Stores.zip", "fault": "range200"],
+            ])
+        let verified = try runStoreBackup(
+            ["verify", "latest"] + (try target.arguments(folder, proxy.port)), environment: target.environment)
         XCTAssertEqual(verified.status, 0, "\(target.label) resumed download: \(verified.stderr)")
         XCTAssertTrue(try proxy.log().contains("reset response"), "the download was cut")
 
         // 4. A reset while the connection is being set up (TCP).
-        try expectHealed(target, "reset at connect", rules: [["requests": [1, 2], "fault": "reset", "phase": "response", "after_bytes": 0]],
-                         tcp: true, expectFault: "reset after 0")
+        try expectHealed(
+            target, "reset at connect", rules: [["requests": [1, 2], "fault": "reset", "phase": "response", "after_bytes": 0]],
+            tcp: true, expectFault: "reset after 0")
 
         // 5. 30 % mixed faults, several seeds: honest either way.
         for seed in seeds {
-            try expectHonest(target, "mixed seed \(seed)", seed: seed, rules: [
-                ["probability": 0.06, "fault": "500"],
-                ["probability": 0.06, "fault": "reset", "phase": "request"],
-                ["probability": 0.06, "fault": "reset", "phase": "before_response"],
-                ["probability": 0.06, "fault": "reset", "phase": "response"],
-                ["method": "PUT", "probability": 0.06, "fault": "flip"],
-            ])
+            try expectHonest(
+                target, "mixed seed \(seed)", seed: seed,
+                rules: [
+                    ["probability": 0.06, "fault": "500"],
+                    ["probability": 0.06, "fault": "reset", "phase": "request"],
+                    ["probability": 0.06, "fault": "reset", "phase": "before_response"],
+                    ["probability": 0.06, "fault": "reset", "phase": "response"],
+                    ["method": "PUT", "probability": 0.06, "fault": "flip"],
+                ])
         }
     }
 
@@ -119,30 +130,36 @@ final class LossyNetworkTests: XCTestCase {
         // (after the newest backup), the upload's list, PUT, rename, list.
         // 1. The rename went through, its answer was lost (reset the moment the name exists).
         let folder = nextFolder()
-        try expectHealed(target, "lost answer to rename", folder: folder,
-                         rules: [["fault": "reset", "until_exists": target.localFolder!(folder) + "/*Stores.zip", "times": 1]],
-                         tcp: true, expectFault: "exists")
+        try expectHealed(
+            target, "lost answer to rename", folder: folder,
+            rules: [["fault": "reset", "until_exists": target.localFolder!(folder) + "/*Stores.zip", "times": 1]],
+            tcp: true, expectFault: "exists")
         // ... and the connection dies before the rename (the rename's own connection).
-        try expectHealed(target, "reset before rename", rules: [["requests": [6], "fault": "reset", "phase": "response", "after_bytes": 0]],
-                         tcp: true, expectFault: "reset after 0")
+        try expectHealed(
+            target, "reset before rename", rules: [["requests": [6], "fault": "reset", "phase": "response", "after_bytes": 0]],
+            tcp: true, expectFault: "reset after 0")
         // 2. A flipped byte in the upload's stream (SSH's MAC refuses it: the connection dies).
-        try expectHealed(target, "flipped byte", rules: [["requests": [5], "fault": "flip", "after_bytes": 60000, "times": 1]],
-                         tcp: true, expectFault: "flip")
+        try expectHealed(
+            target, "flipped byte", rules: [["requests": [5], "fault": "flip", "after_bytes": 60000, "times": 1]],
+            tcp: true, expectFault: "flip")
         // 3. A cut download resuming is in DestinationContractTests.
         // 4. A reset in each phase of SSH set-up: at connect, inside the banner, during key
         //    exchange (server and client side), during authentication.
         for (phase, bytes) in [("response", 0), ("response", 8), ("response", 600), ("request", 200), ("request", 2000)] {
-            try expectHealed(target, "ssh set-up reset \(phase) \(bytes)",
-                             rules: [["requests": [1, 3], "fault": "reset", "phase": phase, "after_bytes": bytes]],
-                             tcp: true, expectFault: "reset after")
+            try expectHealed(
+                target, "ssh set-up reset \(phase) \(bytes)",
+                rules: [["requests": [1, 3], "fault": "reset", "phase": phase, "after_bytes": bytes]],
+                tcp: true, expectFault: "reset after")
         }
         // 5. 30 % of connections cut somewhere, several seeds.
         for seed in seeds {
-            try expectHonest(target, "mixed seed \(seed)", seed: seed, rules: [
-                ["probability": 0.1, "fault": "reset", "phase": "response", "after_bytes": 3000],
-                ["probability": 0.1, "fault": "reset", "phase": "request", "after_bytes": 30000],
-                ["probability": 0.1, "fault": "reset", "phase": "response", "after_bytes": 100],
-            ], tcp: true)
+            try expectHonest(
+                target, "mixed seed \(seed)", seed: seed,
+                rules: [
+                    ["probability": 0.1, "fault": "reset", "phase": "response", "after_bytes": 3000],
+                    ["probability": 0.1, "fault": "reset", "phase": "request", "after_bytes": 30000],
+                    ["probability": 0.1, "fault": "reset", "phase": "response", "after_bytes": 100],
+                ], tcp: true)
         }
     }
 
@@ -155,8 +172,12 @@ final class LossyNetworkTests: XCTestCase {
         let content = URL(string: emulator.contentURL)!
         try XCTSkipUnless(api.port == content.port, "the emulator serves both hosts on one port")
         for bytes in [0, 60, 900] {
-            let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(api.port!)", "--tcp", "--plan",
-                                                               try plan([["requests": [1, 2], "fault": "reset", "after_bytes": bytes]])])
+            let proxy = try servers.start(
+                "proxy",
+                arguments: [
+                    "--upstream", "127.0.0.1:\(api.port!)", "--tcp", "--plan",
+                    try plan([["requests": [1, 2], "fault": "reset", "after_bytes": bytes]]),
+                ])
             let port = proxy["port"] as! Int
             var environment = emulator.environment(home: work, token: emulator.accessToken).merging(Self.retryEnvironment) { a, _ in a }
             environment["STOREBACKUP_DROPBOX_API_URL"] = emulator.apiURL.replacingOccurrences(of: ":\(api.port!)", with: ":\(port)")
@@ -214,19 +235,23 @@ final class LossyNetworkTests: XCTestCase {
             let created = try runStoreBackup(["create", store] + (try target.arguments(folder, nil)), environment: target.environment)
             XCTAssertEqual(created.status, 0, created.stderr)
             let local = target.localFolder!(folder)
-            try shell("cd '\(local)' && echo x > .storebackup-tmp-1-old.zip && touch -d '3 days ago' .storebackup-tmp-1-old.zip"
-                      + " && echo y > .storebackup-tmp-2-new.zip && chmod a+rw .storebackup-tmp-*")
+            try shell(
+                "cd '\(local)' && echo x > .storebackup-tmp-1-old.zip && touch -d '3 days ago' .storebackup-tmp-1-old.zip"
+                    + " && echo y > .storebackup-tmp-2-new.zip && chmod a+rw .storebackup-tmp-*")
             if target.label == "webdav" {
                 // `status --leftovers` counts what prune would remove.
                 let configuration = work + "/status.yml"
-                try "stores:\n  - name: app\n    path: \(store)\n    destination: \(try target.arguments(folder, nil)[1])\n    schedule: daily 03:00\n"
+                try
+                    "stores:\n  - name: app\n    path: \(store)\n    destination: \(try target.arguments(folder, nil)[1])\n    schedule: daily 03:00\n"
                     .write(toFile: configuration, atomically: true, encoding: .utf8)
-                let status = try runStoreBackup(["status", "--leftovers", "--json", "--config", configuration],
-                                                environment: target.environment.merging(["STOREBACKUP_STATE_DIR": work + "/state"]) { _, new in new })
+                let status = try runStoreBackup(
+                    ["status", "--leftovers", "--json", "--config", configuration],
+                    environment: target.environment.merging(["STOREBACKUP_STATE_DIR": work + "/state"]) { _, new in new })
                 XCTAssertEqual(status.status, 0, status.stderr)
                 XCTAssertTrue(status.stdout.contains("1 unfinished uploads older than a day"), status.stdout)
             }
-            let pruned = try runStoreBackup(["prune", "--keep-last", "5", "--yes"] + (try target.arguments(folder, nil)), environment: target.environment)
+            let pruned = try runStoreBackup(
+                ["prune", "--keep-last", "5", "--yes"] + (try target.arguments(folder, nil)), environment: target.environment)
             XCTAssertEqual(pruned.status, 0, pruned.stderr)
             XCTAssertTrue(pruned.stderr.contains("removed 1 unfinished uploads"), "\(target.label): \(pruned.stderr)")
             let left = try FileManager.default.contentsOfDirectory(atPath: local).filter { $0.hasPrefix(".storebackup-tmp-") }
@@ -238,9 +263,14 @@ final class LossyNetworkTests: XCTestCase {
     func testIncompleteS3UploadsAreFoundAndAborted() async throws {
         for kind in ["s3", "moto"] {
             let raw = S3RawRequest(server: try servers.start(kind))
-            let destination = try S3Destination.make(url: "s3://backups/left", options: DestinationOptions(
-                s3Endpoint: raw.endpoint, environment: ["AWS_ACCESS_KEY_ID": raw.accessKey, "AWS_SECRET_ACCESS_KEY": raw.secretKey,
-                                                        "AWS_REGION": "us-east-1", "HOME": work]))
+            let destination = try S3Destination.make(
+                url: "s3://backups/left",
+                options: DestinationOptions(
+                    s3Endpoint: raw.endpoint,
+                    environment: [
+                        "AWS_ACCESS_KEY_ID": raw.accessKey, "AWS_SECRET_ACCESS_KEY": raw.secretKey,
+                        "AWS_REGION": "us-east-1", "HOME": work,
+                    ]))
             try raw.startMultipartUpload("left/x.zip")
             let stale = try await destination.staleUploads(olderThan: 0)
             XCTAssertEqual(stale.map(\.name), ["x.zip"], kind)
@@ -295,14 +325,18 @@ final class LossyNetworkTests: XCTestCase {
     }
 
     func startProxy(_ target: Target, rules: [[String: Any]], seed: Int = 1, tcp: Bool = false) throws -> Proxy {
-        let info = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(target.port)", "--plan", try plan(rules, seed: seed)]
-                                     + (tcp ? ["--tcp"] : []))
+        let info = try servers.start(
+            "proxy",
+            arguments: ["--upstream", "127.0.0.1:\(target.port)", "--plan", try plan(rules, seed: seed)]
+                + (tcp ? ["--tcp"] : []))
         return Proxy(port: info["port"] as! Int, logFile: info["log"] as! String)
     }
 
     /// A create through the fault must succeed and leave exactly its verified backup.
-    func expectHealed(_ target: Target, _ what: String, folder: String? = nil, rules: [[String: Any]], tcp: Bool = false,
-                      expectFault: String = "reset") throws {
+    func expectHealed(
+        _ target: Target, _ what: String, folder: String? = nil, rules: [[String: Any]], tcp: Bool = false,
+        expectFault: String = "reset"
+    ) throws {
         let folder = folder ?? nextFolder()
         let proxy = try startProxy(target, rules: rules, tcp: tcp)
         let created = try runStoreBackup(["create", store] + (try target.arguments(folder, proxy.port)), environment: target.environment)
@@ -312,7 +346,9 @@ final class LossyNetworkTests: XCTestCase {
         XCTAssertTrue(log.contains(expectFault), "\(label): the fault struck: \(log)")
         try checkHonest(target, folder: folder, created, label)
         if let local = target.localFolder?(folder) {
-            let leftovers = ((try? FileManager.default.contentsOfDirectory(atPath: local)) ?? []).filter { $0.hasPrefix(".storebackup-tmp-") }
+            let leftovers = ((try? FileManager.default.contentsOfDirectory(atPath: local)) ?? []).filter {
+                $0.hasPrefix(".storebackup-tmp-")
+            }
             XCTAssertEqual(leftovers, [], "\(label): no temporaries left")
         }
     }
@@ -345,8 +381,9 @@ final class LossyNetworkTests: XCTestCase {
                 // prune (straight to the server) must remove every one.
                 let local = try XCTUnwrap(target.localFolder?(folder), "\(label): temporaries where none can be made")
                 for name in held.stored.keys { try shell("touch -d '3 days ago' '\(local)/\(name)'") }
-                let pruned = try runStoreBackup(["prune", "--keep-last", "5", "--yes"] + (try target.arguments(folder, nil)),
-                                                environment: target.environment)
+                let pruned = try runStoreBackup(
+                    ["prune", "--keep-last", "5", "--yes"] + (try target.arguments(folder, nil)),
+                    environment: target.environment)
                 XCTAssertEqual(pruned.status, 0, "\(label): prune: \(pruned.stderr)")
                 XCTAssertEqual(try target.contents(folder).stored, [:], "\(label): prune removed what the failed create left")
             }
@@ -360,7 +397,9 @@ final class LossyNetworkTests: XCTestCase {
         let direct = try target.arguments(folder, nil)
         let listed = try runStoreBackup(["list", "--json"] + direct, environment: target.environment)
         XCTAssertEqual(listed.status, 0, "\(label): list: \(listed.stderr)")
-        let names = ((try? JSONSerialization.jsonObject(with: Data(listed.stdout.utf8))) as? [[String: Any]] ?? []).compactMap { $0["name"] as? String }
+        let names = ((try? JSONSerialization.jsonObject(with: Data(listed.stdout.utf8))) as? [[String: Any]] ?? []).compactMap {
+            $0["name"] as? String
+        }
         if created.status == 0 {
             let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             XCTAssertEqual(names, [name], "\(label): exactly the new backup is listed")

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance: memory stays bounded by streaming. A store far larger than the limit is
@@ -13,7 +14,9 @@ final class MemoryTests: XCTestCase {
         let store = work + "/Stores"
         try StoreFixture.make(at: store, logRows: 20_000, blobCount: 2)
         // 320 MiB in one file: half random (stored), half text (deflated).
-        try shell("head -c 167772160 /dev/urandom > '\(store)/.App_SUPPORT/big.bin' && yes 'grocery dude row of text 0123456789' | head -c 167772160 >> '\(store)/.App_SUPPORT/big.bin'")
+        try shell(
+            "head -c 167772160 /dev/urandom > '\(store)/.App_SUPPORT/big.bin' && yes 'grocery dude row of text 0123456789' | head -c 167772160 >> '\(store)/.App_SUPPORT/big.bin'"
+        )
 
         let createRSS = try peakRSSKiBOfStoreBackup(["create", store, "--to", work + "/backups"])
         let restoreRSS = try peakRSSKiBOfStoreBackup(["restore", "latest", work + "/Restored", "--from", work + "/backups", "--yes"])

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// `--metrics-file` and `metrics: {file: …}`: the command line writes what the library reports
@@ -65,13 +66,13 @@ final class MetricsFileTests: XCTestCase {
     /// is not trusted: the run still succeeds and writes a good file.
     func testADamagedPreviousFileIsNotTrusted() throws {
         try """
-            # TYPE storebackup_backups_total counter
-            storebackup_backups_total{store="x",destination="y",outcome="success"} NaN
-            storebackup_backups_total{store="x",destination="y",outcome="failure"} 1e300
-            storebackup_backups_total{store="z",destination="y",outcome="failure"} -5
-            storebackup_last_success_timestamp_seconds{store="x" 12
-            garbage
-            """.write(toFile: metricsFile, atomically: false, encoding: .utf8)
+        # TYPE storebackup_backups_total counter
+        storebackup_backups_total{store="x",destination="y",outcome="success"} NaN
+        storebackup_backups_total{store="x",destination="y",outcome="failure"} 1e300
+        storebackup_backups_total{store="z",destination="y",outcome="failure"} -5
+        storebackup_last_success_timestamp_seconds{store="x" 12
+        garbage
+        """.write(toFile: metricsFile, atomically: false, encoding: .utf8)
         let created = try runStoreBackup(["create", store, "--to", backups, "--metrics-file", metricsFile])
         XCTAssertEqual(created.status, 0, created.stderr)
         XCTAssertEqual(try sample("storebackup_backups_total", ["store": store, "outcome": "success"]), 1)
@@ -82,15 +83,15 @@ final class MetricsFileTests: XCTestCase {
     func testTheConfigurationNamesTheFileAndTheStore() throws {
         let configuration = work + "/storebackup.yml"
         try """
-            destination: \(backups)
-            state-directory: \(work)/state
-            metrics: {file: \(metricsFile)}
-            schedule: daily 02:30
-            stores:
-              - name: app
-                path: \(store)
-                retention: {keep-last: 1}
-            """.write(toFile: configuration, atomically: false, encoding: .utf8)
+        destination: \(backups)
+        state-directory: \(work)/state
+        metrics: {file: \(metricsFile)}
+        schedule: daily 02:30
+        stores:
+          - name: app
+            path: \(store)
+            retention: {keep-last: 1}
+        """.write(toFile: configuration, atomically: false, encoding: .utf8)
         for _ in 0..<2 {
             let result = try runStoreBackup(["create", "--config", configuration, "--store", "app", "--prune"])
             XCTAssertEqual(result.status, 0, result.stderr)

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// `create DIR --to A --to B …`: one archive published to every destination (two local
@@ -12,10 +13,12 @@ final class MirroredCreateTests: XCTestCase {
 
     var endpoint: String { s3["endpoint"] as! String }
     var environment: [String: String] {
-        ["AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
-         "AWS_REGION": s3["region"] as! String, "HOME": work,
-         "STOREBACKUP_RETRY_ATTEMPTS": "1", "STOREBACKUP_RETRY_OPERATIONS": "1",
-         "STOREBACKUP_WEBDAV_PASSWORD": "unused"]
+        [
+            "AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
+            "AWS_REGION": s3["region"] as! String, "HOME": work,
+            "STOREBACKUP_RETRY_ATTEMPTS": "1", "STOREBACKUP_RETRY_OPERATIONS": "1",
+            "STOREBACKUP_WEBDAV_PASSWORD": "unused",
+        ]
     }
 
     override func setUpWithError() throws {
@@ -31,8 +34,9 @@ final class MirroredCreateTests: XCTestCase {
     }
 
     func create(_ destinations: [String]) throws -> (status: Int32, summary: [String: Any], stderr: String) {
-        let result = try runStoreBackup(["create", work + "/Stores", "--json", "--s3-endpoint", endpoint]
-            + destinations.flatMap { ["--to", $0] }, environment: environment)
+        let result = try runStoreBackup(
+            ["create", work + "/Stores", "--json", "--s3-endpoint", endpoint]
+                + destinations.flatMap { ["--to", $0] }, environment: environment)
         let summary = (try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8))) as? [String: Any] ?? [:]
         return (result.status, summary, result.stderr)
     }
@@ -59,14 +63,16 @@ final class MirroredCreateTests: XCTestCase {
         XCTAssertEqual(try list(second), [name: size])
         XCTAssertEqual(try list(bucket), [name: size])
         // The same bytes: byte-identical folders, and S3's copy verifies.
-        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: first + "/" + name)),
-                       try Data(contentsOf: URL(fileURLWithPath: second + "/" + name)))
+        XCTAssertEqual(
+            try Data(contentsOf: URL(fileURLWithPath: first + "/" + name)),
+            try Data(contentsOf: URL(fileURLWithPath: second + "/" + name)))
         let verified = try runStoreBackup(["verify", "latest", "--from", bucket, "--s3-endpoint", endpoint], environment: environment)
         XCTAssertEqual(verified.status, 0, verified.stdout + verified.stderr)
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: first), [name], "no temporary left behind")
 
         // The text form: one line per destination on stderr, the name on stdout.
-        let text = try runStoreBackup(["create", work + "/Stores", "--to", first, "--to", bucket, "--s3-endpoint", endpoint], environment: environment)
+        let text = try runStoreBackup(
+            ["create", work + "/Stores", "--to", first, "--to", bucket, "--s3-endpoint", endpoint], environment: environment)
         XCTAssertEqual(text.status, 0, text.stderr)
         XCTAssertEqual(text.stderr.components(separatedBy: "storebackup: published").count - 1, 2, text.stderr)
         XCTAssertEqual(try list(bucket).count, 2)
@@ -78,13 +84,14 @@ final class MirroredCreateTests: XCTestCase {
         let configured = work + "/configured", local = work + "/given", bucket = "s3://backups/given"
         let path = work + "/storebackup.yml"
         try """
-            state-directory: \(work)/state
-            s3-endpoint: \(endpoint)
-            schedule: daily 02:30
-            stores:
-              - {name: app, path: \(work)/Stores, destination: \(configured)}
-            """.write(toFile: path, atomically: true, encoding: .utf8)
-        let run = try runStoreBackup(["create", "--config", path, "--store", "app", "--to", bucket, "--to", local], environment: environment)
+        state-directory: \(work)/state
+        s3-endpoint: \(endpoint)
+        schedule: daily 02:30
+        stores:
+          - {name: app, path: \(work)/Stores, destination: \(configured)}
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        let run = try runStoreBackup(
+            ["create", "--config", path, "--store", "app", "--to", bucket, "--to", local], environment: environment)
         XCTAssertEqual(run.status, 0, run.stderr)
         let name = run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         XCTAssertEqual(try list(local).keys.sorted(), [name])

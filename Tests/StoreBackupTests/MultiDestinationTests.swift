@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance (several destinations, the 3-2-1 rule): `copy` between a local folder and
@@ -14,10 +15,12 @@ final class MultiDestinationTests: XCTestCase {
     /// S3 credentials, fast retries (an unreachable destination fails in a second or two),
     /// and a WebDAV password so a `webdav://` destination on a closed port can be made.
     var environment: [String: String] {
-        ["AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
-         "AWS_REGION": s3["region"] as! String, "HOME": work,
-         "STOREBACKUP_RETRY_ATTEMPTS": "1", "STOREBACKUP_RETRY_OPERATIONS": "1",
-         "STOREBACKUP_WEBDAV_PASSWORD": "unused"]
+        [
+            "AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
+            "AWS_REGION": s3["region"] as! String, "HOME": work,
+            "STOREBACKUP_RETRY_ATTEMPTS": "1", "STOREBACKUP_RETRY_OPERATIONS": "1",
+            "STOREBACKUP_WEBDAV_PASSWORD": "unused",
+        ]
     }
     /// A destination nothing listens on.
     let unreachable = "webdav://backup@127.0.0.1:1/backups"
@@ -109,17 +112,22 @@ final class MultiDestinationTests: XCTestCase {
         let empty = work + "/empty"
         try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
 
-        let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--from", unreachable, "--from", empty,
-                                           "--from", bucket, "--s3-endpoint", endpoint], environment: environment)
+        let restored = try runStoreBackup(
+            [
+                "restore", "latest", work + "/Restored", "--yes", "--from", unreachable, "--from", empty,
+                "--from", bucket, "--s3-endpoint", endpoint,
+            ], environment: environment)
         XCTAssertEqual(restored.status, 0, restored.stderr)
         XCTAssertTrue(restored.stderr.contains("127.0.0.1:1"), "the unreachable one is reported: \(restored.stderr)")
         XCTAssertTrue(restored.stderr.contains("restoring \"\(name)\" from s3://backups/fallback"), restored.stderr)
-        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false, includeDatabaseContent: false),
-                       try StoreFixture.describe(work + "/Stores", includeJournals: false, includeDatabaseContent: false))
+        XCTAssertEqual(
+            try StoreFixture.describe(work + "/Restored", includeJournals: false, includeDatabaseContent: false),
+            try StoreFixture.describe(work + "/Stores", includeJournals: false, includeDatabaseContent: false))
 
         // None holding the backup: refused, nothing created.
-        let none = try runStoreBackup(["restore", name, work + "/Other", "--yes", "--from", unreachable, "--from", empty],
-                                      environment: environment)
+        let none = try runStoreBackup(
+            ["restore", name, work + "/Other", "--yes", "--from", unreachable, "--from", empty],
+            environment: environment)
         XCTAssertEqual(none.status, 1)
         XCTAssertTrue(none.stderr.contains("no destination could provide"), none.stderr)
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/Other"))
@@ -145,18 +153,18 @@ final class MultiDestinationTests: XCTestCase {
         func configuration(_ second: String) throws -> String {
             let path = work + "/storebackup.yml"
             try """
-                state-directory: \(work)/state
-                s3-endpoint: \(endpoint)
-                metrics: {file: \(metricsFile)}
-                schedule: daily 02:30
-                stores:
-                  - name: app
-                    path: \(store)
-                    destinations: [\(local), "\(second)"]
-                    retention: {keep-last: 1}
-                    hooks:
-                      on-failure: {command: "printf '%s|%s' \\"$STOREBACKUP_EVENT\\" \\"$STOREBACKUP_DESTINATION\\" > \(marker)"}
-                """.write(toFile: path, atomically: false, encoding: .utf8)
+            state-directory: \(work)/state
+            s3-endpoint: \(endpoint)
+            metrics: {file: \(metricsFile)}
+            schedule: daily 02:30
+            stores:
+              - name: app
+                path: \(store)
+                destinations: [\(local), "\(second)"]
+                retention: {keep-last: 1}
+                hooks:
+                  on-failure: {command: "printf '%s|%s' \\"$STOREBACKUP_EVENT\\" \\"$STOREBACKUP_DESTINATION\\" > \(marker)"}
+            """.write(toFile: path, atomically: false, encoding: .utf8)
             return path
         }
 
@@ -166,7 +174,8 @@ final class MultiDestinationTests: XCTestCase {
             let database = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
             try database.execute("CREATE TABLE run\(run)(x)", operation: "test change")
             database.close()
-            let run = try runStoreBackup(["create", "--config", try configuration(bucket), "--store", "app", "--prune"], environment: environment)
+            let run = try runStoreBackup(
+                ["create", "--config", try configuration(bucket), "--store", "app", "--prune"], environment: environment)
             XCTAssertEqual(run.status, 0, run.stderr)
             names.append(run.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         }
@@ -180,8 +189,9 @@ final class MultiDestinationTests: XCTestCase {
         XCTAssertEqual(failing.status, 1, failing.stderr)
         XCTAssertTrue(failing.stderr.contains("storebackup: error:") && failing.stderr.contains("127.0.0.1:\(closedPort)"), failing.stderr)
         let atLocal = try list(local).keys.sorted()
-        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: local).sorted(), atLocal,
-                       "the archive built in the local folder left no temporary behind")
+        XCTAssertEqual(
+            try FileManager.default.contentsOfDirectory(atPath: local).sorted(), atLocal,
+            "the archive built in the local folder left no temporary behind")
         XCTAssertEqual(atLocal.count, 2, "the local folder got the backup despite the other failing: \(atLocal)")
         let event = try String(contentsOfFile: marker, encoding: .utf8).split(separator: "|").map(String.init)
         XCTAssertEqual(event.first, "failure")
@@ -189,10 +199,16 @@ final class MultiDestinationTests: XCTestCase {
         XCTAssertFalse(event.last?.contains(local) == true, "only the failed destination is named: \(event)")
 
         let metrics = try String(contentsOfFile: metricsFile, encoding: .utf8).split(separator: "\n")
-        XCTAssertTrue(metrics.contains { $0.hasPrefix("storebackup_backups_total{") && $0.contains("outcome=\"failure\"") && $0.contains("127.0.0.1:\(closedPort)") },
-                      metrics.joined(separator: "\n"))
-        XCTAssertTrue(metrics.contains { $0.hasPrefix("storebackup_backups_total{") && $0.contains("outcome=\"success\"") && $0.contains("destination=\"\(local)\"") },
-                      metrics.joined(separator: "\n"))
+        XCTAssertTrue(
+            metrics.contains {
+                $0.hasPrefix("storebackup_backups_total{") && $0.contains("outcome=\"failure\"") && $0.contains("127.0.0.1:\(closedPort)")
+            },
+            metrics.joined(separator: "\n"))
+        XCTAssertTrue(
+            metrics.contains {
+                $0.hasPrefix("storebackup_backups_total{") && $0.contains("outcome=\"success\"") && $0.contains("destination=\"\(local)\"")
+            },
+            metrics.joined(separator: "\n"))
 
         let status = try runStoreBackup(["status", "--json", "--config", try configuration(broken)], environment: environment)
         XCTAssertEqual(status.status, 0, status.stderr)
@@ -231,12 +247,12 @@ final class MultiDestinationTests: XCTestCase {
         let bucket = "s3://backups/with-dav"
         let path = work + "/storebackup.yml"
         try """
-            state-directory: \(work)/state
-            s3-endpoint: \(endpoint)
-            schedule: daily 02:30
-            stores:
-              - {name: app, path: \(store), destinations: ["\(dav)", "\(bucket)"]}
-            """.write(toFile: path, atomically: false, encoding: .utf8)
+        state-directory: \(work)/state
+        s3-endpoint: \(endpoint)
+        schedule: daily 02:30
+        stores:
+          - {name: app, path: \(store), destinations: ["\(dav)", "\(bucket)"]}
+        """.write(toFile: path, atomically: false, encoding: .utf8)
 
         let run = try runStoreBackup(["create", "--config", path, "--store", "app"], environment: wrong)
         XCTAssertEqual(run.status, 1, run.stderr)
@@ -245,7 +261,8 @@ final class MultiDestinationTests: XCTestCase {
         let atS3 = try list(bucket)
         XCTAssertEqual(atS3.count, 1, "S3 took the backup although the first destination refused")
 
-        let copied = try runStoreBackup(["copy", "--all", "--from", bucket, "--to", dav, "--s3-endpoint", endpoint, "--json"], environment: right)
+        let copied = try runStoreBackup(
+            ["copy", "--all", "--from", bucket, "--to", dav, "--s3-endpoint", endpoint, "--json"], environment: right)
         XCTAssertEqual(copied.status, 0, copied.stderr)
         let again = try runStoreBackup(["copy", "--all", "--from", bucket, "--to", dav, "--s3-endpoint", endpoint], environment: right)
         XCTAssertEqual(again.status, 0, again.stderr)
@@ -265,7 +282,8 @@ final class MultiDestinationConfigurationTests: XCTestCase {
     }
 
     func testDestinationsAreReadInOrderAndAStoreOverridesTheDefault() throws {
-        let configuration = try parse("""
+        let configuration = try parse(
+            """
             schedule: daily 02:30
             destinations: [/var/backups, "s3://bucket/app"]
             stores:
@@ -273,7 +291,8 @@ final class MultiDestinationConfigurationTests: XCTestCase {
               - {name: b, path: /srv/b, destination: /mnt/usb}
               - {name: c, path: /srv/c, destinations: [/x, /y, /z]}
             """)
-        XCTAssertEqual(configuration.stores.map(\.allDestinations), [["/var/backups", "s3://bucket/app"], ["/mnt/usb"], ["/x", "/y", "/z"]])
+        XCTAssertEqual(
+            configuration.stores.map(\.allDestinations), [["/var/backups", "s3://bucket/app"], ["/mnt/usb"], ["/x", "/y", "/z"]])
         XCTAssertEqual(configuration.stores[0].destination, "/var/backups")
         XCTAssertEqual(configuration.stores[0].mirrors, ["s3://bucket/app"])
         XCTAssertEqual(configuration.stores[1].mirrors, [])
@@ -288,13 +307,16 @@ final class MultiDestinationConfigurationTests: XCTestCase {
             ("destinations: [/a, \"\"]", "stores[0].destinations[1]: must not be empty"),
         ]
         for (setting, expected) in cases {
-            XCTAssertThrowsError(try parse("""
-                schedule: daily 02:30
-                stores:
-                  - name: a
-                    path: /srv/a
-                    \(setting)
-                """)) { error in
+            XCTAssertThrowsError(
+                try parse(
+                    """
+                    schedule: daily 02:30
+                    stores:
+                      - name: a
+                        path: /srv/a
+                        \(setting)
+                    """)
+            ) { error in
                 XCTAssertTrue("\(error)".contains(expected), "\(setting): \(error)")
             }
         }

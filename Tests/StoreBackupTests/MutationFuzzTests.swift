@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// A bounded, seeded mutation fuzzer over real backups (plain and encrypted).
@@ -32,8 +33,9 @@ final class MutationFuzzTests: XCTestCase {
         let target = work + "/Target"
         let mutatedFolder = work + "/mutated"
         let password = try BackupPassword("fuzz password")
-        var helper = StoreHelper(storesDirectory: target, destination: LocalFolderDestination(folder: mutatedFolder),
-                                 passwords: .fixed(password))
+        var helper = StoreHelper(
+            storesDirectory: target, destination: LocalFolderDestination(folder: mutatedFolder),
+            passwords: .fixed(password))
         helper.compressionLevel = 1
         let verifier = BackupVerifier(destination: LocalFolderDestination(folder: mutatedFolder), passwords: .fixed(password))
         let archive = mutatedFolder + "/" + Self.backupName
@@ -103,8 +105,9 @@ final class MutationFuzzTests: XCTestCase {
                 ["restore", Self.backupName, target, "--from", mutatedFolder, "--yes", "--password-file", passwordFile])
             XCTAssertLessThan(peak, 64 * 1024, "case \(number) (\(kind)): peak RSS \(peak) KiB")
             if result.status != 0 {
-                XCTAssertEqual(result.stderr.split(separator: "\n").filter { $0.hasPrefix("storebackup: error:") }.count, 1,
-                               "case \(number) (\(kind)): \(result.stderr)")
+                XCTAssertEqual(
+                    result.stderr.split(separator: "\n").filter { $0.hasPrefix("storebackup: error:") }.count, 1,
+                    "case \(number) (\(kind)): \(result.stderr)")
                 XCTAssertEqual(try StoreFixture.describe(target), before, "case \(number) (\(kind)): the live store changed")
             }
         }
@@ -117,8 +120,9 @@ final class MutationFuzzTests: XCTestCase {
         var archives: [[UInt8]] = []
         for encrypt in [false, true] {
             let folder = work + (encrypt ? "/encrypted" : "/plain")
-            let helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: folder),
-                                     encrypt: encrypt, passwords: .fixed(try BackupPassword("fuzz password")))
+            let helper = StoreHelper(
+                storesDirectory: store, destination: LocalFolderDestination(folder: folder),
+                encrypt: encrypt, passwords: .fixed(try BackupPassword("fuzz password")))
             let backup = try await helper.createBackup()
             archives.append(Array(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + backup.name))))
         }
@@ -164,7 +168,8 @@ enum Mutator {
                 kinds.append("truncate")
             case 3:
                 let at = Int.random(in: 0...bytes.count, using: &random)
-                bytes.insert(contentsOf: (0..<Int.random(in: 1...16, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }, at: at)
+                bytes.insert(
+                    contentsOf: (0..<Int.random(in: 1...16, using: &random)).map { _ in UInt8.random(in: 0...255, using: &random) }, at: at)
                 kinds.append("insert")
             case 4:
                 let start = Int.random(in: 0..<bytes.count, using: &random)
@@ -183,7 +188,9 @@ enum Mutator {
     static func positions(of signature: UInt32, in bytes: [UInt8]) -> [Int] {
         guard bytes.count >= 4 else { return [] }
         let b = [UInt8(signature & 0xFF), UInt8(signature >> 8 & 0xFF), UInt8(signature >> 16 & 0xFF), UInt8(signature >> 24)]
-        return (0...(bytes.count - 4)).filter { bytes[$0] == b[0] && bytes[$0 + 1] == b[1] && bytes[$0 + 2] == b[2] && bytes[$0 + 3] == b[3] }
+        return (0...(bytes.count - 4)).filter {
+            bytes[$0] == b[0] && bytes[$0 + 1] == b[1] && bytes[$0 + 2] == b[2] && bytes[$0 + 3] == b[3]
+        }
     }
 
     /// Rewrites a size, length, count or offset field of a local, central or end record.
@@ -196,10 +203,14 @@ enum Mutator {
         let (signature, offsets) = fields[Int.random(in: 0..<fields.count, using: &random)]
         let found = positions(of: signature, in: bytes)
         guard let at = found.randomElement(using: &random), let (offset, width) = offsets.randomElement(using: &random),
-              at + offset + width <= bytes.count else { return false }
+            at + offset + width <= bytes.count
+        else { return false }
         var old: UInt64 = 0
         for index in 0..<width { old |= UInt64(bytes[at + offset + index]) << (8 * index) }
-        let interesting: [UInt64] = [0, 1, old &+ 1, old &- 1, old &* 2, old / 2, 0xFFFF, 0xFFFF_FFFF, 0x7FFF_FFFF, UInt64.random(in: 0...UInt64.max, using: &random)]
+        let interesting: [UInt64] = [
+            0, 1, old &+ 1, old &- 1, old &* 2, old / 2, 0xFFFF, 0xFFFF_FFFF, 0x7FFF_FFFF,
+            UInt64.random(in: 0...UInt64.max, using: &random),
+        ]
         let value = interesting.randomElement(using: &random)!
         for index in 0..<width { bytes[at + offset + index] = UInt8(truncatingIfNeeded: value >> (8 * index)) }
         return true
@@ -210,7 +221,8 @@ enum Mutator {
         let centrals = positions(of: 0x0201_4B50, in: bytes).filter { $0 + 46 <= bytes.count }
         guard let central = centrals.randomElement(using: &random) else { return false }
         let nameLength = Int(bytes[central + 28]) | Int(bytes[central + 29]) << 8
-        let local = Int(bytes[central + 42]) | Int(bytes[central + 43]) << 8 | Int(bytes[central + 44]) << 16 | Int(bytes[central + 45]) << 24
+        let local =
+            Int(bytes[central + 42]) | Int(bytes[central + 43]) << 8 | Int(bytes[central + 44]) << 16 | Int(bytes[central + 45]) << 24
         guard nameLength > 0, central + 46 + nameLength <= bytes.count else { return false }
         let index = Int.random(in: 0..<nameLength, using: &random)
         let replacements: [UInt8] = [0x2F, 0x2E, 0x00, 0x5C, 0x1B, 0x0A, 0xFF, 0x20, UInt8.random(in: 0...255, using: &random)]

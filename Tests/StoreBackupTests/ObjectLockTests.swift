@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Issue 36, point 3: immutable backups with S3 Object Lock, against moto (rclone's S3
@@ -14,8 +15,10 @@ final class ObjectLockTests: XCTestCase {
 
     var endpoint: String { moto["endpoint"] as! String }
     var environment: [String: String] {
-        ["AWS_ACCESS_KEY_ID": moto["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": moto["secret_key"] as! String,
-         "AWS_REGION": "us-east-1", "HOME": work]
+        [
+            "AWS_ACCESS_KEY_ID": moto["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": moto["secret_key"] as! String,
+            "AWS_REGION": "us-east-1", "HOME": work,
+        ]
     }
 
     override func setUpWithError() throws {
@@ -60,8 +63,9 @@ final class ObjectLockTests: XCTestCase {
         try makeBucket("locked", objectLock: true)
         var names: [String] = []
         for _ in 0..<2 {
-            let created = try runStoreBackup(["create", store, "--retain-days", "1", "--retain-mode", "compliance"] + to("locked"),
-                                             environment: environment)
+            let created = try runStoreBackup(
+                ["create", store, "--retain-days", "1", "--retain-mode", "compliance"] + to("locked"),
+                environment: environment)
             XCTAssertEqual(created.status, 0, created.stderr)
             names.append(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
         }
@@ -93,8 +97,10 @@ final class ObjectLockTests: XCTestCase {
     func testDeleteOnAVersionedBucketRemovesTheBytes() throws {
         try makeBucket("versioned", objectLock: false)
         let versioning = work + "/versioning.xml"
-        try Data("<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>".utf8).write(to: URL(fileURLWithPath: versioning))
-        XCTAssertEqual(try raw("PUT", "/versioned?versioning", headers: ["Content-Type: application/xml"], bodyFile: versioning).status, 200)
+        try Data("<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>".utf8).write(
+            to: URL(fileURLWithPath: versioning))
+        XCTAssertEqual(
+            try raw("PUT", "/versioned?versioning", headers: ["Content-Type: application/xml"], bodyFile: versioning).status, 200)
         let created = try runStoreBackup(["create", store] + to("versioned"), environment: environment)
         XCTAssertEqual(created.status, 0, created.stderr)
         let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -139,21 +145,29 @@ final class ObjectLockTests: XCTestCase {
     }
 
     /// curl with a SigV4 signature (moto hides locked objects' headers from anonymous requests).
-    func raw(_ method: String, _ path: String, headers: [String] = [], bodyFile: String? = nil,
-             extra: [String] = []) throws -> (status: Int, body: String) {
-        var arguments = ["-sS", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
-                         "-w", "\n%{http_code}"] + extra
+    func raw(
+        _ method: String, _ path: String, headers: [String] = [], bodyFile: String? = nil,
+        extra: [String] = []
+    ) throws -> (status: Int, body: String) {
+        var arguments =
+            [
+                "-sS", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                "-w", "\n%{http_code}",
+            ] + extra
         if method != "HEAD" { arguments += ["-X", method] }
         for header in headers { arguments += ["-H", header] }
         if let bodyFile { arguments += ["--data-binary", "@" + bodyFile] }
         arguments.append(endpoint + path)
-        let result = try runTool("/usr/bin/curl", arguments, stdin: "user = \"\(environment["AWS_ACCESS_KEY_ID"]!):\(environment["AWS_SECRET_ACCESS_KEY"]!)\"\n")
+        let result = try runTool(
+            "/usr/bin/curl", arguments, stdin: "user = \"\(environment["AWS_ACCESS_KEY_ID"]!):\(environment["AWS_SECRET_ACCESS_KEY"]!)\"\n")
         guard let newline = result.stdout.lastIndex(of: "\n") else { return (0, result.stdout + result.stderr) }
         return (Int(result.stdout[result.stdout.index(after: newline)...]) ?? 0, String(result.stdout[..<newline]))
     }
 
     func value(_ tag: String, in xml: String) -> String? {
-        guard let start = xml.range(of: "<\(tag)>"), let end = xml.range(of: "</\(tag)>", range: start.upperBound..<xml.endIndex) else { return nil }
+        guard let start = xml.range(of: "<\(tag)>"), let end = xml.range(of: "</\(tag)>", range: start.upperBound..<xml.endIndex) else {
+            return nil
+        }
         return String(xml[start.upperBound..<end.lowerBound])
     }
 

@@ -1,6 +1,8 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
+
 #if canImport(Glibc)
 import Glibc
 #endif

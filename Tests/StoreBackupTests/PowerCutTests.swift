@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// A power cut during restore, at every call that changes a name: a restore's file-system
@@ -38,11 +39,16 @@ final class PowerCutTests: XCTestCase {
         XCTAssertEqual(try runTool("/bin/cp", ["-a", parent, initial]).status, 0)
 
         let trace = work + "/trace.txt"
-        let calls = "openat,mkdir,mkdirat,write,pwrite64,writev,pwritev,fsync,fdatasync,syncfs,"
+        let calls =
+            "openat,mkdir,mkdirat,write,pwrite64,writev,pwritev,fsync,fdatasync,syncfs,"
             + "rename,renameat,renameat2,unlink,unlinkat,rmdir,symlink,symlinkat,link,linkat"
-        let restored = try runTool("/usr/bin/strace", ["-f", "-y", "-x", "-s", "4096", "-qq", "-o", trace, "-e", "trace=" + calls,
-                                                      TestEnvironment.binary, "restore", "latest", store, "--from", backups, "--yes"],
-                                   environment: environment)
+        let restored = try runTool(
+            "/usr/bin/strace",
+            [
+                "-f", "-y", "-x", "-s", "4096", "-qq", "-o", trace, "-e", "trace=" + calls,
+                TestEnvironment.binary, "restore", "latest", store, "--from", backups, "--yes",
+            ],
+            environment: environment)
         XCTAssertEqual(restored.status, 0, restored.stderr)
         let newTree = try StoreFixture.describe(store, includeJournals: false)
         XCTAssertNotEqual(newTree, oldTree)
@@ -62,11 +68,17 @@ final class PowerCutTests: XCTestCase {
             let label = "power cut after \(cut.call)"
             XCTAssertEqual(recovered.status, 0, "\(label): \(recovered.stderr)")
             let tree = try StoreFixture.describe(store, includeJournals: false)
-            if tree == oldTree { outcomes.old += 1 } else if tree == newTree { outcomes.new += 1 } else {
+            if tree == oldTree {
+                outcomes.old += 1
+            } else if tree == newTree {
+                outcomes.new += 1
+            } else {
                 let differing = Set(tree.keys).union(newTree.keys).filter { tree[$0] != newTree[$0] && tree[$0] != oldTree[$0] }.sorted()
                 let first = differing.first ?? ""
-                XCTFail("\(label): neither the old store nor the new one (differs in \(differing.prefix(5)); \(first): "
-                        + "\(tree[first].map { "\($0)" } ?? "missing") where the new store has \(newTree[first].map { "\($0)" } ?? "nothing"))")
+                XCTFail(
+                    "\(label): neither the old store nor the new one (differs in \(differing.prefix(5)); \(first): "
+                        + "\(tree[first].map { "\($0)" } ?? "missing") where the new store has \(newTree[first].map { "\($0)" } ?? "nothing"))"
+                )
             }
             let left = Set(try FileManager.default.contentsOfDirectory(atPath: parent)).subtracting(keptBeside)
             XCTAssertEqual(left, [], "\(label): left beside the store")
@@ -177,8 +189,11 @@ struct PowerCutModel {
                 break
             }
             if changed {
-                cuts.append(Cut(call: "\(event.name)(\(event.paths.map { $0.replacingOccurrences(of: parent + "/", with: "") }.joined(separator: " -> ")))",
-                                state: tree.mapValues { Frozen(node: $0, durable: $0.synced, written: $0.lastWrite >= 0 ? $0.written : nil) }))
+                cuts.append(
+                    Cut(
+                        call:
+                            "\(event.name)(\(event.paths.map { $0.replacingOccurrences(of: parent + "/", with: "") }.joined(separator: " -> ")))",
+                        state: tree.mapValues { Frozen(node: $0, durable: $0.synced, written: $0.lastWrite >= 0 ? $0.written : nil) }))
             }
         }
         for (path, node) in tree { finalPath[ObjectIdentifier(node)] = path }
@@ -203,7 +218,8 @@ struct PowerCutModel {
         for path in state.keys.sorted() {
             let frozen = state[path]!
             let node = frozen.node
-            let source = node.original.map { initial + "/" + $0 }
+            let source =
+                node.original.map { initial + "/" + $0 }
                 ?? finalPath[ObjectIdentifier(node)].map { final + $0.dropFirst(parent.count) }
             switch node.kind {
             case .folder:

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Recovery on hand-made folder states: each journal phase with the folders a crash leaves.

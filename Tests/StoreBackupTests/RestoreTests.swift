@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance: restore succeeds, rolls back a store that fails to reload, refuses
@@ -56,8 +57,9 @@ final class RestoreTests: XCTestCase {
         XCTAssertEqual(calls.entries, ["dark", "light", "didRollback"], "reload on the new store, then again on the old one")
         XCTAssertEqual(try StoreFixture.describe(store), before, "the old store must be live again, unchanged")
         let failed = StoreLayout(storesDirectory: store).failed
-        XCTAssertEqual(try StoreFixture.query(failed + "/Settings.sqlite", "SELECT v FROM kv"), "dark",
-                       "the rejected store is kept in _FailedRestore")
+        XCTAssertEqual(
+            try StoreFixture.query(failed + "/Settings.sqlite", "SELECT v FROM kv"), "dark",
+            "the rejected store is kept in _FailedRestore")
         XCTAssertFalse(FileSystem.fileExists(StoreLayout(storesDirectory: store).old))
         XCTAssertFalse(FileSystem.fileExists(StoreLayout(storesDirectory: store).journal))
     }
@@ -79,7 +81,8 @@ final class RestoreTests: XCTestCase {
         let original = try onlyBackup(in: backups)
         let forged = backups + "/2000-01-01 000000 Stores.zip"
         // Same manifest, one file's content replaced: every CRC is valid, the SHA-256 is not.
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys, zipfile
             src = zipfile.ZipFile(sys.argv[1]); dst = zipfile.ZipFile(sys.argv[2], "w")
             for info in src.infolist():
@@ -108,8 +111,9 @@ final class RestoreTests: XCTestCase {
         let forged = try backupWithForgedDigest(of: "Settings.sqlite")
         let whole = try onlyBackup(in: work + "/grown-backups")
         for (archive, scratch) in [(whole, work + "/whole"), (forged, work + "/forged")] {
-            var extractor = Extractor(reader: try ArchiveReader(path: archive, backupName: "test"), cancel: CancellationFlag(),
-                                      progress: ProgressThrottle(nil))
+            var extractor = Extractor(
+                reader: try ArchiveReader(path: archive, backupName: "test"), cancel: CancellationFlag(),
+                progress: ProgressThrottle(nil))
             extractor.pendingDigestLimit = 1
             if archive == whole {
                 XCTAssertEqual(try extractor.extract(into: scratch).sorted(), ["App.sqlite", "Settings.sqlite"])
@@ -126,7 +130,8 @@ final class RestoreTests: XCTestCase {
     private func growPastOneBlock(_ database: String) throws {
         let connection = try SQLiteConnection(path: database, mode: .readWrite)
         defer { connection.close() }
-        try connection.execute("""
+        try connection.execute(
+            """
             CREATE TABLE filler(b TEXT);
             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2048)
             INSERT INTO filler SELECT hex(randomblob(1024)) FROM n;
@@ -141,15 +146,20 @@ final class RestoreTests: XCTestCase {
         XCTAssertEqual(created.status, 0, created.stderr)
         let forged = backups + "/2000-01-01 000000 Stores.zip"
         try FileManager.default.copyItem(atPath: try onlyBackup(in: grown), toPath: forged)
-        let manifest = try runTool("/usr/bin/env", ["python3", "-c", """
-            import json, sys, zipfile
-            path, entry = sys.argv[1], sys.argv[2]
-            manifest = json.loads(zipfile.ZipFile(path).read(".storebackup/manifest.json"))
-            row = next(f for f in manifest["files"] if f["path"] == entry)
-            assert len(row.get("deflateBlocks") or []) >= 2, entry + " must be unpacked in blocks"
-            row["sha256"] = row["sha256"][:-1] + ("0" if row["sha256"][-1] != "0" else "1")
-            print(json.dumps(manifest))
-            """, forged, path])
+        let manifest = try runTool(
+            "/usr/bin/env",
+            [
+                "python3", "-c",
+                """
+                import json, sys, zipfile
+                path, entry = sys.argv[1], sys.argv[2]
+                manifest = json.loads(zipfile.ZipFile(path).read(".storebackup/manifest.json"))
+                row = next(f for f in manifest["files"] if f["path"] == entry)
+                assert len(row.get("deflateBlocks") or []) >= 2, entry + " must be unpacked in blocks"
+                row["sha256"] = row["sha256"][:-1] + ("0" if row["sha256"][-1] != "0" else "1")
+                print(json.dumps(manifest))
+                """, forged, path,
+            ])
         XCTAssertEqual(manifest.status, 0, manifest.stderr)
         try replaceZipEntry(forged, entry: ".storebackup/manifest.json", content: manifest.stdout)
         return forged
@@ -158,7 +168,8 @@ final class RestoreTests: XCTestCase {
     func testEscapingPathIsRefused() throws {
         for (index, entry) in ["../evil.txt", "/tmp/storebackup-evil.txt", "a/../../evil.txt"].enumerated() {
             let name = "2000-01-0\(index + 1) 000000 Stores.zip"
-            try runPythonScript("""
+            try runPythonScript(
+                """
                 import sys, zipfile
                 z = zipfile.ZipFile(sys.argv[1], "w")
                 z.writestr("notes.txt", b"fine")
@@ -173,7 +184,8 @@ final class RestoreTests: XCTestCase {
 
     func testSymlinkPointingOutsideIsRefused() throws {
         let name = "2000-01-01 000000 Stores.zip"
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys, zipfile
             z = zipfile.ZipFile(sys.argv[1], "w")
             info = zipfile.ZipInfo("data/link"); info.create_system = 3; info.external_attr = 0o120777 << 16
@@ -206,8 +218,9 @@ final class RestoreTests: XCTestCase {
             var environment = expectation.environment
             environment["STOREBACKUP_TEST_PAUSE_AT"] = expectation.step
             let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"], environment: environment)
-            XCTAssertTrue(restore.waitForLine(containing: "test pause at \(expectation.step)"),
-                          "\(expectation.step): never reached; stderr: \(restore.stderrSoFar)")
+            XCTAssertTrue(
+                restore.waitForLine(containing: "test pause at \(expectation.step)"),
+                "\(expectation.step): never reached; stderr: \(restore.stderrSoFar)")
             restore.kill9()
 
             let recovered = try runStoreBackup(["recover", store])
@@ -215,7 +228,8 @@ final class RestoreTests: XCTestCase {
             XCTAssertEqual(liveTheme, expectation.theme, "after a kill at \(expectation.step)")
             XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA integrity_check"), "ok")
             if expectation.theme == "light" {
-                XCTAssertEqual(try StoreFixture.describe(store, includeJournals: false), oldTree, "\(expectation.step): the old store, exactly")
+                XCTAssertEqual(
+                    try StoreFixture.describe(store, includeJournals: false), oldTree, "\(expectation.step): the old store, exactly")
             } else {
                 XCTAssertEqual(try String(contentsOfFile: store + "/notes.txt", encoding: .utf8), "grocery list\n")
             }
@@ -237,8 +251,9 @@ final class RestoreTests: XCTestCase {
 
     /// Any later command on the store repairs it first, without `recover`.
     func testNextCommandRecoversAutomatically() throws {
-        let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"],
-                                            environment: ["STOREBACKUP_TEST_PAUSE_AT": "between-renames"])
+        let restore = try BackgroundCommand(
+            ["restore", "latest", store, "--from", backups, "--yes"],
+            environment: ["STOREBACKUP_TEST_PAUSE_AT": "between-renames"])
         XCTAssertTrue(restore.waitForLine(containing: "test pause at between-renames"))
         restore.kill9()
         XCTAssertFalse(FileSystem.fileExists(store), "mid-swap the live folder is briefly absent")
@@ -275,7 +290,8 @@ final class RestoreTests: XCTestCase {
     }
 
     private func flipByteInsideEntry(archive: String, entry: String) throws {
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys, zipfile, struct
             path, name = sys.argv[1], sys.argv[2]
             info = zipfile.ZipFile(path).getinfo(name)

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Retention decisions on synthetic dated backups: restic's documented examples, and the
@@ -32,8 +33,9 @@ final class RetentionTests: XCTestCase {
         let byReason = { (reason: String) in decisions.filter { $0.reasons.contains(reason) } }
         XCTAssertEqual(byReason("daily snapshot").count, 7)
         XCTAssertEqual(byReason("weekly snapshot").count, 5)
-        XCTAssertEqual(byReason("weekly snapshot").filter { !$0.reasons.contains("daily snapshot") }.count, 4,
-                       "the 7 dailies already include one week's end")
+        XCTAssertEqual(
+            byReason("weekly snapshot").filter { !$0.reasons.contains("daily snapshot") }.count, 4,
+            "the 7 dailies already include one week's end")
         XCTAssertEqual(byReason("monthly snapshot").count, 12)
         XCTAssertEqual(byReason("yearly snapshot").count, 3, "only three years have backups")
         // Every weekly keeper is a Sunday (the ISO week's last day), every monthly one a month's last day.
@@ -53,8 +55,10 @@ final class RetentionTests: XCTestCase {
     func testKeepWithinIsRelativeToTheNewestBackup() throws {
         let newest = utc.date(from: DateComponents(year: 2020, month: 6, day: 30, hour: 12))!
         let limit = utc.date(from: DateComponents(year: 2018, month: 1, day: 23, hour: 9))!  // newest − 2y5m7d3h
-        let dates = [newest, limit.addingTimeInterval(60), limit, limit.addingTimeInterval(-60),
-                     utc.date(from: DateComponents(year: 2010, month: 1, day: 1))!]
+        let dates = [
+            newest, limit.addingTimeInterval(60), limit, limit.addingTimeInterval(-60),
+            utc.date(from: DateComponents(year: 2010, month: 1, day: 1))!,
+        ]
         let policy = RetentionPolicy(keepWithin: try RetentionSpan.parse("2y5m7d3h"))
         let decisions = policy.apply(to: dates.map(listing), calendar: utc)
         XCTAssertEqual(kept(decisions), [newest, limit.addingTimeInterval(60)].map { BackupName.make(for: $0) })
@@ -84,8 +88,10 @@ final class RetentionTests: XCTestCase {
         let data = work + "/data"
         try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true)
         FileManager.default.createFile(atPath: data + "/file", contents: Data("x".utf8))
-        let environment = ["RESTIC_PASSWORD": "test-only", "RESTIC_REPOSITORY": work + "/repo", "TZ": "UTC",
-                           "RESTIC_CACHE_DIR": work + "/cache"]
+        let environment = [
+            "RESTIC_PASSWORD": "test-only", "RESTIC_REPOSITORY": work + "/repo", "TZ": "UTC",
+            "RESTIC_CACHE_DIR": work + "/cache",
+        ]
 
         // Irregular dates over two years: clusters within hours, gaps of weeks (a fixed LCG, so repeatable).
         var seed: UInt64 = 42
@@ -104,13 +110,16 @@ final class RetentionTests: XCTestCase {
 
         XCTAssertEqual(try runTool(restic, ["init", "--quiet"], environment: environment).status, 0)
         for date in dates {
-            let result = try runTool(restic, ["backup", "--quiet", "--host", "h", "--time", formatter.string(from: date), data], environment: environment)
+            let result = try runTool(
+                restic, ["backup", "--quiet", "--host", "h", "--time", formatter.string(from: date), data], environment: environment)
             XCTAssertEqual(result.status, 0, result.stderr)
         }
 
         let cases: [([String], RetentionPolicy)] = [
-            (["--keep-daily", "7", "--keep-weekly", "4", "--keep-monthly", "6", "--keep-yearly", "2"],
-             RetentionPolicy(keepDaily: 7, keepWeekly: 4, keepMonthly: 6, keepYearly: 2)),
+            (
+                ["--keep-daily", "7", "--keep-weekly", "4", "--keep-monthly", "6", "--keep-yearly", "2"],
+                RetentionPolicy(keepDaily: 7, keepWeekly: 4, keepMonthly: 6, keepYearly: 2)
+            ),
             (["--keep-last", "3", "--keep-hourly", "5"], RetentionPolicy(keepLast: 3, keepHourly: 5)),
             (["--keep-within", "3m10d"], RetentionPolicy(keepWithin: RetentionSpan(months: 3, days: 10))),
             (["--keep-weekly", "10"], RetentionPolicy(keepWeekly: 10)),

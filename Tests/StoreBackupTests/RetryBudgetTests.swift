@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// The one retry layer: an operation's budget is shared by every request it makes, on
@@ -47,8 +48,10 @@ final class RetryBudgetTests: XCTestCase {
     }
 
     func testEnvironmentSetsTheBudgetAndTheOldCapsStillWork() {
-        let policy = RetryPolicy.fromEnvironment(["STOREBACKUP_RETRY_FOR": "90s", "STOREBACKUP_RETRY_ATTEMPTS": "2",
-                                                  "STOREBACKUP_RETRY_OPERATIONS": "1"])
+        let policy = RetryPolicy.fromEnvironment([
+            "STOREBACKUP_RETRY_FOR": "90s", "STOREBACKUP_RETRY_ATTEMPTS": "2",
+            "STOREBACKUP_RETRY_OPERATIONS": "1",
+        ])
         XCTAssertEqual(policy.budget, 90)
         XCTAssertEqual(policy.requestAttempts, 2)
         XCTAssertEqual(policy.operationAttempts, 1)

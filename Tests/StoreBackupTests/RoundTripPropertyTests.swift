@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Issue 32's property: every store that `create` accepts, `restore` gives back exactly.
@@ -40,10 +41,12 @@ final class RoundTripPropertyTests: XCTestCase {
             let created = try runStoreBackup(["create", store, "--to", backups], environment: environment)
             XCTAssertEqual(created.status, 0, "seed \(seed): create: \(created.stderr)")
             for link in outsideLinks {
-                XCTAssertTrue(created.stderr.contains("warning: the link \(link) -> "), "seed \(seed): no warning for \(link): \(created.stderr)")
+                XCTAssertTrue(
+                    created.stderr.contains("warning: the link \(link) -> "), "seed \(seed): no warning for \(link): \(created.stderr)")
             }
             for socket in sockets {
-                XCTAssertTrue(created.stderr.contains("warning: \(socket) (a socket) is not in the backup"), "seed \(seed): \(created.stderr)")
+                XCTAssertTrue(
+                    created.stderr.contains("warning: \(socket) (a socket) is not in the backup"), "seed \(seed): \(created.stderr)")
             }
             if outsideLinks.isEmpty && sockets.isEmpty {
                 XCTAssertFalse(created.stderr.contains("warning"), "seed \(seed): \(created.stderr)")
@@ -60,7 +63,8 @@ final class RoundTripPropertyTests: XCTestCase {
             }
             let verified = try runStoreBackup(["verify", "latest", "--from", backups] + options, environment: environment)
             XCTAssertEqual(verified.status, 0, "seed \(seed): verify: \(verified.stdout) \(verified.stderr)")
-            let restore = try runStoreBackup(["restore", "latest", restored, "--from", backups, "--yes"] + options, environment: environment)
+            let restore = try runStoreBackup(
+                ["restore", "latest", restored, "--from", backups, "--yes"] + options, environment: environment)
             XCTAssertEqual(restore.status, 0, "seed \(seed): restore: \(restore.stderr)")
             let after = try RoundTripTests.describe(restored)
             XCTAssertEqual(after, before, "seed \(seed): \(RoundTripTests.difference(before, after))")
@@ -71,6 +75,8 @@ final class RoundTripPropertyTests: XCTestCase {
 
     static func bytes(hex: String) -> [UInt8] {
         let digits = Array(hex.utf8)
-        return stride(from: 0, to: digits.count - 1, by: 2).compactMap { UInt8(String(decoding: digits[$0...$0 + 1], as: UTF8.self), radix: 16) }
+        return stride(from: 0, to: digits.count - 1, by: 2).compactMap {
+            UInt8(String(decoding: digits[$0...$0 + 1], as: UTF8.self), radix: 16)
+        }
     }
 }

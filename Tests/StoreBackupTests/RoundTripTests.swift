@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Issue 32, one test per finding: a store holding something legal on Linux but unusual goes
@@ -53,8 +54,9 @@ final class RoundTripTests: XCTestCase {
         try assertRoundTrip("control-characters")
         let listed = try runStoreBackup(["ls", "latest", "--from", backups], environment: environment)
         XCTAssertEqual(listed.status, 0, listed.stderr)
-        XCTAssertFalse(listed.stdout.unicodeScalars.contains { $0.value == 0x1b || $0.value == 0x07 || $0.value == 0x7f },
-                       "no raw control character reaches the terminal: \(listed.stdout)")
+        XCTAssertFalse(
+            listed.stdout.unicodeScalars.contains { $0.value == 0x1b || $0.value == 0x07 || $0.value == 0x7f },
+            "no raw control character reaches the terminal: \(listed.stdout)")
         for escaped in ["bell%07", "new%0Aline", "tab%09here", "esc%1B[31mred", "del%7F"] {
             XCTAssertTrue(listed.stdout.contains(escaped), "\(escaped) in \(listed.stdout)")
         }
@@ -68,8 +70,9 @@ final class RoundTripTests: XCTestCase {
         let paths = try Self.listedPaths(listed.stdout)
         XCTAssertTrue(paths.contains("%E9t%E9") && paths.contains("bad%FF%FE/inner"), "\(paths)")
         let out = work + "/out"
-        let extracted = try runStoreBackup(["extract", "latest", "%E9t%E9", "bad%FF%FE", "--into", out, "--from", backups],
-                                           environment: environment)
+        let extracted = try runStoreBackup(
+            ["extract", "latest", "%E9t%E9", "bad%FF%FE", "--into", out, "--from", backups],
+            environment: environment)
         XCTAssertEqual(extracted.status, 0, extracted.stderr)
         let latin1 = try describe(out).keys.sorted()
         XCTAssertEqual(latin1, ["", "626164fffe", "626164fffe2f696e6e6572", "e974e9"])
@@ -91,16 +94,20 @@ final class RoundTripTests: XCTestCase {
 
         let verified = try runStoreBackup(["verify", "latest", "--from", backups], environment: environment)
         XCTAssertNotEqual(verified.status, 0)
-        XCTAssertTrue(verified.stdout.contains("points outside the stores directory") && verified.stdout.contains("--allow-outside-links"),
-                      verified.stdout)
+        XCTAssertTrue(
+            verified.stdout.contains("points outside the stores directory") && verified.stdout.contains("--allow-outside-links"),
+            verified.stdout)
         let refused = try runStoreBackup(["restore", "latest", restored, "--from", backups, "--yes"], environment: environment)
         XCTAssertNotEqual(refused.status, 0)
-        XCTAssertTrue(refused.stderr.contains("--allow-outside-links") && refused.stderr.contains("assets -> ../SharedAssets"), refused.stderr)
+        XCTAssertTrue(
+            refused.stderr.contains("--allow-outside-links") && refused.stderr.contains("assets -> ../SharedAssets"), refused.stderr)
         XCTAssertFalse(FileSystem.fileExists(restored), "a refused restore leaves nothing")
 
-        XCTAssertEqual(try runStoreBackup(["verify", "latest", "--from", backups, "--allow-outside-links"], environment: environment).status, 0)
-        let allowed = try runStoreBackup(["restore", "latest", restored, "--from", backups, "--yes", "--allow-outside-links"],
-                                         environment: environment)
+        XCTAssertEqual(
+            try runStoreBackup(["verify", "latest", "--from", backups, "--allow-outside-links"], environment: environment).status, 0)
+        let allowed = try runStoreBackup(
+            ["restore", "latest", restored, "--from", backups, "--yes", "--allow-outside-links"],
+            environment: environment)
         XCTAssertEqual(allowed.status, 0, allowed.stderr)
         XCTAssertEqual(try describe(restored), before)
     }
@@ -118,8 +125,9 @@ final class RoundTripTests: XCTestCase {
         let edited = try JSONSerialization.data(withJSONObject: object)
         try replaceZipEntry(archive, entry: Manifest.archivePath, content: String(decoding: edited, as: UTF8.self))
 
-        let restore = try runStoreBackup(["restore", "latest", restored, "--from", backups, "--yes", "--allow-outside-links"],
-                                         environment: environment)
+        let restore = try runStoreBackup(
+            ["restore", "latest", restored, "--from", backups, "--yes", "--allow-outside-links"],
+            environment: environment)
         XCTAssertNotEqual(restore.status, 0)
         XCTAssertTrue(restore.stderr.contains("unsafe path \"shared-config -> /srv/shared/config.json\""), restore.stderr)
         XCTAssertFalse(FileSystem.fileExists(restored))
@@ -215,7 +223,9 @@ final class RoundTripTests: XCTestCase {
         try assertRestoresAsBefore(before, file: file, line: line)
     }
 
-    private func assertRestoresAsBefore(_ before: [String: [String: AnyHashable]], file: StaticString = #filePath, line: UInt = #line) throws {
+    private func assertRestoresAsBefore(_ before: [String: [String: AnyHashable]], file: StaticString = #filePath, line: UInt = #line)
+        throws
+    {
         let verified = try runStoreBackup(["verify", "latest", "--from", backups], environment: environment)
         XCTAssertEqual(verified.status, 0, "verify: \(verified.stdout) \(verified.stderr)", file: file, line: line)
         let restore = try runStoreBackup(["restore", "latest", restored, "--from", backups, "--yes"], environment: environment)
@@ -270,7 +280,8 @@ final class RoundTripTests: XCTestCase {
     }
 
     private func zipNames(_ archive: String) throws -> [String] {
-        let listed = try runTool("/usr/bin/env", ["python3", "-c", "import zipfile,sys; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))", archive])
+        let listed = try runTool(
+            "/usr/bin/env", ["python3", "-c", "import zipfile,sys; print('\\n'.join(zipfile.ZipFile(sys.argv[1]).namelist()))", archive])
         XCTAssertEqual(listed.status, 0, listed.stderr)
         return listed.stdout.split(separator: "\n").map(String.init)
     }

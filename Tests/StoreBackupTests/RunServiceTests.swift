@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// `storebackup run`, `create --store/--prune`, hooks, `status` and `prune`, as real processes
@@ -72,7 +73,8 @@ final class RunServiceTests: XCTestCase {
     func testRunBacksUpOnScheduleAppliesRetentionAndStopsCleanly() throws {
         let store = try makeStore()
         let backups = work + "/backups"
-        let configuration = try writeConfiguration("""
+        let configuration = try writeConfiguration(
+            """
             stores:
               - name: app
                 path: \(store)
@@ -89,8 +91,9 @@ final class RunServiceTests: XCTestCase {
                 seen.append(name)
                 // When a success is recorded, retention has already run for it.
                 if seen.count >= 3 {
-                    XCTAssertFalse(FileManager.default.fileExists(atPath: backups + "/" + seen[seen.count - 3]),
-                                   "keep-last 2 deletes the third newest")
+                    XCTAssertFalse(
+                        FileManager.default.fileExists(atPath: backups + "/" + seen[seen.count - 3]),
+                        "keep-last 2 deletes the third newest")
                     XCTAssertTrue(FileManager.default.fileExists(atPath: backups + "/" + name))
                 }
             }
@@ -124,7 +127,10 @@ final class RunServiceTests: XCTestCase {
     func testSigtermDuringABackupLeavesNothingPartial() throws {
         let store = try makeStore()
         // Enough compressible data at the best level to take a while on any machine.
-        let big = FileHandle(forWritingAtPath: { FileManager.default.createFile(atPath: store + "/big.log", contents: nil); return store + "/big.log" }())!
+        let big = FileHandle(
+            forWritingAtPath: {
+                FileManager.default.createFile(atPath: store + "/big.log", contents: nil); return store + "/big.log"
+            }())!
         for block in 0..<1024 {
             var chunk = ""
             for line in 0..<800 { chunk += "block \(block) line \(line) \(block &* 7919 &+ line &* 104_729)\n" }
@@ -132,7 +138,8 @@ final class RunServiceTests: XCTestCase {
         }
         try big.close()
         let backups = work + "/backups"
-        let configuration = try writeConfiguration("""
+        let configuration = try writeConfiguration(
+            """
             stores:
               - name: big
                 path: \(store)
@@ -159,7 +166,8 @@ final class RunServiceTests: XCTestCase {
         let backups = work + "/backups"
         // A daily time 12 hours away: only the catch-up can make a backup during this test.
         let later = Calendar.current.dateComponents([.hour, .minute], from: Date().addingTimeInterval(12 * 3600))
-        let configuration = try writeConfiguration("""
+        let configuration = try writeConfiguration(
+            """
             stores:
               - name: app
                 path: \(store)
@@ -167,8 +175,9 @@ final class RunServiceTests: XCTestCase {
                 schedule: daily \(String(format: "%02d:%02d", later.hour!, later.minute!))
             """)
         var old = BackupState(store: "app", storesDirectory: store)
-        old.lastSuccess = BackupState.Success(at: Date().addingTimeInterval(-3 * 86_400), backup: "2020-01-01 000000 Stores.zip",
-                                              size: 1, durationSeconds: 1)
+        old.lastSuccess = BackupState.Success(
+            at: Date().addingTimeInterval(-3 * 86_400), backup: "2020-01-01 000000 Stores.zip",
+            size: 1, durationSeconds: 1)
         try BackupStateStore(directory: stateDirectory).save(old)
 
         let (process, logPath) = try startRun(configuration)
@@ -193,7 +202,8 @@ final class RunServiceTests: XCTestCase {
         defer { listener.stop() }
         let marker = work + "/success-marker"
         func configuration(destination: String) throws -> String {
-            try writeConfiguration("""
+            try writeConfiguration(
+                """
                 schedule: daily 03:00
                 stores:
                   - name: app
@@ -207,8 +217,9 @@ final class RunServiceTests: XCTestCase {
                   on-failure: {url: "http://127.0.0.1:\(listener.port)/alert", timeout: 20s}
                 """)
         }
-        let good = try runStoreBackup(["create", "--config", try configuration(destination: work + "/backups"), "--store", "app", "--prune"],
-                                      environment: environment)
+        let good = try runStoreBackup(
+            ["create", "--config", try configuration(destination: work + "/backups"), "--store", "app", "--prune"],
+            environment: environment)
         XCTAssertEqual(good.status, 0, "a failing hook does not fail the backup: \(good.stderr)")
         let name = good.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         XCTAssertTrue(FileManager.default.fileExists(atPath: work + "/backups/" + name))
@@ -219,8 +230,9 @@ final class RunServiceTests: XCTestCase {
         let closedPort = try WebDAVDestinationTests.unusedPort()
         let unreachable = "webdav://127.0.0.1:\(closedPort)/backups"
         let fastRetries = environment.merging(["STOREBACKUP_RETRY_ATTEMPTS": "2", "STOREBACKUP_RETRY_OPERATIONS": "1"]) { _, new in new }
-        let bad = try runStoreBackup(["create", "--config", try configuration(destination: unreachable), "--store", "app"],
-                                     environment: fastRetries)
+        let bad = try runStoreBackup(
+            ["create", "--config", try configuration(destination: unreachable), "--store", "app"],
+            environment: fastRetries)
         XCTAssertEqual(bad.status, 1, bad.stderr)
         XCTAssertTrue(bad.stderr.contains("storebackup: error:"), bad.stderr)
         try waitFor("the failure POST", seconds: 30) { listener.received != nil }
@@ -229,7 +241,8 @@ final class RunServiceTests: XCTestCase {
         XCTAssertEqual(posted["store"] as? String, "app")
         XCTAssertFalse((posted["error"] as? String ?? "").isEmpty)
 
-        let status = try runStoreBackup(["status", "--json", "--config", try configuration(destination: work + "/backups")], environment: environment)
+        let status = try runStoreBackup(
+            ["status", "--json", "--config", try configuration(destination: work + "/backups")], environment: environment)
         XCTAssertEqual(status.status, 0, status.stderr)
         let rows = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(status.stdout.utf8)) as? [[String: Any]])
         XCTAssertEqual(rows.count, 1)
@@ -258,8 +271,9 @@ final class RunServiceTests: XCTestCase {
         for day in 1...2 {
             for (source, offset) in [(mine.stdout, 0.0), (theirs.stdout, 30.0)] {
                 let name = BackupName.make(for: Date(timeIntervalSinceNow: -Double(day) * 86_400 - offset))
-                try FileManager.default.copyItem(atPath: backups + "/" + source.trimmingCharacters(in: .whitespacesAndNewlines),
-                                                 toPath: backups + "/" + name)
+                try FileManager.default.copyItem(
+                    atPath: backups + "/" + source.trimmingCharacters(in: .whitespacesAndNewlines),
+                    toPath: backups + "/" + name)
             }
         }
         let dryRun = try runStoreBackup(["prune", "--to", backups, "--keep-last", "1", "--dry-run"], environment: environment)
@@ -274,7 +288,8 @@ final class RunServiceTests: XCTestCase {
 
         let pruned = try runStoreBackup(["prune", "--to", backups, "--keep-last", "1", "--yes"], environment: environment)
         XCTAssertEqual(pruned.status, 0, pruned.stderr)
-        XCTAssertEqual(files(in: backups).filter(BackupName.isBackup).count, 4, "this host's two older ones went; the other host's three stay")
+        XCTAssertEqual(
+            files(in: backups).filter(BackupName.isBackup).count, 4, "this host's two older ones went; the other host's three stay")
 
         let listed = try runStoreBackup(["list", "--to", backups, "--json", "--host", "other-host"], environment: environment)
         let rows = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Acceptance (remote destinations, S3): against rclone's S3 server with signature
@@ -13,8 +14,10 @@ final class S3DestinationTests: XCTestCase {
     var endpoint: String { s3["endpoint"] as! String }
     var dataDirectory: String { s3["data_dir"] as! String }
     var credentials: [String: String] {
-        ["AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
-         "AWS_REGION": s3["region"] as! String, "HOME": work]
+        [
+            "AWS_ACCESS_KEY_ID": s3["access_key"] as! String, "AWS_SECRET_ACCESS_KEY": s3["secret_key"] as! String,
+            "AWS_REGION": s3["region"] as! String, "HOME": work,
+        ]
     }
 
     override func setUpWithError() throws {
@@ -29,8 +32,10 @@ final class S3DestinationTests: XCTestCase {
     }
 
     private func destination(endpoint: String? = nil, prefix: String = "lib", retry: RetryPolicy = .fastForTests) throws -> S3Destination {
-        try S3Destination.make(url: "s3://backups/\(prefix)", options: DestinationOptions(
-            retry: retry, s3Endpoint: endpoint ?? self.endpoint, environment: credentials))
+        try S3Destination.make(
+            url: "s3://backups/\(prefix)",
+            options: DestinationOptions(
+                retry: retry, s3Endpoint: endpoint ?? self.endpoint, environment: credentials))
     }
 
     /// rclone's server answers the listing of unfinished uploads (which prune asks for, to
@@ -66,8 +71,10 @@ final class S3DestinationTests: XCTestCase {
         XCTAssertTrue(result.stderr.contains("does not exist"), result.stderr)
 
         // Through the library the cause is data: the HTTP status and S3's own error code.
-        let missing = try S3Destination.make(url: "s3://no-such-bucket/x", options: DestinationOptions(
-            retry: .fastForTests, s3Endpoint: endpoint, environment: credentials))
+        let missing = try S3Destination.make(
+            url: "s3://no-such-bucket/x",
+            options: DestinationOptions(
+                retry: .fastForTests, s3Endpoint: endpoint, environment: credentials))
         do {
             _ = try await missing.listBackups()
             XCTFail("a missing bucket must fail")
@@ -80,7 +87,7 @@ final class S3DestinationTests: XCTestCase {
 
     func testMultipartUploadRoundTripsAndAFailedOneLeavesNothing() async throws {
         let file = work + "/archive.bin"
-        try shell("head -c 41943040 /dev/urandom > '\(file)'")   // 40 MiB: above the multipart threshold
+        try shell("head -c 41943040 /dev/urandom > '\(file)'")  // 40 MiB: above the multipart threshold
         let direct = try destination()
         try await direct.upload(file: file, as: "2026-01-01 000000 Stores.zip", progress: nil)
         let listed = try await direct.listBackups()
@@ -92,8 +99,12 @@ final class S3DestinationTests: XCTestCase {
         // Every part fails: the upload gives up, and the multipart upload it started is gone,
         // as the server's own listing of uploads in progress (asked by curl, not by the code
         // under test) shows.
-        let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(s3["port"]!)",
-                                                           "--plan", try plan([["path_contains": "partNumber=", "fault": "500"]])])
+        let proxy = try servers.start(
+            "proxy",
+            arguments: [
+                "--upstream", "127.0.0.1:\(s3["port"]!)",
+                "--plan", try plan([["path_contains": "partNumber=", "fault": "500"]]),
+            ])
         let failing = try destination(endpoint: proxy["url"] as? String)
         do {
             try await failing.upload(file: file, as: "2026-01-02 000000 Stores.zip", progress: nil)
@@ -113,24 +124,37 @@ final class S3DestinationTests: XCTestCase {
         let store = work + "/Stores"
         try StoreFixture.make(at: store)
         try shell("head -c 37748736 /dev/urandom > '\(store)/.App_SUPPORT/video.bin'")  // forces a multipart upload
-        let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(s3["port"]!)", "--plan", try plan([
-            ["probability": 0.15, "fault": "500"],
-            ["probability": 0.1, "fault": "429"],
-            ["probability": 0.1, "fault": "reset", "phase": "request"],
-            ["method": "GET", "probability": 0.3, "fault": "reset", "phase": "response"],
-        ], seed: 11)])
+        let proxy = try servers.start(
+            "proxy",
+            arguments: [
+                "--upstream", "127.0.0.1:\(s3["port"]!)", "--plan",
+                try plan(
+                    [
+                        ["probability": 0.15, "fault": "500"],
+                        ["probability": 0.1, "fault": "429"],
+                        ["probability": 0.1, "fault": "reset", "phase": "request"],
+                        ["method": "GET", "probability": 0.3, "fault": "reset", "phase": "response"],
+                    ], seed: 11),
+            ])
         let via = ["s3://backups/faults", "--s3-endpoint", proxy["url"] as! String]
         let created = try runStoreBackup(["create", store, "--to"] + via, environment: credentials)
         XCTAssertEqual(created.status, 0, created.stderr)
         let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--yes", "--from"] + via, environment: credentials)
         XCTAssertEqual(restored.status, 0, restored.stderr)
         // Every file, and every database's rows, as they were.
-        XCTAssertEqual(try StoreFixture.describe(work + "/Restored", includeJournals: false),
-                       try StoreFixture.describe(store, includeJournals: false))
+        XCTAssertEqual(
+            try StoreFixture.describe(work + "/Restored", includeJournals: false),
+            try StoreFixture.describe(store, includeJournals: false))
         XCTAssertEqual(try StoreFixture.query(work + "/Restored/App.sqlite", "PRAGMA integrity_check"), "ok")
-        for (database, sql) in [("App.sqlite", "SELECT (SELECT count(*) || ':' || sum(balance) FROM accounts) || '/' || (SELECT count(*) || ':' || sum(length(note)) FROM log)"),
-                                ("Settings.sqlite", "SELECT group_concat(k || '=' || v) FROM kv")] {
-            XCTAssertEqual(try StoreFixture.query(work + "/Restored/" + database, sql), try StoreFixture.query(store + "/" + database, sql), database)
+        for (database, sql) in [
+            (
+                "App.sqlite",
+                "SELECT (SELECT count(*) || ':' || sum(balance) FROM accounts) || '/' || (SELECT count(*) || ':' || sum(length(note)) FROM log)"
+            ),
+            ("Settings.sqlite", "SELECT group_concat(k || '=' || v) FROM kv"),
+        ] {
+            XCTAssertEqual(
+                try StoreFixture.query(work + "/Restored/" + database, sql), try StoreFixture.query(store + "/" + database, sql), database)
         }
         let log = try String(contentsOfFile: proxy["log"] as! String, encoding: .utf8)
         XCTAssertTrue(log.contains("\"fault\": \"") || log.contains("\"fault\":\""), "faults were injected")
@@ -141,9 +165,11 @@ final class S3DestinationTests: XCTestCase {
         let store = work + "/Big"
         try StoreFixture.make(at: store, logRows: 100, blobCount: 1)
         try shell("head -c 1073741824 /dev/urandom > '\(store)/.App_SUPPORT/big.bin'")
-        let peak = try peakRSSKiBOfStoreBackup(["create", store, "--to", "s3://backups/big", "--s3-endpoint", endpoint], environment: credentials)
+        let peak = try peakRSSKiBOfStoreBackup(
+            ["create", store, "--to", "s3://backups/big", "--s3-endpoint", endpoint], environment: credentials)
         XCTAssertLessThan(peak, 64 * 1024, "peak RSS \(peak) KiB")
-        let listing = try runStoreBackup(["list", "--json", "--to", "s3://backups/big", "--s3-endpoint", endpoint], environment: credentials)
+        let listing = try runStoreBackup(
+            ["list", "--json", "--to", "s3://backups/big", "--s3-endpoint", endpoint], environment: credentials)
         let rows = try JSONSerialization.jsonObject(with: Data(listing.stdout.utf8)) as! [[String: Any]]
         XCTAssertGreaterThan(rows.first?["size"] as? Int ?? 0, 1 << 30)
     }
@@ -157,7 +183,8 @@ final class S3DestinationTests: XCTestCase {
     }
 
     private func sha256(of path: String) throws -> String {
-        SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: path), options: .alwaysMapped)).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: try Data(contentsOf: URL(fileURLWithPath: path), options: .alwaysMapped)).map { String(format: "%02x", $0) }
+            .joined()
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// The SFTP destination against a real OpenSSH server (key auth only) on loopback.
@@ -51,7 +52,8 @@ final class SFTPDestinationTests: XCTestCase, WorkFolderTest {
         try FileManager.default.createDirectory(atPath: work + "/.ssh", withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: key, toPath: work + "/.ssh/id_ed25519")
         try FileManager.default.copyItem(atPath: knownHosts, toPath: work + "/.ssh/known_hosts")
-        let destination = try SFTPDestination.make(url: url("backups"), options: DestinationOptions(retry: Self.retry, environment: ["HOME": work]))
+        let destination = try SFTPDestination.make(
+            url: url("backups"), options: DestinationOptions(retry: Self.retry, environment: ["HOME": work]))
         XCTAssertEqual(destination.privateKeyFile, work + "/.ssh/id_ed25519")
         XCTAssertNil(destination.publicKeyFile, "no .pub beside it: libssh2 derives the public key")
         XCTAssertEqual(destination.knownHostsFile, work + "/.ssh/known_hosts")
@@ -64,7 +66,8 @@ final class SFTPDestinationTests: XCTestCase, WorkFolderTest {
         let destination = try destination()
         let name = "2026-01-01 000000 Stores.zip"
         try await destination.upload(file: try makeFile("a.zip", bytes: 10_000), as: name, progress: nil)
-        try FileManager.default.createSymbolicLink(atPath: dataDirectory + "/backups/2026-01-02 000000 Stores.zip", withDestinationPath: name)
+        try FileManager.default.createSymbolicLink(
+            atPath: dataDirectory + "/backups/2026-01-02 000000 Stores.zip", withDestinationPath: name)
         let listed = try await destination.listBackups()
         XCTAssertEqual(listed.map(\.name), [name])
     }
@@ -81,10 +84,12 @@ final class SFTPDestinationTests: XCTestCase, WorkFolderTest {
             """
         let parsed = SFTPDestination.parseLongListing(text)
         XCTAssertEqual(parsed.unparsed, 0)
-        XCTAssertEqual(parsed.entries, [
-            .init(name: "2026-11-22 031507 Stores.zip", size: 1_234_567),
-            .init(name: " two  spaces  Stores.zip", size: 7),
-        ].filter { BackupName.isBackup($0.name) })
+        XCTAssertEqual(
+            parsed.entries,
+            [
+                .init(name: "2026-11-22 031507 Stores.zip", size: 1_234_567),
+                .init(name: " two  spaces  Stores.zip", size: 7),
+            ].filter { BackupName.isBackup($0.name) })
         XCTAssertEqual(SFTPDestination.parseLongListing("2026-11-22 031507 Stores.zip\n").unparsed, 1)
         XCTAssertEqual(SFTPDestination.quoted(#"/a "b" \c's"#), #""/a \"b\" \\c\'s""#)
     }
@@ -141,7 +146,8 @@ final class SFTPDestinationTests: XCTestCase, WorkFolderTest {
     func testAChangedHostKeyIsRefused() async throws {
         let otherHostKey = work + "/other_host_key"
         try runChecked("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "", "-f", otherHostKey])
-        let publicKey = try String(contentsOfFile: otherHostKey + ".pub", encoding: .utf8).split(separator: " ").prefix(2).joined(separator: " ")
+        let publicKey = try String(contentsOfFile: otherHostKey + ".pub", encoding: .utf8).split(separator: " ").prefix(2).joined(
+            separator: " ")
         let mismatched = work + "/known_hosts_changed"
         try "[127.0.0.1]:\(port) \(publicKey)\n".write(toFile: mismatched, atomically: false, encoding: .utf8)
         let destination = try destination(options: options(knownHosts: mismatched))

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Next-fire computations on fixed dates in UTC (no dependence on the machine's zone),
@@ -30,7 +31,10 @@ final class ScheduleTests: XCTestCase {
         XCTAssertEqual(try Schedule.parse("every 2s"), .every(seconds: 2))
         XCTAssertEqual(try Schedule.parse("0 3 * * 1-5").description, "0 3 * * 1-5")
         XCTAssertEqual(try Schedule.parse("every 90m").description, "every 1h30m")
-        for bad in ["daily 25:00", "daily", "every", "every 0s", "every 5x", "61 * * * *", "* * * *", "0 0 * * 8", "*/0 * * * *", "5-1 * * * *", "tomorrow"] {
+        for bad in [
+            "daily 25:00", "daily", "every", "every 0s", "every 5x", "61 * * * *", "* * * *", "0 0 * * 8", "*/0 * * * *", "5-1 * * * *",
+            "tomorrow",
+        ] {
             XCTAssertThrowsError(try Schedule.parse(bad), bad)
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// A store that another process has open: restore refuses it, or stops and starts the app
@@ -41,8 +42,9 @@ final class StoreInUseTests: XCTestCase {
 
         let refused = try restore([])
         XCTAssertEqual(refused.status, 1, refused.stderr)
-        XCTAssertTrue(refused.stderr.contains("App.sqlite is open in process \(pid) (")
-                      && refused.stderr.contains("stop it first, or use --stop-command/--start-command"), refused.stderr)
+        XCTAssertTrue(
+            refused.stderr.contains("App.sqlite is open in process \(pid) (")
+                && refused.stderr.contains("stop it first, or use --stop-command/--start-command"), refused.stderr)
         // The check read /proc and never opened the database: the writer's locks are still held.
         XCTAssertTrue(try locksHeld(by: pid, on: shm), "the in-use check dropped the writer's locks")
         try assertWriterKeepsCommitting()
@@ -82,14 +84,17 @@ final class StoreInUseTests: XCTestCase {
         }
         try prepareBackup(mode: "wal")
         XCTAssertEqual(try runTool("/bin/chown", ["-R", "nobody:", work]).status, 0)
-        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", TestEnvironment.binary,
-                        "restore", "latest", store, "--from", backups, "--yes"]
+        let asNobody = [
+            "--reuid=65534", "--regid=65534", "--clear-groups", TestEnvironment.binary,
+            "restore", "latest", store, "--from", backups, "--yes",
+        ]
         let refused = try runTool("/usr/bin/setpriv", asNobody)
         XCTAssertEqual(refused.status, 1, refused.stderr)
         // This test process (among others) runs as root: nobody cannot read its descriptors.
-        XCTAssertTrue(refused.stderr.contains("cannot tell whether \(store) is in use: the open files of ")
-                      && refused.stderr.contains("processes of other users cannot be read without root: 1 (")
-                      && refused.stderr.contains("run as root to see every process, or pass --force to restore anyway"), refused.stderr)
+        XCTAssertTrue(
+            refused.stderr.contains("cannot tell whether \(store) is in use: the open files of ")
+                && refused.stderr.contains("processes of other users cannot be read without root: 1 (")
+                && refused.stderr.contains("run as root to see every process, or pass --force to restore anyway"), refused.stderr)
         try assertNothingLeftBehind()
         let forced = try runTool("/usr/bin/setpriv", asNobody + ["--force"])
         XCTAssertEqual(forced.status, 0, forced.stderr)
@@ -135,8 +140,9 @@ final class StoreInUseTests: XCTestCase {
         let pid = try XCTUnwrap(writerPid())
         let refused = try restore(["--stop-command", "true", "--start-command", "touch '\(state)/started'"])
         XCTAssertEqual(refused.status, 1, refused.stderr)
-        XCTAssertTrue(refused.stderr.contains("App.sqlite is still open in process \(pid) (")
-                      && refused.stderr.contains("after the stop command; nothing was swapped"), refused.stderr)
+        XCTAssertTrue(
+            refused.stderr.contains("App.sqlite is still open in process \(pid) (")
+                && refused.stderr.contains("after the stop command; nothing was swapped"), refused.stderr)
         XCTAssertTrue(FileManager.default.fileExists(atPath: state + "/started"), "the start command ran")
         try assertWriterKeepsCommitting()
         try assertNothingLeftBehind()
@@ -157,8 +163,10 @@ final class StoreInUseTests: XCTestCase {
 
     func testStopPastItsTimeoutSwapsNothing() throws {
         try prepareBackup(mode: "wal")
-        let refused = try restore(["--stop-command", "exec sleep 600", "--stop-timeout", "0.5",
-                                   "--start-command", "touch '\(state)/started'"])
+        let refused = try restore([
+            "--stop-command", "exec sleep 600", "--stop-timeout", "0.5",
+            "--start-command", "touch '\(state)/started'",
+        ])
         XCTAssertEqual(refused.status, 1, refused.stderr)
         XCTAssertTrue(refused.stderr.contains("was killed); nothing was swapped"), refused.stderr)
         XCTAssertTrue(FileManager.default.fileExists(atPath: state + "/started"))
@@ -220,15 +228,15 @@ final class StoreInUseTests: XCTestCase {
         let commands = appCommands(mode: "wal")
         let configuration = work + "/storebackup.yml"
         try """
-            stores:
-              - name: app
-                path: \(store)
-                destination: \(backups)
-                schedule: daily 02:30
-                stop-command: "\(commands[1].replacingOccurrences(of: "\"", with: "\\\""))"
-                start-command: "\(commands[3].replacingOccurrences(of: "\"", with: "\\\""))"
-                stop-timeout: 30s
-            """.write(toFile: configuration, atomically: true, encoding: .utf8)
+        stores:
+          - name: app
+            path: \(store)
+            destination: \(backups)
+            schedule: daily 02:30
+            stop-command: "\(commands[1].replacingOccurrences(of: "\"", with: "\\\""))"
+            start-command: "\(commands[3].replacingOccurrences(of: "\"", with: "\\\""))"
+            stop-timeout: 30s
+        """.write(toFile: configuration, atomically: true, encoding: .utf8)
         let result = try restore(["--config", configuration])
         XCTAssertEqual(result.status, 0, result.stderr)
         try waitForAcknowledged(atLeast: 5, generation: 2)
@@ -281,14 +289,16 @@ final class StoreInUseTests: XCTestCase {
                 path: /srv/app/Stores
                 schedule: daily 02:30
             """
-        let parsed = try BackupConfiguration.parse(yaml: stores + """
+        let parsed = try BackupConfiguration.parse(
+            yaml: stores + """
 
-                stop-command: systemctl stop app
-                start-command: systemctl start app
-                stop-timeout: 2m
-            """)
-        XCTAssertEqual(parsed.stores[0].appCommands,
-                       AppCommands(stop: "systemctl stop app", start: "systemctl start app", timeout: 120))
+                    stop-command: systemctl stop app
+                    start-command: systemctl start app
+                    stop-timeout: 2m
+                """)
+        XCTAssertEqual(
+            parsed.stores[0].appCommands,
+            AppCommands(stop: "systemctl stop app", start: "systemctl start app", timeout: 120))
         XCTAssertNil(try BackupConfiguration.parse(yaml: stores).stores[0].appCommands)
         XCTAssertThrowsError(try BackupConfiguration.parse(yaml: stores + "\n    start-command: systemctl start app")) { error in
             XCTAssertTrue("\(error)".contains("stores[0].stop-command: missing"), "\(error)")
@@ -344,7 +354,8 @@ final class StoreInUseTests: XCTestCase {
 
     /// The backup: the fixture store with an `acks` table (one row of generation 0) in `mode`.
     private func prepareBackup(mode: String) throws {
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sqlite3, sys
             c = sqlite3.connect(sys.argv[1], isolation_level=None)
             c.execute("PRAGMA journal_mode=" + sys.argv[2]).fetchone()
@@ -413,7 +424,9 @@ final class StoreInUseTests: XCTestCase {
         let expected = Set(acknowledged().filter { generations.contains(Int($0.split(separator: "-")[0])!) })
         let rows = try StoreFixture.query(store + "/App.sqlite", "SELECT group_concat(token, ' ') FROM acks")
         let stored = Set(rows.split(separator: " ").map(String.init))
-        XCTAssertTrue(expected.isSubset(of: stored), "acknowledged but missing: \(expected.subtracting(stored).sorted().prefix(5))", file: file, line: line)
+        XCTAssertTrue(
+            expected.isSubset(of: stored), "acknowledged but missing: \(expected.subtracting(stored).sorted().prefix(5))", file: file,
+            line: line)
         let others = stored.filter { !generations.contains(Int($0.split(separator: "-")[0])!) }
         XCTAssertTrue(others.isEmpty, "commits of other generations: \(others.sorted().prefix(5))", file: file, line: line)
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Restore checks a database while it unpacks it: the check reads through a VFS whose reads
@@ -12,7 +13,8 @@ final class UnpackingDatabaseTests: XCTestCase {
         directory = try TestEnvironment.temporaryDirectory("unpacking-database")
         source = directory + "/Source.sqlite"
         // About 3 MiB with an index, so the check reads every part of the file.
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sqlite3, sys
             db = sqlite3.connect(sys.argv[1])
             db.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, x TEXT)")

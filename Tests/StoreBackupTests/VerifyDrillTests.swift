@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import XCTest
+
 @testable import StoreBackup
 
 /// Restore drills (`verify: {schedule, pick}`, `verify --store`) and the check after create
@@ -27,19 +28,19 @@ final class VerifyDrillTests: XCTestCase {
     func writeConfiguration(store: String, extra: String = "") throws -> String {
         let path = work + "/storebackup.yml"
         try """
-            state-directory: \(stateDirectory)
-            metrics: {file: \(metricsFile)}
-            schedule: daily 02:30
-            stores:
-              - name: app
-                path: \(store)
-                destination: \(backups)
-                verify: {schedule: "30 4 * * *", pick: newest}
-                retention: {keep-last: 1}
-                hooks:
-                  on-failure: {command: "printf '%s|%s|%s|%s' \\"$STOREBACKUP_EVENT\\" \\"$STOREBACKUP_TASK\\" \\"$STOREBACKUP_BACKUP\\" \\"$STOREBACKUP_ERROR\\" > \(hookMarker)"}
-            \(extra)
-            """.write(toFile: path, atomically: true, encoding: .utf8)
+        state-directory: \(stateDirectory)
+        metrics: {file: \(metricsFile)}
+        schedule: daily 02:30
+        stores:
+          - name: app
+            path: \(store)
+            destination: \(backups)
+            verify: {schedule: "30 4 * * *", pick: newest}
+            retention: {keep-last: 1}
+            hooks:
+              on-failure: {command: "printf '%s|%s|%s|%s' \\"$STOREBACKUP_EVENT\\" \\"$STOREBACKUP_TASK\\" \\"$STOREBACKUP_BACKUP\\" \\"$STOREBACKUP_ERROR\\" > \(hookMarker)"}
+        \(extra)
+        """.write(toFile: path, atomically: true, encoding: .utf8)
         return path
     }
 
@@ -78,7 +79,8 @@ final class VerifyDrillTests: XCTestCase {
         let stamp = try XCTUnwrap(stamps.first.flatMap { Double($0.split(separator: " ").last!) })
         XCTAssertGreaterThanOrEqual(stamp, before)
         XCTAssertTrue(stamps[0].contains("store=\"app\""), stamps[0])
-        XCTAssertTrue(metricLines(BackupMetrics.verifies).contains { $0.contains("trigger=\"drill\"") && $0.contains("outcome=\"success\"") })
+        XCTAssertTrue(
+            metricLines(BackupMetrics.verifies).contains { $0.contains("trigger=\"drill\"") && $0.contains("outcome=\"success\"") })
         XCTAssertTrue(metricLines(BackupMetrics.verifyFailures).isEmpty)
 
         let row = try statusRow(configuration)
@@ -107,8 +109,9 @@ final class VerifyDrillTests: XCTestCase {
         try StoreFixture.make(at: store, logRows: 100, blobCount: 2)
         let configuration = try writeConfiguration(store: store)
         let name = try createConfigured(configuration)
-        XCTAssertTrue(metricLines(BackupMetrics.verifies).contains { $0.contains("trigger=\"after-create\"") && $0.contains("outcome=\"success\"") },
-                      "the backup was checked after create")
+        XCTAssertTrue(
+            metricLines(BackupMetrics.verifies).contains { $0.contains("trigger=\"after-create\"") && $0.contains("outcome=\"success\"") },
+            "the backup was checked after create")
 
         // One byte in the middle of the archive (inside the entries' data) is flipped.
         let archive = backups + "/" + name
@@ -126,7 +129,8 @@ final class VerifyDrillTests: XCTestCase {
 
         let failures = metricLines(BackupMetrics.verifyFailures)
         XCTAssertEqual(failures.count, 1, "\(failures)")
-        XCTAssertTrue(failures[0].contains("backup=\"\(name)\"") && failures[0].contains("store=\"app\"") && failures[0].hasSuffix(" 1"), failures[0])
+        XCTAssertTrue(
+            failures[0].contains("backup=\"\(name)\"") && failures[0].contains("store=\"app\"") && failures[0].hasSuffix(" 1"), failures[0])
         XCTAssertEqual(metricLines(BackupMetrics.lastVerifyFailure).count, 1)
 
         let event = try String(contentsOfFile: hookMarker, encoding: .utf8).split(separator: "|", maxSplits: 3).map(String.init)
@@ -143,7 +147,8 @@ final class VerifyDrillTests: XCTestCase {
 
         // A second failing drill counts again: the counter is carried across processes.
         XCTAssertEqual(try runStoreBackup(["verify", "--store", "app", "--config", configuration], environment: environment).status, 1)
-        XCTAssertTrue(metricLines(BackupMetrics.verifyFailures).first?.hasSuffix(" 2") == true, "\(metricLines(BackupMetrics.verifyFailures))")
+        XCTAssertTrue(
+            metricLines(BackupMetrics.verifyFailures).first?.hasSuffix(" 2") == true, "\(metricLines(BackupMetrics.verifyFailures))")
     }
 
     /// A database already damaged in the live store: `create --store` (verify-after-create,
@@ -157,7 +162,8 @@ final class VerifyDrillTests: XCTestCase {
 
         let created = try runStoreBackup(["create", "--config", configuration, "--store", "app"], environment: environment)
         XCTAssertEqual(created.status, 1, created.stdout + created.stderr)
-        XCTAssertTrue(created.stderr.contains("Data.sqlite") && created.stderr.contains("already damaged in the live store"), created.stderr)
+        XCTAssertTrue(
+            created.stderr.contains("Data.sqlite") && created.stderr.contains("already damaged in the live store"), created.stderr)
         let name = try XCTUnwrap((try FileManager.default.contentsOfDirectory(atPath: backups)).first { $0.hasSuffix("Stores.zip") })
         XCTAssertTrue(created.stderr.contains(name), created.stderr)
 
@@ -167,7 +173,8 @@ final class VerifyDrillTests: XCTestCase {
         let failures = metricLines(BackupMetrics.verifyFailures)
         XCTAssertEqual(failures.count, 1, "\(failures)")
         XCTAssertTrue(failures[0].contains("backup=\"\(name)\""), failures[0])
-        XCTAssertTrue(metricLines(BackupMetrics.verifies).contains { $0.contains("trigger=\"after-create\"") && $0.contains("outcome=\"failure\"") })
+        XCTAssertTrue(
+            metricLines(BackupMetrics.verifies).contains { $0.contains("trigger=\"after-create\"") && $0.contains("outcome=\"failure\"") })
 
         let row = try statusRow(configuration)
         XCTAssertTrue(row["lastSuccess"] is NSNull, "a damaged backup is not a success: \(row)")
@@ -192,7 +199,9 @@ final class VerifyDrillTests: XCTestCase {
         let name = try createConfigured(configuration)
         let scheduled = configuration + ".every-second.yml"
         try String(contentsOfFile: configuration, encoding: .utf8)
-            .replacingOccurrences(of: "verify: {schedule: \"30 4 * * *\", pick: newest}", with: "verify: {schedule: every 1s, pick: rotate}")
+            .replacingOccurrences(
+                of: "verify: {schedule: \"30 4 * * *\", pick: newest}", with: "verify: {schedule: every 1s, pick: rotate}"
+            )
             .write(toFile: scheduled, atomically: true, encoding: .utf8)
         let logPath = work + "/run.log"
         FileManager.default.createFile(atPath: logPath, contents: nil)
@@ -209,7 +218,9 @@ final class VerifyDrillTests: XCTestCase {
         let states = BackupStateStore(directory: stateDirectory)
         let deadline = Date().addingTimeInterval(120)
         while states.load("app")?.lastVerifySuccess?.trigger != "drill" || states.load("app")?.nextVerify == nil {
-            guard Date() < deadline, process.isRunning else { return XCTFail("no drill recorded: \(try String(contentsOfFile: logPath, encoding: .utf8))") }
+            guard Date() < deadline, process.isRunning else {
+                return XCTFail("no drill recorded: \(try String(contentsOfFile: logPath, encoding: .utf8))")
+            }
             usleep(20_000)
         }
         XCTAssertEqual(states.load("app")?.lastVerifySuccess?.backups, [name])
@@ -232,7 +243,8 @@ final class VerifyDrillTests: XCTestCase {
             let database = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
             try database.execute("CREATE TABLE night\(run)(x)", operation: "test change")
             database.close()
-            names.append(try await StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups)).createBackup().name)
+            names.append(
+                try await StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups)).createBackup().name)
         }
         XCTAssertEqual(Set(names).count, 3)
         var job = StoreJob(name: "app", storesDirectory: store, destination: backups, schedule: .daily(hour: 2, minute: 30))
@@ -312,29 +324,38 @@ final class VerifyDrillTests: XCTestCase {
             BackupListing(name: "day\(day)", size: 1, date: now.addingTimeInterval(-Double(day) * 86_400 - 60), modified: nil)
         }.shuffled()
         XCTAssertEqual(VerifyDrill(schedule: .every(seconds: 60), pick: .newest).select(from: listing, at: now).map(\.name), ["day0"])
-        XCTAssertEqual(VerifyDrill(schedule: .every(seconds: 60), pick: .allWithin(seconds: 3 * 86_400)).select(from: listing, at: now).map(\.name),
-                       ["day0", "day1", "day2"])
+        XCTAssertEqual(
+            VerifyDrill(schedule: .every(seconds: 60), pick: .allWithin(seconds: 3 * 86_400)).select(from: listing, at: now).map(\.name),
+            ["day0", "day1", "day2"])
         let old = listing.filter { $0.name == "day9" }
-        XCTAssertEqual(VerifyDrill(schedule: .every(seconds: 60), pick: .allWithin(seconds: 86_400)).select(from: old, at: now).map(\.name), ["day9"])
+        XCTAssertEqual(
+            VerifyDrill(schedule: .every(seconds: 60), pick: .allWithin(seconds: 86_400)).select(from: old, at: now).map(\.name), ["day9"])
         XCTAssertEqual(try VerifyDrill.Pick.parse("all-within 7d"), .allWithin(seconds: 7 * 86_400))
         XCTAssertThrowsError(try VerifyDrill.Pick.parse("sometimes"))
 
-        let parsed = try BackupConfiguration.parse(yaml: """
-            schedule: daily 02:30
-            verify-after-create: false
-            stores:
-              - {name: a, path: /tmp/a, verify: {schedule: "30 4 * * *", pick: all-within 7d, destinations: all}}
-              - {name: b, path: /tmp/b, verify-after-create: true}
-            """)
-        XCTAssertEqual(parsed.stores[0].verify, VerifyDrill(schedule: try Schedule.parse("30 4 * * *"), pick: .allWithin(seconds: 7 * 86_400),
-                                                            everyDestination: true))
+        let parsed = try BackupConfiguration.parse(
+            yaml: """
+                schedule: daily 02:30
+                verify-after-create: false
+                stores:
+                  - {name: a, path: /tmp/a, verify: {schedule: "30 4 * * *", pick: all-within 7d, destinations: all}}
+                  - {name: b, path: /tmp/b, verify-after-create: true}
+                """)
+        XCTAssertEqual(
+            parsed.stores[0].verify,
+            VerifyDrill(
+                schedule: try Schedule.parse("30 4 * * *"), pick: .allWithin(seconds: 7 * 86_400),
+                everyDestination: true))
         XCTAssertFalse(parsed.stores[0].verifyAfterCreate)
         XCTAssertNil(parsed.stores[1].verify)
         XCTAssertTrue(parsed.stores[1].verifyAfterCreate)
-        XCTAssertThrowsError(try BackupConfiguration.parse(yaml: """
-            schedule: daily 02:30
-            stores: [{name: a, path: /tmp/a, verify: {pick: newest}}]
-            """)) { error in
+        XCTAssertThrowsError(
+            try BackupConfiguration.parse(
+                yaml: """
+                    schedule: daily 02:30
+                    stores: [{name: a, path: /tmp/a, verify: {pick: newest}}]
+                    """)
+        ) { error in
             XCTAssertTrue("\(error)".contains("stores[0].verify.schedule"), "\(error)")
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// `verify` says ok for good backups and names the fault for damaged ones.
@@ -31,7 +32,8 @@ final class VerifyTests: XCTestCase {
         let good = try onlyBackup(in: backups)
         let flipped = backups + "/2000-01-01 000001 Stores.zip"
         try FileManager.default.copyItem(atPath: good, toPath: flipped)
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys, zipfile, struct
             path = sys.argv[1]; info = zipfile.ZipFile(path).getinfo("App.sqlite")
             with open(path, "r+b") as f:
@@ -44,7 +46,8 @@ final class VerifyTests: XCTestCase {
         try FileManager.default.copyItem(atPath: good, toPath: truncated)
         XCTAssertEqual(truncate(truncated, try FileSystem.lstatInfo(truncated).st_size - 300), 0)
         let mismatch = backups + "/2000-01-01 000003 Stores.zip"
-        try runPythonScript("""
+        try runPythonScript(
+            """
             import sys, zipfile
             src = zipfile.ZipFile(sys.argv[1]); dst = zipfile.ZipFile(sys.argv[2], "w")
             for info in src.infolist():

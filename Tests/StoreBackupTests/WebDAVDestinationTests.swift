@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// The WebDAV destination against a real Apache mod_dav server with basic auth on loopback.
@@ -67,7 +68,8 @@ final class WebDAVDestinationTests: XCTestCase, WorkFolderTest {
     }
 
     func testNoCredentialsAgainstAServerThatWantsThemSaysWhatToSet() async throws {
-        let destination = try WebDAVDestination.make(url: url("backups"), options: DestinationOptions(retry: Self.retry, environment: ["HOME": work]))
+        let destination = try WebDAVDestination.make(
+            url: url("backups"), options: DestinationOptions(retry: Self.retry, environment: ["HOME": work]))
         do {
             _ = try await destination.listBackups()
             XCTFail("must fail without credentials")
@@ -78,7 +80,8 @@ final class WebDAVDestinationTests: XCTestCase, WorkFolderTest {
 
     func testCredentialsFileIsUsed() async throws {
         let file = work + "/credentials"
-        try "STOREBACKUP_WEBDAV_USER=\(user)\nSTOREBACKUP_WEBDAV_PASSWORD=\(password)\n".write(toFile: file, atomically: false, encoding: .utf8)
+        try "STOREBACKUP_WEBDAV_USER=\(user)\nSTOREBACKUP_WEBDAV_PASSWORD=\(password)\n".write(
+            toFile: file, atomically: false, encoding: .utf8)
         chmod(file, 0o600)
         let destination = try WebDAVDestination.make(
             url: url("backups"), options: DestinationOptions(retry: Self.retry, credentialsFile: file, environment: ["HOME": work]))
@@ -105,8 +108,12 @@ final class WebDAVDestinationTests: XCTestCase, WorkFolderTest {
     /// A TLS server whose self-signed certificate nobody trusts.
     func testUntrustedCertificateIsAClearErrorWithTheCAFileHint() async throws {
         let certificate = work + "/cert.pem", key = work + "/key.pem"
-        try runChecked("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
-                                     "-days", "1", "-subj", "/CN=127.0.0.1"])
+        try runChecked(
+            "/usr/bin/openssl",
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
+                "-days", "1", "-subj", "/CN=127.0.0.1",
+            ])
         let tlsPort = try Self.unusedPort()
         let tls = Process()
         tls.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
@@ -161,7 +168,8 @@ final class WebDAVDestinationTests: XCTestCase, WorkFolderTest {
         try await destination.download(name, to: target, progress: nil)
         XCTAssertEqual(FileManager.default.contents(atPath: target), content)
         let log = (try? String(contentsOfFile: server["access_log"] as! String, encoding: .utf8)) ?? ""
-        XCTAssertTrue(log.split(separator: "\n").contains { $0.contains("\"GET ") && $0.contains("Stores.zip") && $0.contains("\" 416 ") }, log)
+        XCTAssertTrue(
+            log.split(separator: "\n").contains { $0.contains("\"GET ") && $0.contains("Stores.zip") && $0.contains("\" 416 ") }, log)
 
         try (content + Data(count: 100)).write(to: URL(fileURLWithPath: target))
         try await destination.download(name, to: target, progress: nil)

@@ -1,5 +1,6 @@
 import CISAL
 import CZip
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -76,8 +77,10 @@ final class BlockDeflater {
     }
 
     /// Deflates `count` bytes into `output`; returns the compressed size.
-    func deflate(_ input: UnsafeRawPointer, count: Int, into output: UnsafeMutableRawPointer, capacity: Int,
-                 isLast: Bool) throws -> Int {
+    func deflate(
+        _ input: UnsafeRawPointer, count: Int, into output: UnsafeMutableRawPointer, capacity: Int,
+        isLast: Bool
+    ) throws -> Int {
         if case .isal(let level) = engine, let isalState {
             let written = sb_isal_deflate_block(
                 isalState, level, levelBuffer?.assumingMemoryBound(to: UInt8.self), levelBufferSize,
@@ -94,8 +97,10 @@ final class BlockDeflater {
         stream.pointee.next_out = output.assumingMemoryBound(to: Bytef.self)
         stream.pointee.avail_out = uInt(capacity)
         let rc = CZip.deflate(stream, isLast ? Z_FINISH : Z_SYNC_FLUSH)
-        let finished = isLast ? rc == Z_STREAM_END
-                              : (rc == Z_OK && stream.pointee.avail_in == 0 && stream.pointee.avail_out > 0)
+        let finished =
+            isLast
+            ? rc == Z_STREAM_END
+            : (rc == Z_OK && stream.pointee.avail_in == 0 && stream.pointee.avail_out > 0)
         guard finished else { throw StoreBackupError.archiveWrite(reason: "zlib deflate failed (\(rc))") }
         return capacity - Int(stream.pointee.avail_out)
     }
@@ -117,8 +122,10 @@ final class BlockInflater {
 
     /// The inflated size, or nil when the data is corrupt, leaves input unused, does not fit
     /// `capacity`, or ends the stream (BFINAL) where it should not, or not where it should.
-    func inflate(_ input: UnsafeRawPointer, count: Int, into output: UnsafeMutableRawPointer, capacity: Int,
-                 isLast: Bool) -> Int? {
+    func inflate(
+        _ input: UnsafeRawPointer, count: Int, into output: UnsafeMutableRawPointer, capacity: Int,
+        isLast: Bool
+    ) -> Int? {
         var ended: Int32 = 0
         let written = sb_isal_inflate_block(
             state, input.assumingMemoryBound(to: UInt8.self), UInt32(count),

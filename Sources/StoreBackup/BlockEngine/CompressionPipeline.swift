@@ -1,6 +1,7 @@
 import CZip
 import Crypto
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -113,8 +114,10 @@ final class CompressionPipeline: @unchecked Sendable {
     private var compressedBlockSizes: [Int: [Int]] = [:]
     private var groups: [WorkerPool.Group] = []
 
-    init(jobs: [Job], level: Int, workers: Int, cancel: CancellationFlag, password: BackupPassword? = nil,
-         onBytesRead: @escaping @Sendable (Int64, String) -> Void) {
+    init(
+        jobs: [Job], level: Int, workers: Int, cancel: CancellationFlag, password: BackupPassword? = nil,
+        onBytesRead: @escaping @Sendable (Int64, String) -> Void
+    ) {
         self.jobs = jobs
         self.password = password
         secrets = password == nil ? [] : jobs.map { _ in LazyEntrySecrets() }
@@ -126,8 +129,10 @@ final class CompressionPipeline: @unchecked Sendable {
         workQueued = monitor.makeCondition()
         roomInQueue = monitor.makeCondition()
         let capacity = max(3, workerCount + 2)
-        lanes = [BlockLane(blockSize: Self.blockSize, capacity: capacity),
-                 BlockLane(blockSize: Self.smallBlockSize, capacity: 3 * capacity)]
+        lanes = [
+            BlockLane(blockSize: Self.blockSize, capacity: capacity),
+            BlockLane(blockSize: Self.smallBlockSize, capacity: 3 * capacity),
+        ]
     }
 
     /// Gives a consumed block's buffers back for reuse.
@@ -402,7 +407,7 @@ final class CompressionPipeline: @unchecked Sendable {
             let offset = assignedCipherBytes[block.jobIndex, default: 0]
             block.cipherOffset = offset
             assignedCipherBytes[block.jobIndex] = offset + Int64(output.count)
-            workQueued.signal()   // a block to encrypt
+            workQueued.signal()  // a block to encrypt
         }
     }
 
@@ -421,8 +426,9 @@ final class CompressionPipeline: @unchecked Sendable {
             block.input = nil
             return
         }
-        output.count = try deflater.deflate(input.bytes, count: input.count, into: output.bytes,
-                                            capacity: output.capacity, isLast: block.isLast)
+        output.count = try deflater.deflate(
+            input.bytes, count: input.count, into: output.bytes,
+            capacity: output.capacity, isLast: block.isLast)
         block.output = output
         block.input = nil
         input.recycle()

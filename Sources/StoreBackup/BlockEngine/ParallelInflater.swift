@@ -1,6 +1,7 @@
 import CZip
 import Crypto
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -46,8 +47,9 @@ struct ParallelInflater {
         let minimumBlocks = entry.isEncrypted ? 1 : 2
         // The block buffers are sized from these numbers: check them against fixed limits first.
         guard let blockSize, let blocks, blocks.count >= minimumBlocks, blockSize > 0,
-              blockSize <= ArchiveLimits.maxDeflateBlockSize, entry.compressionMethod == Int32(ZIP_CM_DEFLATE),
-              blocks.allSatisfy({ $0 > 0 && $0 <= ArchiveLimits.maxCompressedBlock(blockSize: blockSize) }) else { return false }
+            blockSize <= ArchiveLimits.maxDeflateBlockSize, entry.compressionMethod == Int32(ZIP_CM_DEFLATE),
+            blocks.allSatisfy({ $0 > 0 && $0 <= ArchiveLimits.maxCompressedBlock(blockSize: blockSize) })
+        else { return false }
         guard !entry.isEncrypted || entry.encryptionMethod == UInt16(ZIP_EM_AES_256) else { return false }
         let overhead = entry.isEncrypted ? Int64(WinZipAES.overhead) : 0
         let expectedBlocks = (entry.size + Int64(blockSize) - 1) / Int64(blockSize)
@@ -96,21 +98,25 @@ struct ParallelInflater {
                 guard let plain = plainPool.take() else { return }
                 ctr?.apply(to: job.compressed.bytes, count: job.compressed.count, at: job.offset)
                 let expected = Int(min(Int64(blockSize), entry.size - Int64(job.index) * Int64(blockSize)))
-                let inflated = inflater.inflate(job.compressed.bytes, count: job.compressed.count, into: plain.bytes,
-                                                capacity: plain.capacity, isLast: job.index == lastIndex)
+                let inflated = inflater.inflate(
+                    job.compressed.bytes, count: job.compressed.count, into: plain.bytes,
+                    capacity: plain.capacity, isLast: job.index == lastIndex)
                 plain.count = inflated ?? 0
                 job.compressed.recycle()
                 guard inflated == expected else {
                     plain.recycle()
-                    return state.fail(StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
+                    return state.fail(
+                        StoreBackupError.corruptArchive(
+                            name: backupName, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
                 }
                 if descriptor >= 0 {
                     writing.lock()
                     defer { writing.unlock() }
                     var written = 0
                     while written < plain.count {
-                        let result = pwrite(descriptor, plain.bytes + written, plain.count - written,
-                                            off_t(Int64(job.index) * Int64(blockSize) + Int64(written)))
+                        let result = pwrite(
+                            descriptor, plain.bytes + written, plain.count - written,
+                            off_t(Int64(job.index) * Int64(blockSize) + Int64(written)))
                         if result < 0 {
                             if errno == EINTR { continue }
                             plain.recycle()

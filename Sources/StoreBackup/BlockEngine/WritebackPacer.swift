@@ -1,5 +1,6 @@
 import CPosix
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -153,7 +154,8 @@ final class WritebackPacer: @unchecked Sendable {
         for entry in entries {
             let link = "/proc/self/fd/" + entry
             guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: link),
-                  target.hasPrefix(prefix), target.count == prefix.count + 6 else { continue }
+                target.hasPrefix(prefix), target.count == prefix.count + 6
+            else { continue }
             let fd = open(link, O_RDONLY | O_CLOEXEC)
             if fd >= 0 { return fd }
         }

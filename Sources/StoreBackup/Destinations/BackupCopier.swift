@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -108,8 +109,9 @@ public struct BackupCopier: Sendable {
             try await source.download(backup.name, to: path, progress: progress)
             let downloaded = Int64(try FileSystem.lstatInfo(path).st_size)
             guard downloaded == backup.size else {
-                throw StoreBackupError.destination(destination: source.displayName,
-                                                   reason: "\"\(backup.name)\" downloaded as \(downloaded) bytes, listed as \(backup.size)")
+                throw StoreBackupError.destination(
+                    destination: source.displayName,
+                    reason: "\"\(backup.name)\" downloaded as \(downloaded) bytes, listed as \(backup.size)")
             }
             file = path
         }
@@ -118,8 +120,9 @@ public struct BackupCopier: Sendable {
             throw StoreBackupError.destination(destination: target.displayName, reason: "\"\(backup.name)\" is not listed after the upload")
         }
         guard arrived.size == backup.size else {
-            throw StoreBackupError.destination(destination: target.displayName,
-                                               reason: "\"\(backup.name)\" arrived as \(arrived.size) bytes, the source has \(backup.size)")
+            throw StoreBackupError.destination(
+                destination: target.displayName,
+                reason: "\"\(backup.name)\" arrived as \(arrived.size) bytes, the source has \(backup.size)")
         }
     }
 
@@ -127,9 +130,13 @@ public struct BackupCopier: Sendable {
         if present.size == backup.size {
             return BackupCopyOutcome(name: backup.name, size: backup.size, status: .alreadyThere)
         }
-        return failed(backup, StoreBackupError.destination(
-            destination: target.displayName,
-            reason: "a different backup named \"\(backup.name)\" is already there (\(present.size) bytes, the source has \(backup.size)); refusing to overwrite it"))
+        return failed(
+            backup,
+            StoreBackupError.destination(
+                destination: target.displayName,
+                reason:
+                    "a different backup named \"\(backup.name)\" is already there (\(present.size) bytes, the source has \(backup.size)); refusing to overwrite it"
+            ))
     }
 
     private func failed(_ backup: BackupListing, _ error: Error) -> BackupCopyOutcome {

@@ -30,9 +30,11 @@ public struct DestinationOptions: Sendable {
 
     /// Options; `transport` defaults to ``TransportOptions/fromEnvironment(_:)`` of `environment`,
     /// `retry` to ``RetryPolicy/fromEnvironment(_:)``; `logger` to one that drops everything.
-    public init(transport: TransportOptions? = nil, retry: RetryPolicy? = nil, s3Endpoint: String? = nil,
-                sshKey: String? = nil, knownHosts: String? = nil, credentialsFile: String? = nil,
-                environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger = .disabled) {
+    public init(
+        transport: TransportOptions? = nil, retry: RetryPolicy? = nil, s3Endpoint: String? = nil,
+        sshKey: String? = nil, knownHosts: String? = nil, credentialsFile: String? = nil,
+        environment: [String: String] = ProcessInfo.processInfo.environment, logger: Logger = .disabled
+    ) {
         self.transport = transport ?? TransportOptions.fromEnvironment(environment)
         self.retry = retry ?? RetryPolicy.fromEnvironment(environment)
         self.s3Endpoint = s3Endpoint

@@ -21,7 +21,8 @@ public enum DestinationResolver {
         let text = value ?? defaultFolder(environment: environment)
         if text.hasPrefix("file://") {
             guard let url = URL(string: text), url.host == nil || url.host == "" || url.host == "localhost" else {
-                throw StoreBackupError.invalidDestination(url: text, reason: "a file:// URL needs an absolute path, e.g. file:///var/backups")
+                throw StoreBackupError.invalidDestination(
+                    url: text, reason: "a file:// URL needs an absolute path, e.g. file:///var/backups")
             }
             try refuseObjectLock("a local folder", options)
             return LocalFolderDestination(folder: url.path)
@@ -31,20 +32,26 @@ public enum DestinationResolver {
             switch scheme {
             case "s3":
                 try checkBucketAuthority(text)
-                return RetryingDestination(try S3Destination.make(url: text, options: options), policy: options.retry, logger: options.logger)
+                return RetryingDestination(
+                    try S3Destination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "webdav", "webdavs":
                 try refuseObjectLock("WebDAV", options)
-                return RetryingDestination(try WebDAVDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
+                return RetryingDestination(
+                    try WebDAVDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "sftp":
                 try refuseObjectLock("SFTP", options)
-                return RetryingDestination(try SFTPDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
+                return RetryingDestination(
+                    try SFTPDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             case "dropbox":
                 try refuseObjectLock("Dropbox", options)
-                return RetryingDestination(try DropboxDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
+                return RetryingDestination(
+                    try DropboxDestination.make(url: text, options: options), policy: options.retry, logger: options.logger)
             default:
                 throw StoreBackupError.invalidDestination(
                     url: RemoteURL.redacted(text),
-                    reason: "the \(scheme):// scheme is not supported (supported: a local path, file://, s3://, webdav://, webdavs://, sftp://, dropbox:///PATH)")
+                    reason:
+                        "the \(scheme):// scheme is not supported (supported: a local path, file://, s3://, webdav://, webdavs://, sftp://, dropbox:///PATH)"
+                )
             }
         }
         guard !text.isEmpty else { throw StoreBackupError.invalidDestination(url: text, reason: "empty path") }
@@ -57,7 +64,8 @@ public enum DestinationResolver {
     static func refuseObjectLock(_ kind: String, _ options: DestinationOptions) throws {
         guard let lock = options.objectLock else { return }
         throw StoreBackupError.invalidDestination(
-            url: "--retain-days \(lock.days)", reason: "\(kind) cannot lock backups; Object Lock needs S3 (drop --retain-days / retain-days: for this destination)")
+            url: "--retain-days \(lock.days)",
+            reason: "\(kind) cannot lock backups; Object Lock needs S3 (drop --retain-days / retain-days: for this destination)")
     }
 
     /// `s3://BUCKET/PREFIX` names a bucket only: keys come from the environment or the
@@ -71,7 +79,8 @@ public enum DestinationResolver {
         if authority.contains("@") {
             throw StoreBackupError.invalidDestination(
                 url: RemoteURL.withoutUserInfo(text),
-                reason: "an s3:// URL takes no user name or keys; give them with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a credentials file")
+                reason:
+                    "an s3:// URL takes no user name or keys; give them with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a credentials file")
         }
         if authority.contains(":") {
             throw StoreBackupError.invalidDestination(

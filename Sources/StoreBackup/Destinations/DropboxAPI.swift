@@ -52,7 +52,8 @@ struct DropboxRouteError {
             if let offset = DropboxAPI.int64(union["correct_offset"]) { correctOffset = offset }
             // The value sits under the tag's own name (`"path": {...}`), or under another
             // field for some unions (`UploadWriteFailed.reason`).
-            current = union[tag] as? [String: Any]
+            current =
+                union[tag] as? [String: Any]
                 ?? union.first { $0.key != ".tag" && ($0.value as? [String: Any])?[".tag"] != nil }?.value as? [String: Any]
         }
         self.tags = tags

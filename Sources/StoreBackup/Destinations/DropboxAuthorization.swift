@@ -21,7 +21,9 @@ public struct DropboxAuthorization: Sendable {
 
     public init(appKey: String) throws {
         guard !appKey.isEmpty, appKey.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
-            throw StoreBackupError.invalidDestination(url: "dropbox", reason: "\"\(appKey)\" is not a Dropbox app key (letters and digits, from the app's page in the Dropbox App Console)")
+            throw StoreBackupError.invalidDestination(
+                url: "dropbox",
+                reason: "\"\(appKey)\" is not a Dropbox app key (letters and digits, from the app's page in the Dropbox App Console)")
         }
         self.appKey = appKey
         codeVerifier = Self.makeVerifier()
@@ -58,27 +60,33 @@ public struct DropboxAuthorization: Sendable {
     public func complete(code: String, credentialsFile: String, options: DestinationOptions) async throws {
         let code = code.trimmingCharacters(in: .whitespacesAndNewlines)
         guard !code.isEmpty, !code.contains(where: { $0.isWhitespace }) else {
-            throw StoreBackupError.destination(destination: "Dropbox", reason: "no authorization code was given; paste the code Dropbox showed after allowing access")
+            throw StoreBackupError.destination(
+                destination: "Dropbox", reason: "no authorization code was given; paste the code Dropbox showed after allowing access")
         }
-        let apiURL = try DropboxDestination.host(options.environment["STOREBACKUP_DROPBOX_API_URL"],
-                                                 default: DropboxDestination.defaultAPIURL, name: "STOREBACKUP_DROPBOX_API_URL")
+        let apiURL = try DropboxDestination.host(
+            options.environment["STOREBACKUP_DROPBOX_API_URL"],
+            default: DropboxDestination.defaultAPIURL, name: "STOREBACKUP_DROPBOX_API_URL")
         let transport = RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger)
         let form = DropboxOAuthForm.encode([
             ("grant_type", "authorization_code"), ("code", code), ("client_id", appKey), ("code_verifier", codeVerifier),
         ])
         let refreshToken: String = try await runBlocking(name: "storebackup-dropbox-auth") { cancel in
-            let response = try DropboxOAuthForm.post(form, to: apiURL + "/oauth2/token", transport: transport, destination: "Dropbox", cancel: cancel)
+            let response = try DropboxOAuthForm.post(
+                form, to: apiURL + "/oauth2/token", transport: transport, destination: "Dropbox", cancel: cancel)
             guard response.status == 200 else {
                 throw DropboxOAuthForm.error(response, destination: "Dropbox", credentials: DropboxCredentials(), whileRefreshing: false)
             }
             guard let token = DropboxAPI.object(response.body)?["refresh_token"] as? String, !token.isEmpty else {
                 throw StoreBackupError.destination(
-                    destination: "Dropbox", reason: "Dropbox returned no refresh token (was token_access_type=offline dropped from the link?)")
+                    destination: "Dropbox",
+                    reason: "Dropbox returned no refresh token (was token_access_type=offline dropped from the link?)")
             }
             return token
         }
-        try CredentialsFile.update(credentialsFile, values: [
-            (DropboxCredentials.refreshTokenName, refreshToken), (DropboxCredentials.appKeyName, appKey),
-        ])
+        try CredentialsFile.update(
+            credentialsFile,
+            values: [
+                (DropboxCredentials.refreshTokenName, refreshToken), (DropboxCredentials.appKeyName, appKey),
+            ])
     }
 }

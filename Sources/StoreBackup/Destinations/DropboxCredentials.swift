@@ -26,7 +26,8 @@ struct DropboxCredentials: Sendable {
         for (name, value) in [(tokenName, credentials.accessToken), (refreshTokenName, credentials.refreshToken)] {
             // Said without the value: a token must never reach a message.
             if let value, value.isEmpty || value.contains(where: { $0.isWhitespace || $0.isNewline || !$0.isASCII }) {
-                throw StoreBackupError.invalidDestination(url: url, reason: "\(name) is not a valid token (it contains spaces or other characters tokens never have)")
+                throw StoreBackupError.invalidDestination(
+                    url: url, reason: "\(name) is not a valid token (it contains spaces or other characters tokens never have)")
             }
         }
         if credentials.refreshToken != nil && credentials.appKey == nil {
@@ -108,7 +109,8 @@ final class DropboxTokenSource: @unchecked Sendable {
             throw DropboxOAuthForm.error(response, destination: destination, credentials: credentials, whileRefreshing: true)
         }
         guard let token = DropboxAPI.object(response.body)?["access_token"] as? String, !token.isEmpty else {
-            throw StoreBackupError.destination(destination: destination, reason: "Dropbox's token endpoint answered without an access token")
+            throw StoreBackupError.destination(
+                destination: destination, reason: "Dropbox's token endpoint answered without an access token")
         }
         return token
     }
@@ -120,8 +122,10 @@ enum DropboxOAuthForm {
         Data(fields.map { URLPath.encodeComponent($0.0) + "=" + URLPath.encodeComponent($0.1) }.joined(separator: "&").utf8)
     }
 
-    static func post(_ form: Data, to url: String, transport: RetryingTransport, destination: String,
-                     cancel: CancellationFlag?) throws -> TransferResponse {
+    static func post(
+        _ form: Data, to url: String, transport: RetryingTransport, destination: String,
+        cancel: CancellationFlag?
+    ) throws -> TransferResponse {
         var request = TransferRequest(method: "POST", url: url, label: "Dropbox token endpoint (\(destination))")
         request.headers.append(("Content-Type", "application/x-www-form-urlencoded"))
         request.body = .bytes(form)
@@ -133,15 +137,18 @@ enum DropboxOAuthForm {
     }
 
     /// A clear message for a refused token request (`{"error", "error_description"}`).
-    static func error(_ response: TransferResponse, destination: String, credentials: DropboxCredentials,
-                      whileRefreshing: Bool) -> Error {
+    static func error(
+        _ response: TransferResponse, destination: String, credentials: DropboxCredentials,
+        whileRefreshing: Bool
+    ) -> Error {
         let body = DropboxAPI.object(response.body)
         let code = body?["error"] as? String ?? ""
         let detail = credentials.scrub((body?["error_description"] as? String) ?? response.bodyText.prefix(200).description)
         if response.status == 429 || response.status >= 500 {
-            return StoreBackupError.transferFailed(.http(status: response.status), label: destination,
-                                                   "Dropbox's token endpoint is unavailable (HTTP \(response.status))",
-                                                   retryAfter: RetryingTransport.retryAfter(response))
+            return StoreBackupError.transferFailed(
+                .http(status: response.status), label: destination,
+                "Dropbox's token endpoint is unavailable (HTTP \(response.status))",
+                retryAfter: RetryingTransport.retryAfter(response))
         }
         let reason: String
         var remedy: Remedy?
@@ -156,9 +163,11 @@ enum DropboxOAuthForm {
             reason = "Dropbox does not know this app key (\(detail))"
             remedy = .checkDropboxAppKey
         default:
-            reason = "Dropbox's token endpoint refused the request (HTTP \(response.status)\(code.isEmpty ? "" : " \(code)")\(detail.isEmpty ? "" : ": \(detail)"))"
+            reason =
+                "Dropbox's token endpoint refused the request (HTTP \(response.status)\(code.isEmpty ? "" : " \(code)")\(detail.isEmpty ? "" : ": \(detail)"))"
         }
-        return StoreBackupError.transferFailed(.http(status: response.status), label: destination, reason,
-                                               serviceCode: code.isEmpty ? nil : code, remedy: remedy)
+        return StoreBackupError.transferFailed(
+            .http(status: response.status), label: destination, reason,
+            serviceCode: code.isEmpty ? nil : code, remedy: remedy)
     }
 }

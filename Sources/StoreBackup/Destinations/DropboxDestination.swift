@@ -35,13 +35,15 @@ struct DropboxDestination: BlockingDestination {
         let folder = try parse(url)
         let environment = options.environment
         let apiURL = try host(environment["STOREBACKUP_DROPBOX_API_URL"], default: defaultAPIURL, name: "STOREBACKUP_DROPBOX_API_URL")
-        let contentURL = try host(environment["STOREBACKUP_DROPBOX_CONTENT_URL"], default: defaultContentURL, name: "STOREBACKUP_DROPBOX_CONTENT_URL")
+        let contentURL = try host(
+            environment["STOREBACKUP_DROPBOX_CONTENT_URL"], default: defaultContentURL, name: "STOREBACKUP_DROPBOX_CONTENT_URL")
         let display = displayName(of: folder)
         let credentials = try DropboxCredentials.load(options: options, url: display)
         let transport = RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger)
         return DropboxDestination(
             folder: folder, apiURL: apiURL, contentURL: contentURL,
-            tokens: DropboxTokenSource(credentials: credentials, tokenURL: apiURL + "/oauth2/token", destination: display, transport: transport),
+            tokens: DropboxTokenSource(
+                credentials: credentials, tokenURL: apiURL + "/oauth2/token", destination: display, transport: transport),
             transport: transport)
     }
 
@@ -54,7 +56,10 @@ struct DropboxDestination: BlockingDestination {
         let rest = url.dropFirst(prefix.count)
         guard rest.hasPrefix("/") else {
             throw StoreBackupError.invalidDestination(
-                url: url, reason: "expected dropbox:///PATH, with three slashes (the path is inside your Dropbox or the app's folder), e.g. dropbox:///Backups")
+                url: url,
+                reason:
+                    "expected dropbox:///PATH, with three slashes (the path is inside your Dropbox or the app's folder), e.g. dropbox:///Backups"
+            )
         }
         guard !rest.contains("?"), !rest.contains("#"), !rest.contains(where: { $0.isNewline || $0 == "\0" }) else {
             throw StoreBackupError.invalidDestination(url: url, reason: "a Dropbox path cannot contain ?, # or control characters")
@@ -70,7 +75,8 @@ struct DropboxDestination: BlockingDestination {
         var text = value.flatMap { $0.isEmpty ? nil : $0 } ?? fallback
         while text.hasSuffix("/") { text.removeLast() }
         guard text.lowercased().hasPrefix("https://") else {
-            throw StoreBackupError.invalidDestination(url: text, reason: "\(name) must be an https:// URL (tokens are never sent unencrypted)")
+            throw StoreBackupError.invalidDestination(
+                url: text, reason: "\(name) must be an https:// URL (tokens are never sent unencrypted)")
         }
         return text
     }
@@ -96,8 +102,9 @@ struct DropboxDestination: BlockingDestination {
     /// Every page of one listing; nil when Dropbox reset the cursor on the way.
     private func listOnce(cancel: CancellationFlag) throws -> [BackupListing]? {
         var listings: [BackupListing] = []
-        var response = try rpc("files/list_folder", ["path": folderPath, "recursive": false, "limit": 2000],
-                               label: displayName, cancel: cancel)
+        var response = try rpc(
+            "files/list_folder", ["path": folderPath, "recursive": false, "limit": 2000],
+            label: displayName, cancel: cancel)
         // No folder yet: nothing was ever backed up here.
         if response.status == 409, DropboxRouteError(response.body)?.has("not_found") == true { return [] }
         while true {
@@ -108,9 +115,10 @@ struct DropboxDestination: BlockingDestination {
             for entry in entries where entry[".tag"] as? String == "file" {
                 guard let name = entry["name"] as? String, BackupName.isBackup(name) else { continue }
                 let modified = (entry["server_modified"] as? String).flatMap(HTTPDates.iso8601)
-                listings.append(BackupListing(
-                    name: name, size: DropboxAPI.int64(entry["size"]) ?? 0,
-                    date: BackupName.date(of: name) ?? modified ?? Date(timeIntervalSince1970: 0), modified: modified))
+                listings.append(
+                    BackupListing(
+                        name: name, size: DropboxAPI.int64(entry["size"]) ?? 0,
+                        date: BackupName.date(of: name) ?? modified ?? Date(timeIntervalSince1970: 0), modified: modified))
             }
             guard page["has_more"] as? Bool == true, let cursor = page["cursor"] as? String else { return listings }
             response = try rpc("files/list_folder/continue", ["cursor": cursor], label: displayName, cancel: cancel)
@@ -127,7 +135,8 @@ struct DropboxDestination: BlockingDestination {
         try BackupName.validate(name)
         let size = Int64(try FileSystem.lstatInfo(file).st_size)
         try createFolder(cancel: cancel)
-        let result = size <= chunkSize
+        let result =
+            size <= chunkSize
             ? try uploadWhole(file: file, size: size, name: name, cancel: cancel, progress: progress)
             : try DropboxUploadSession(destination: self, file: file, size: size, name: name, cancel: cancel, progress: progress).run()
         let remoteHash = DropboxAPI.object(result.metadata)?["content_hash"] as? String
@@ -171,12 +180,16 @@ struct DropboxDestination: BlockingDestination {
 
     /// One `/2/files/upload`, with the content hash, so Dropbox itself refuses bytes that
     /// were damaged on the way.
-    private func uploadWhole(file: String, size: Int64, name: String, cancel: CancellationFlag,
-                             progress: ProgressHandler?) throws -> Committed {
+    private func uploadWhole(
+        file: String, size: Int64, name: String, cancel: CancellationFlag,
+        progress: ProgressHandler?
+    ) throws -> Committed {
         let hash = try DropboxContentHasher.hash(file: file, length: size)
         let argument: [String: Any] = ["path": path(of: name), "mode": "add", "autorename": false, "mute": true, "content_hash": hash]
-        let response = try content("files/upload", argument, body: .file(path: file, offset: 0, length: size),
-                                   label: "\(displayName)/\(name)", cancel: cancel) { sent, _ in
+        let response = try content(
+            "files/upload", argument, body: .file(path: file, offset: 0, length: size),
+            label: "\(displayName)/\(name)", cancel: cancel
+        ) { sent, _ in
             progress?(BackupProgress(phase: .uploading, bytesDone: min(sent, size), bytesTotal: size))
         }
         if let earlier = try committedEarlier(response, name: name, localHash: hash, cancel: cancel) { return earlier }
@@ -188,7 +201,8 @@ struct DropboxDestination: BlockingDestination {
     /// an earlier try whose answer was lost. That commit counts (once); nil otherwise.
     func committedEarlier(_ response: TransferResponse, name: String, localHash: String, cancel: CancellationFlag) throws -> Committed? {
         guard response.status == 409, DropboxRouteError(response.body)?.has("conflict") == true,
-              let existing = try metadata(of: name, cancel: cancel), existing["content_hash"] as? String == localHash else { return nil }
+            let existing = try metadata(of: name, cancel: cancel), existing["content_hash"] as? String == localHash
+        else { return nil }
         return Committed(metadata: try JSONSerialization.data(withJSONObject: existing), localHash: localHash)
     }
 
@@ -199,9 +213,10 @@ struct DropboxDestination: BlockingDestination {
             if error.has("conflict") { throw StoreBackupError.backupExists(name: name, destination: displayName) }
             if error.has("content_hash_mismatch") {
                 // Damaged on the way: the whole upload is tried again (bounded, with backoff).
-                throw StoreBackupError.transferFailed(.transient, label: displayName,
-                                                      "\(context): Dropbox received different bytes than were sent (content_hash_mismatch)",
-                                                      serviceCode: error.code)
+                throw StoreBackupError.transferFailed(
+                    .transient, label: displayName,
+                    "\(context): Dropbox received different bytes than were sent (content_hash_mismatch)",
+                    serviceCode: error.code)
             }
         }
         try check(response, context: context)
@@ -223,9 +238,12 @@ struct DropboxDestination: BlockingDestination {
         try BackupName.validate(name)
         let label = "\(displayName)/\(name)"
         let argument = DropboxAPI.json(["path": path(of: name)])
-        let response = try send(label: label, cancel: cancel, progress: { _, received in
-            progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
-        }) { token in
+        let response = try send(
+            label: label, cancel: cancel,
+            progress: { _, received in
+                progress?(BackupProgress(phase: .downloading, bytesDone: received, bytesTotal: 0))
+            }
+        ) { token in
             var request = TransferRequest(method: "POST", url: contentURL + "/2/files/download", label: label)
             request.credentials = .bearer(token: token)
             request.headers.append(("Dropbox-API-Arg", argument))
@@ -238,7 +256,8 @@ struct DropboxDestination: BlockingDestination {
             throw StoreBackupError.backupNotFound(name: name, destination: displayName)
         }
         if response.status == 416, let total = ContentRange.completeLength(of: response),
-           (try? FileSystem.lstatInfo(file).st_size).map(Int64.init) == total {
+            (try? FileSystem.lstatInfo(file).st_size).map(Int64.init) == total
+        {
             return  // an earlier attempt already got every byte
         }
         if response.status == 206 { return }  // the rest of a partial file
@@ -270,8 +289,10 @@ struct DropboxDestination: BlockingDestination {
 
     /// An upload route on the content host: the argument in `Dropbox-API-Arg`, the data
     /// streamed from the file.
-    func content(_ route: String, _ argument: [String: Any], body: TransferRequest.Body, label: String,
-                 cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
+    func content(
+        _ route: String, _ argument: [String: Any], body: TransferRequest.Body, label: String,
+        cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)? = nil
+    ) throws -> TransferResponse {
         let header = DropboxAPI.json(argument)
         return try send(label: label, cancel: cancel, progress: progress) { token in
             var request = TransferRequest(method: "POST", url: contentURL + "/2/" + route, label: label)
@@ -286,8 +307,10 @@ struct DropboxDestination: BlockingDestination {
     /// Performs a request with the current access token; when Dropbox answers 401 and the
     /// token can be renewed, renews it and tries once more. Network failures, 429 and 5xx
     /// were already retried by the transport; what is left is reported clearly.
-    private func send(label: String, cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)? = nil,
-                      _ make: (String) -> TransferRequest) throws -> TransferResponse {
+    private func send(
+        label: String, cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)? = nil,
+        _ make: (String) -> TransferRequest
+    ) throws -> TransferResponse {
         var token = try tokens.token(cancel: cancel)
         var response = try perform(Self.retryingBusyAnswers(make(token)), cancel: cancel, progress: progress)
         if response.status == 401, let renewed = try tokens.renew(replacing: token, cancel: cancel) {
@@ -309,8 +332,10 @@ struct DropboxDestination: BlockingDestination {
         return request
     }
 
-    private func perform(_ request: TransferRequest, cancel: CancellationFlag?,
-                         progress: (@Sendable (Int64, Int64) -> Void)?) throws -> TransferResponse {
+    private func perform(
+        _ request: TransferRequest, cancel: CancellationFlag?,
+        progress: (@Sendable (Int64, Int64) -> Void)?
+    ) throws -> TransferResponse {
         do {
             return try transport.perform(request, cancel: cancel, progress: progress)
         } catch StoreBackupError.transfer(let failure) {
@@ -345,20 +370,23 @@ struct DropboxDestination: BlockingDestination {
         let reason: String
         // What to do is the remedy (authorize the app again); a front end says how.
         if error?.has("expired_access_token") == true {
-            reason = renewable
+            reason =
+                renewable
                 ? "Dropbox says the access token expired, even after renewing it"
                 : "the Dropbox access token has expired (expired_access_token); set a new STOREBACKUP_DROPBOX_TOKEN, "
                     + "or authorize the app once so tokens are renewed automatically"
         } else if error?.has("invalid_access_token") == true {
-            reason = renewable
+            reason =
+                renewable
                 ? "Dropbox rejected the access token (invalid_access_token) even after renewing it"
                 : "Dropbox rejected the access token (invalid_access_token); check STOREBACKUP_DROPBOX_TOKEN"
         } else {
             let summary = error?.summary ?? tokens.credentials.scrub(response.bodyText.prefix(200).description)
             reason = "Dropbox refused the credentials (HTTP 401\(summary.isEmpty ? "" : ": \(summary)"))"
         }
-        return StoreBackupError.transferFailed(.http(status: 401), label: displayName, reason, serviceCode: error?.code,
-                                               remedy: .authorizeDropbox)
+        return StoreBackupError.transferFailed(
+            .http(status: 401), label: displayName, reason, serviceCode: error?.code,
+            remedy: .authorizeDropbox)
     }
 
     /// Turns an answer that is not 200 into an error a user can act on (never showing secrets).
@@ -370,14 +398,16 @@ struct DropboxDestination: BlockingDestination {
             let error = DropboxRouteError(response.body)
             if error?.has("too_many_write_operations") == true {
                 // Another write to the same namespace was in progress: heals after a pause.
-                throw StoreBackupError.transferFailed(.transient, label: displayName,
-                                                      "\(context): Dropbox is busy with other writes (too_many_write_operations)",
-                                                      serviceCode: error?.code, retryAfter: RetryingTransport.retryAfter(response))
+                throw StoreBackupError.transferFailed(
+                    .transient, label: displayName,
+                    "\(context): Dropbox is busy with other writes (too_many_write_operations)",
+                    serviceCode: error?.code, retryAfter: RetryingTransport.retryAfter(response))
             }
             if error?.has("content_hash_mismatch") == true {
-                throw StoreBackupError.transferFailed(.transient, label: displayName,
-                                                      "\(context): Dropbox received different bytes than were sent (content_hash_mismatch)",
-                                                      serviceCode: error?.code)
+                throw StoreBackupError.transferFailed(
+                    .transient, label: displayName,
+                    "\(context): Dropbox received different bytes than were sent (content_hash_mismatch)",
+                    serviceCode: error?.code)
             }
             let reason: String
             if error?.has("insufficient_space") == true {
@@ -391,19 +421,22 @@ struct DropboxDestination: BlockingDestination {
         case 400:
             // Dropbox explains bad input in plain text.
             let text = scrubbed.split(whereSeparator: \.isNewline).joined(separator: " ").prefix(300)
-            throw StoreBackupError.transferFailed(.http(status: 400), label: displayName, "\(context): Dropbox rejected the request (HTTP 400): \(text)")
+            throw StoreBackupError.transferFailed(
+                .http(status: 400), label: displayName, "\(context): Dropbox rejected the request (HTTP 400): \(text)")
         case 403:
             let error = DropboxRouteError(response.body)
             let summary = error?.summary ?? scrubbed.prefix(200).description
-            throw StoreBackupError.transferFailed(.http(status: 403), label: displayName,
-                                                  "\(context): the Dropbox app may not do this (HTTP 403: \(summary)); check the app's permissions",
-                                                  serviceCode: error?.code)
+            throw StoreBackupError.transferFailed(
+                .http(status: 403), label: displayName,
+                "\(context): the Dropbox app may not do this (HTTP 403: \(summary)); check the app's permissions",
+                serviceCode: error?.code)
         default:
             let error = DropboxRouteError(response.body)
             let summary = error?.summary ?? scrubbed.prefix(200).description
-            throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName,
-                                                  "\(context): Dropbox answered HTTP \(response.status)\(summary.isEmpty ? "" : ": \(summary)")",
-                                                  serviceCode: error?.code, retryAfter: RetryingTransport.retryAfter(response))
+            throw StoreBackupError.transferFailed(
+                .http(status: response.status), label: displayName,
+                "\(context): Dropbox answered HTTP \(response.status)\(summary.isEmpty ? "" : ": \(summary)")",
+                serviceCode: error?.code, retryAfter: RetryingTransport.retryAfter(response))
         }
     }
 }

@@ -37,8 +37,9 @@ struct DropboxUploadSession {
             let cursor: [String: Any] = ["session_id": sessionID, "offset": offset]
             let remaining = size - offset
             if remaining > chunk {
-                let response = try send("files/upload_session/append_v2", ["cursor": cursor, "close": false],
-                                        offset: offset, length: chunk, hashes: &hashes)
+                let response = try send(
+                    "files/upload_session/append_v2", ["cursor": cursor, "close": false],
+                    offset: offset, length: chunk, hashes: &hashes)
                 if let corrected = try correctedOffset(response, corrections: &corrections) {
                     offset = corrected
                     continue
@@ -49,8 +50,9 @@ struct DropboxUploadSession {
                 continue
             }
             let commit: [String: Any] = ["path": destination.path(of: name), "mode": "add", "autorename": false, "mute": true]
-            let response = try send("files/upload_session/finish", ["cursor": cursor, "commit": commit],
-                                    offset: offset, length: remaining, hashes: &hashes)
+            let response = try send(
+                "files/upload_session/finish", ["cursor": cursor, "commit": commit],
+                offset: offset, length: remaining, hashes: &hashes)
             if let corrected = try correctedOffset(response, corrections: &corrections) {
                 offset = corrected
                 continue
@@ -59,12 +61,14 @@ struct DropboxUploadSession {
             if response.status == 409, let error = DropboxRouteError(response.body), error.has("lookup_failed"), error.has("not_found") {
                 // The session is gone: a finish whose answer was lost may have committed it.
                 if let existing = try destination.metadata(of: name, cancel: cancel),
-                   existing["content_hash"] as? String == localHash {
+                    existing["content_hash"] as? String == localHash
+                {
                     let data = try JSONSerialization.data(withJSONObject: existing)
                     return DropboxDestination.Committed(metadata: data, localHash: localHash)
                 }
-                throw StoreBackupError.destination(destination: destination.displayName,
-                                                   reason: "the upload session of \"\(name)\" expired or was lost; try again")
+                throw StoreBackupError.destination(
+                    destination: destination.displayName,
+                    reason: "the upload session of \"\(name)\" expired or was lost; try again")
             }
             if let earlier = try destination.committedEarlier(response, name: name, localHash: localHash, cancel: cancel) { return earlier }
             try destination.checkCommit(response, name: name, context: "upload \(name)")
@@ -74,14 +78,18 @@ struct DropboxUploadSession {
 
     /// Sends `[offset, offset + length)` of the file to a session route, with that
     /// slice's content hash so Dropbox refuses it if it arrives damaged.
-    private func send(_ route: String, _ argument: [String: Any], offset: Int64, length: Int64,
-                      hashes: inout DropboxFileHashTracker) throws -> TransferResponse {
+    private func send(
+        _ route: String, _ argument: [String: Any], offset: Int64, length: Int64,
+        hashes: inout DropboxFileHashTracker
+    ) throws -> TransferResponse {
         var argument = argument
         let sliceHash = try hashes.hashSlice(offset: offset, length: length)
         if length > 0 { argument["content_hash"] = sliceHash }
         let progress = self.progress, size = self.size
-        return try destination.content(route, argument, body: .file(path: file, offset: offset, length: length),
-                                       label: label, cancel: cancel) { sent, _ in
+        return try destination.content(
+            route, argument, body: .file(path: file, offset: offset, length: length),
+            label: label, cancel: cancel
+        ) { sent, _ in
             progress?(BackupProgress(phase: .uploading, bytesDone: min(offset + sent, size), bytesTotal: size))
         }
     }
@@ -90,13 +98,15 @@ struct DropboxUploadSession {
     private func correctedOffset(_ response: TransferResponse, corrections: inout Int) throws -> Int64? {
         guard response.status == 409, let error = DropboxRouteError(response.body), error.has("incorrect_offset") else { return nil }
         guard let correct = error.correctOffset, (0...size).contains(correct) else {
-            throw StoreBackupError.destination(destination: destination.displayName,
-                                               reason: "Dropbox reported an impossible upload offset (\(error.summary))")
+            throw StoreBackupError.destination(
+                destination: destination.displayName,
+                reason: "Dropbox reported an impossible upload offset (\(error.summary))")
         }
         corrections += 1
         guard corrections <= DropboxDestination.maximumOffsetCorrections else {
-            throw StoreBackupError.destination(destination: destination.displayName,
-                                               reason: "the upload of \"\(name)\" kept losing its place (incorrect_offset \(corrections) times); try again")
+            throw StoreBackupError.destination(
+                destination: destination.displayName,
+                reason: "the upload of \"\(name)\" kept losing its place (incorrect_offset \(corrections) times); try again")
         }
         return correct
     }

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -53,7 +54,7 @@ public struct LocalFolderDestination: BackupDestination {
             // Built elsewhere: copy next to the target first so the final step is a rename.
             source = temporaryArchivePath()
             do { try copy(from: file, to: source, progress: progress) } catch {
-                unlink(source)   // a copy cut short (disk full) is no use to anyone
+                unlink(source)  // a copy cut short (disk full) is no use to anyone
                 throw error
             }
         }

@@ -38,7 +38,9 @@ public struct ObjectLockRetention: Sendable, Equatable {
     func headers(now: Date = Date()) -> [(String, String)] {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime]
-        return [("x-amz-object-lock-mode", mode.rawValue),
-                ("x-amz-object-lock-retain-until-date", formatter.string(from: retainUntil(from: now)))]
+        return [
+            ("x-amz-object-lock-mode", mode.rawValue),
+            ("x-amz-object-lock-retain-until-date", formatter.string(from: retainUntil(from: now))),
+        ]
     }
 }

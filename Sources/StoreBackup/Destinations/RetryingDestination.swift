@@ -65,8 +65,12 @@ public struct RetryingDestination: WrappingDestination {
                     guard attempt < policy.operationAttempts, budget.allows(delay: delay) else {
                         throw StoreBackupError.transfer(Self.givenUp(failure, budget: budget))
                     }
-                    logger.info("retrying an operation", metadata: ["destination": "\(displayName)", "attempt": "\(attempt + 1)",
-                                                                    "error": "\(failure.message)"])
+                    logger.info(
+                        "retrying an operation",
+                        metadata: [
+                            "destination": "\(displayName)", "attempt": "\(attempt + 1)",
+                            "error": "\(failure.message)",
+                        ])
                     do { try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000)) } catch { throw StoreBackupError.cancelled }
                     attempt += 1
                 }
@@ -78,7 +82,8 @@ public struct RetryingDestination: WrappingDestination {
     static func givenUp(_ failure: TransferFailure, budget: RetryBudget) -> TransferFailure {
         guard budget.isSpent, budget.policy.budget > 0 else { return failure }
         var described = failure
-        described.message += " (still failing after \(budget.retriesSpent) retries over \(DurationText.format(budget.policy.budget)); "
+        described.message +=
+            " (still failing after \(budget.retriesSpent) retries over \(DurationText.format(budget.policy.budget)); "
             + "--retry-for or retry-for: allows longer)"
         return described
     }

@@ -34,11 +34,13 @@ struct S3Destination: BlockingDestination {
     /// Parses `s3://BUCKET/PREFIX` and reads the credentials and region as ``DestinationOptions`` describes.
     static func make(url: String, options: DestinationOptions) throws -> S3Destination {
         guard let components = URLComponents(string: url), components.scheme == "s3",
-              let bucket = components.host, !bucket.isEmpty else {
+            let bucket = components.host, !bucket.isEmpty
+        else {
             throw StoreBackupError.invalidDestination(url: url, reason: "expected s3://BUCKET/PREFIX")
         }
         guard let accessKey = try options.credential("AWS_ACCESS_KEY_ID"),
-              let secretKey = try options.credential("AWS_SECRET_ACCESS_KEY") else {
+            let secretKey = try options.credential("AWS_SECRET_ACCESS_KEY")
+        else {
             throw StoreBackupError.invalidDestination(
                 url: url, reason: "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (environment or credentials file)")
         }
@@ -65,7 +67,9 @@ struct S3Destination: BlockingDestination {
         var text = endpoint + "/" + URLPath.encodeComponent(bucket)
         if let key { text += "/" + URLPath.encode(key) }
         if !query.isEmpty {
-            text += "?" + query.sorted { $0.0 < $1.0 }
+            text +=
+                "?"
+                + query.sorted { $0.0 < $1.0 }
                 .map { URLPath.encodeComponent($0.0) + "=" + URLPath.encodeComponent($0.1) }
                 .joined(separator: "&")
         }
@@ -97,9 +101,10 @@ struct S3Destination: BlockingDestination {
                 let name = String(key.dropFirst(listPrefix.count))
                 guard BackupName.isBackup(name), !name.contains("/") else { continue }
                 let modified = object.value("LastModified").flatMap(HTTPDates.iso8601)
-                listings.append(BackupListing(
-                    name: name, size: Int64(object.value("Size") ?? "") ?? 0,
-                    date: BackupName.date(of: name) ?? modified ?? Date(timeIntervalSince1970: 0), modified: modified))
+                listings.append(
+                    BackupListing(
+                        name: name, size: Int64(object.value("Size") ?? "") ?? 0,
+                        date: BackupName.date(of: name) ?? modified ?? Date(timeIntervalSince1970: 0), modified: modified))
             }
             token = root.value("IsTruncated") == "true" ? root.value("NextContinuationToken") : nil
         } while token != nil
@@ -136,13 +141,15 @@ struct S3Destination: BlockingDestination {
             progress?(BackupProgress(phase: .uploading, bytesDone: sent, bytesTotal: size))
         }
         if Self.isBadDigest(response) {
-            throw StoreBackupError.transferFailed(.transient, label: displayName, "upload \(name): the server kept receiving different bytes")
+            throw StoreBackupError.transferFailed(
+                .transient, label: displayName, "upload \(name): the server kept receiving different bytes")
         }
         try check(response, expecting: [200], context: "upload \(name)")
         // Where the ETag is an MD5, it must be this file's: else remove it and try again.
         if let etag = Self.md5ETag(response.header("etag")), etag != FileDigest.hex(digest) {
             _ = try? perform(request("DELETE", url(key: key(name)), label: displayName), cancel: nil)
-            throw StoreBackupError.transferFailed(.transient, label: displayName, "upload \(name): the server stored different bytes (ETag \(etag)); trying again")
+            throw StoreBackupError.transferFailed(
+                .transient, label: displayName, "upload \(name): the server stored different bytes (ETag \(etag)); trying again")
         }
     }
 
@@ -179,7 +186,9 @@ struct S3Destination: BlockingDestination {
         /// MD5 of the file (single PUT) or of its parts' MD5s (multipart, `HEX-N`).
         /// An ETag of another form (e.g. server-side encryption) proves nothing: no match.
         func matches(file: String, size expected: Int64, partSize: Int64) throws -> Bool {
-            guard size == expected, let etag = etag?.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased() else { return false }
+            guard size == expected, let etag = etag?.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased() else {
+                return false
+            }
             if let md5 = S3Destination.md5ETag(etag) { return md5 == FileDigest.hex(try FileDigest.md5(file: file, length: size)) }
             return etag == (try S3Destination.multipartETag(file: file, size: size, partSize: partSize))
         }
@@ -220,10 +229,11 @@ struct S3Destination: BlockingDestination {
         if response.status == 404 { return nil }
         try check(response, expecting: [200], context: "look up \(key)")
         let version = response.header("x-amz-version-id").flatMap { $0.isEmpty || $0 == "null" ? nil : $0 }
-        return ObjectInfo(size: response.header("content-length").flatMap { Int64($0) } ?? -1, etag: response.header("etag"),
-                          versionID: version,
-                          retainUntil: response.header("x-amz-object-lock-retain-until-date").flatMap(HTTPDates.iso8601),
-                          legalHold: response.header("x-amz-object-lock-legal-hold")?.uppercased() == "ON")
+        return ObjectInfo(
+            size: response.header("content-length").flatMap { Int64($0) } ?? -1, etag: response.header("etag"),
+            versionID: version,
+            retainUntil: response.header("x-amz-object-lock-retain-until-date").flatMap(HTTPDates.iso8601),
+            legalHold: response.header("x-amz-object-lock-legal-hold")?.uppercased() == "ON")
     }
 
     /// One multipart upload: create, parts in parallel from the file, complete; abort on failure.
@@ -265,7 +275,8 @@ struct S3Destination: BlockingDestination {
         private func ensureLocked(_ lock: ObjectLockRetention, label: String) throws {
             guard let info = try destination.head(key: key, cancel: cancel), info.retainUntil == nil else { return }
             let headers = Dictionary(lock.headers(), uniquingKeysWith: { _, last in last })
-            let xml = "<Retention xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Mode>\(lock.mode.rawValue)</Mode>"
+            let xml =
+                "<Retention xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Mode>\(lock.mode.rawValue)</Mode>"
                 + "<RetainUntilDate>\(headers["x-amz-object-lock-retain-until-date"] ?? "")</RetainUntilDate></Retention>"
             var query = [("retention", "")]
             if let version = info.versionID { query.append(("versionId", version)) }
@@ -280,8 +291,10 @@ struct S3Destination: BlockingDestination {
         private func uploadParts(uploadID: String, label: String) throws -> [(etag: String, digest: Data)] {
             let count = Int((size + partSize - 1) / partSize)
             let sent = ByteCounter()
-            return try WorkerPool.map(Array(1...count), name: "storebackup-s3-part", width: S3Destination.partConcurrency,
-                                      cancel: cancel) { number in
+            return try WorkerPool.map(
+                Array(1...count), name: "storebackup-s3-part", width: S3Destination.partConcurrency,
+                cancel: cancel
+            ) { number in
                 let offset = Int64(number - 1) * partSize
                 let length = min(partSize, size - offset)
                 let part = try uploadPart(number, offset: offset, length: length, uploadID: uploadID, label: label)
@@ -292,8 +305,10 @@ struct S3Destination: BlockingDestination {
         }
 
         /// One part with its `Content-MD5`; sent again when the server saw other bytes.
-        private func uploadPart(_ number: Int, offset: Int64, length: Int64, uploadID: String,
-                                label: String) throws -> (String, Insecure.MD5.Digest) {
+        private func uploadPart(
+            _ number: Int, offset: Int64, length: Int64, uploadID: String,
+            label: String
+        ) throws -> (String, Insecure.MD5.Digest) {
             let digest = try FileDigest.md5(file: file, offset: offset, length: length)
             var put = destination.request(
                 "PUT", destination.url(key: key, query: [("partNumber", "\(number)"), ("uploadId", uploadID)]),
@@ -309,7 +324,8 @@ struct S3Destination: BlockingDestination {
             put.isTransientAnswer = badDigest
             let response = try destination.perform(put, cancel: cancel)
             if badDigest(response) {
-                throw StoreBackupError.transferFailed(.transient, label: "\(label) part \(number)", "the server kept receiving different bytes")
+                throw StoreBackupError.transferFailed(
+                    .transient, label: "\(label) part \(number)", "the server kept receiving different bytes")
             }
             try destination.check(response, expecting: [200], context: "upload part \(number)")
             guard let etag = response.header("etag") else {
@@ -345,15 +361,18 @@ struct S3Destination: BlockingDestination {
             // S3 may answer 200 and still report an error in the body.
             let root = try? XMLElement.parse(response.body)
             if let root, root.name == "Error" {
-                throw StoreBackupError.transferFailed(.other, label: destination.displayName,
-                                                      "completing the upload failed: \(root.value("Message") ?? root.value("Code") ?? "unknown")",
-                                                      serviceCode: root.value("Code"))
+                throw StoreBackupError.transferFailed(
+                    .other, label: destination.displayName,
+                    "completing the upload failed: \(root.value("Message") ?? root.value("Code") ?? "unknown")",
+                    serviceCode: root.value("Code"))
             }
             // Where the server reports the object's ETag in the S3 form, it must be ours.
             if let reported = root?.value("ETag")?.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased(),
-               reported.hasSuffix("-\(parts.count)"), reported != expectedETag {
+                reported.hasSuffix("-\(parts.count)"), reported != expectedETag
+            {
                 _ = try? destination.perform(destination.request("DELETE", destination.url(key: key), label: label), cancel: nil)
-                throw StoreBackupError.transferFailed(.transient, label: label, "the completed object has ETag \(reported), expected \(expectedETag); trying again")
+                throw StoreBackupError.transferFailed(
+                    .transient, label: label, "the completed object has ETag \(reported), expected \(expectedETag); trying again")
             }
         }
 
@@ -362,7 +381,8 @@ struct S3Destination: BlockingDestination {
         private func published(expectedETag: String) throws -> Bool {
             guard let info = try destination.head(key: key, cancel: cancel), info.size == size else { return false }
             guard let etag = info.etag?.trimmingCharacters(in: CharacterSet(charactersIn: "\" ")).lowercased(),
-                  etag.contains("-") else { return true }
+                etag.contains("-")
+            else { return true }
             return etag == expectedETag
         }
 
@@ -392,7 +412,8 @@ struct S3Destination: BlockingDestination {
                 guard let key = upload.value("Key"), key.hasPrefix(listPrefix) else { continue }
                 let started = upload.value("Initiated").flatMap(HTTPDates.iso8601)
                 if age > 0, let started, started > cutoff { continue }
-                found.append(StaleUpload(name: String(key.dropFirst(listPrefix.count)), started: started, identifier: upload.value("UploadId")))
+                found.append(
+                    StaleUpload(name: String(key.dropFirst(listPrefix.count)), started: started, identifier: upload.value("UploadId")))
             }
             markers = []
             if root.value("IsTruncated") == "true", let key = root.value("NextKeyMarker") {
@@ -405,9 +426,10 @@ struct S3Destination: BlockingDestination {
     /// Aborts an incomplete multipart upload (its parts are freed).
     func removeStaleUpload(_ upload: StaleUpload, cancel: CancellationFlag) throws {
         guard let uploadID = upload.identifier else { return }
-        let response = try perform(request("DELETE", url(key: key(upload.name), query: [("uploadId", uploadID)]), label: displayName),
-                                   cancel: cancel)
-        if response.status == 404 { return }   // gone meanwhile
+        let response = try perform(
+            request("DELETE", url(key: key(upload.name), query: [("uploadId", uploadID)]), label: displayName),
+            cancel: cancel)
+        if response.status == 404 { return }  // gone meanwhile
         try check(response, expecting: [200, 204], context: "abort upload of \(upload.name)")
     }
 
@@ -429,7 +451,8 @@ struct S3Destination: BlockingDestination {
         let root = try? XMLElement.parse(response.body)
         if response.status == 200, root?.value("ObjectLockEnabled") == "Enabled" { return }
         if response.status == 200 || response.status == 404 || response.status == 501
-            || root?.value("Code") == "ObjectLockConfigurationNotFoundError" || root?.value("Code") == "NotImplemented" {
+            || root?.value("Code") == "ObjectLockConfigurationNotFoundError" || root?.value("Code") == "NotImplemented"
+        {
             throw StoreBackupError.invalidDestination(
                 url: displayName,
                 reason: "bucket \"\(bucket)\" does not have S3 Object Lock enabled, so --retain-days cannot lock backups there; "
@@ -465,7 +488,8 @@ struct S3Destination: BlockingDestination {
         let query = info.versionID.map { [("versionId", $0)] } ?? []
         let response = try perform(request("DELETE", url(key: key(name), query: query), label: displayName), cancel: cancel)
         if response.status == 403, objectLock != nil || info.versionID != nil,
-           (try? XMLElement.parse(response.body))?.value("Code") == "AccessDenied" {
+            (try? XMLElement.parse(response.body))?.value("Code") == "AccessDenied"
+        {
             // A lock the HEAD did not show (no permission to read retention, say).
             throw StoreBackupError.backupLocked(name: name, destination: displayName, until: info.retainUntil)
         }
@@ -475,8 +499,10 @@ struct S3Destination: BlockingDestination {
     // MARK: errors
 
     /// Performs a request; transport failures get a message naming the destination.
-    func perform(_ request: TransferRequest, cancel: CancellationFlag?,
-                 progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
+    func perform(
+        _ request: TransferRequest, cancel: CancellationFlag?,
+        progress: (@Sendable (Int64, Int64) -> Void)? = nil
+    ) throws -> TransferResponse {
         do {
             return try transport.perform(request, cancel: cancel, progress: progress)
         } catch StoreBackupError.transfer(let failure) {
@@ -493,7 +519,8 @@ struct S3Destination: BlockingDestination {
         let reason: String
         switch (response.status, code) {
         case (_, "SignatureDoesNotMatch"), (_, "InvalidAccessKeyId"), (403, ""):
-            reason = "\(context): the server rejected the credentials (\(code.isEmpty ? "403" : code)); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+            reason =
+                "\(context): the server rejected the credentials (\(code.isEmpty ? "403" : code)); check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
         case (_, "NoSuchBucket"):
             reason = "\(context): bucket \"\(bucket)\" does not exist"
         case (_, "AccessDenied"):
@@ -502,7 +529,8 @@ struct S3Destination: BlockingDestination {
             let message = root?.value("Message") ?? response.bodyText.prefix(200).description
             reason = "\(context): HTTP \(response.status)\(code.isEmpty ? "" : " \(code)")\(message.isEmpty ? "" : ": \(message)")"
         }
-        throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName, reason,
-                                              serviceCode: code.isEmpty ? nil : code, retryAfter: RetryingTransport.retryAfter(response))
+        throw StoreBackupError.transferFailed(
+            .http(status: response.status), label: displayName, reason,
+            serviceCode: code.isEmpty ? nil : code, retryAfter: RetryingTransport.retryAfter(response))
     }
 }

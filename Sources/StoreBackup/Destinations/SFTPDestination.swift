@@ -1,5 +1,6 @@
 import CCurl
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -89,7 +90,8 @@ struct SFTPDestination: BlockingDestination {
         }
         return SFTPDestination(
             user: user, host: parts.host, port: port, folder: folder, privateKeyFile: key, publicKeyFile: publicKey,
-            knownHostsFile: knownHosts, transport: RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger),
+            knownHostsFile: knownHosts,
+            transport: RetryingTransport(options: options.transport, policy: options.retry, logger: options.logger),
             cleanupTransport: RetryingTransport(options: options.transport, policy: RetryPolicy(requestAttempts: 1, operationAttempts: 1)))
     }
 
@@ -124,8 +126,9 @@ struct SFTPDestination: BlockingDestination {
 
     private func request(_ method: String, _ url: String, label: String) -> TransferRequest {
         var request = TransferRequest(method: method, url: url, label: label)
-        request.credentials = .sshKey(user: user, privateKeyFile: privateKeyFile, publicKeyFile: publicKeyFile,
-                                      knownHostsFile: knownHostsFile)
+        request.credentials = .sshKey(
+            user: user, privateKeyFile: privateKeyFile, publicKeyFile: publicKeyFile,
+            knownHostsFile: knownHostsFile)
         return request
     }
 
@@ -133,8 +136,9 @@ struct SFTPDestination: BlockingDestination {
 
     func listBackups(cancel: CancellationFlag) throws -> [BackupListing] {
         try list(cancel: cancel).map { entry in
-            BackupListing(name: entry.name, size: entry.size,
-                          date: BackupName.date(of: entry.name) ?? Date(timeIntervalSince1970: 0), modified: nil)
+            BackupListing(
+                name: entry.name, size: entry.size,
+                date: BackupName.date(of: entry.name) ?? Date(timeIntervalSince1970: 0), modified: nil)
         }
     }
 
@@ -184,8 +188,10 @@ struct SFTPDestination: BlockingDestination {
     /// Parses `ls -l`-style lines: permissions, links, owner, group, size, month, day,
     /// time or year, then one space and the name (which may hold any spaces). Keeps regular
     /// files with backup names; counts the lines it could not read.
-    static func parseLongListing(_ text: String, keep: (String) -> Bool = BackupName.isBackup,
-                                 dated: Bool = false) -> (entries: [Entry], unparsed: Int) {
+    static func parseLongListing(
+        _ text: String, keep: (String) -> Bool = BackupName.isBackup,
+        dated: Bool = false
+    ) -> (entries: [Entry], unparsed: Int) {
         var entries: [Entry] = []
         var unparsed = 0
         for line in lines(text) {
@@ -200,14 +206,17 @@ struct SFTPDestination: BlockingDestination {
             }
             let permissions = fields.first ?? ""
             guard fields.count == 8, index < line.endIndex, permissions.count >= 10,
-                  let type = permissions.first, "-dlcbps".contains(type), let size = Int64(fields[4]) else {
+                let type = permissions.first, "-dlcbps".contains(type), let size = Int64(fields[4])
+            else {
                 unparsed += 1
                 continue
             }
             let name = String(line[line.index(after: index)...])  // exactly one separator
             guard type == "-", keep(name) else { continue }
-            entries.append(Entry(name: name, size: size,
-                                 modified: dated ? Self.listingDate(month: fields[5], day: fields[6], timeOrYear: fields[7]) : nil))
+            entries.append(
+                Entry(
+                    name: name, size: size,
+                    modified: dated ? Self.listingDate(month: fields[5], day: fields[6], timeOrYear: fields[7]) : nil))
         }
         return (entries, unparsed)
     }
@@ -271,8 +280,10 @@ struct SFTPDestination: BlockingDestination {
         let published = try list(cancel: cancel).first(where: { $0.name == name })
         guard let published, published.size == size || published.size == 0 else {
             _ = try? remove(path(of: name), cancel: nil, once: true)
-            throw StoreBackupError.transferFailed(.transient, label: displayName, "\(name) has \(published?.size ?? 0) bytes on the server, "
-                                                      + "\(size) were sent; removed it, trying again")
+            throw StoreBackupError.transferFailed(
+                .transient, label: displayName,
+                "\(name) has \(published?.size ?? 0) bytes on the server, "
+                    + "\(size) were sent; removed it, trying again")
         }
         progress?(BackupProgress(phase: .uploading, bytesDone: size, bytesTotal: size))
     }
@@ -288,8 +299,10 @@ struct SFTPDestination: BlockingDestination {
         rename.postQuote = ["rename \(Self.quoted(temporary)) \(Self.quoted(path(of: name)))"]
         do {
             _ = try perform(rename, cancel: cancel)
-        } catch StoreBackupError.transfer(let error) where error.kind == .notFound || error.isRetryable
-                    || error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue) {
+        } catch StoreBackupError.transfer(let error)
+            where error.kind == .notFound || error.isRetryable
+            || error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue)
+        {
             let temporaryName = String(temporary.split(separator: "/").last ?? "")
             let entries = try list(cancel: cancel, keep: { $0 == name || $0 == temporaryName })
             let published = entries.first(where: { $0.name == name })
@@ -301,10 +314,13 @@ struct SFTPDestination: BlockingDestination {
                 // The rename was refused because the name was taken meanwhile.
                 throw StoreBackupError.backupExists(name: name, destination: displayName)
             case (false, nil):
-                throw StoreBackupError.transferFailed(.transient, label: displayName, "the uploaded archive vanished before it was renamed to \"\(name)\"; trying again")
+                throw StoreBackupError.transferFailed(
+                    .transient, label: displayName, "the uploaded archive vanished before it was renamed to \"\(name)\"; trying again")
             case (true, nil) where error.curlCode == Int(CURLE_QUOTE_ERROR.rawValue):
-                throw StoreBackupError.transferFailed(.other, label: displayName, "the server refused to rename the uploaded archive "
-                                                          + "to \"\(name)\" (is there a folder or link of that name?)", curlCode: error.curlCode)
+                throw StoreBackupError.transferFailed(
+                    .other, label: displayName,
+                    "the server refused to rename the uploaded archive "
+                        + "to \"\(name)\" (is there a folder or link of that name?)", curlCode: error.curlCode)
             case (true, nil):
                 throw StoreBackupError.transfer(error)
             }
@@ -382,8 +398,10 @@ struct SFTPDestination: BlockingDestination {
 
     /// Performs a request, turning transport failures into messages that name the
     /// destination and say what to do. The kind and the libcurl code are kept.
-    private func perform(_ request: TransferRequest, cancel: CancellationFlag?, using transport: RetryingTransport? = nil,
-                         progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
+    private func perform(
+        _ request: TransferRequest, cancel: CancellationFlag?, using transport: RetryingTransport? = nil,
+        progress: (@Sendable (Int64, Int64) -> Void)? = nil
+    ) throws -> TransferResponse {
         do {
             return try (transport ?? self.transport).perform(request, cancel: cancel, progress: progress)
         } catch StoreBackupError.transfer(let error) {
@@ -392,16 +410,20 @@ struct SFTPDestination: BlockingDestination {
             var mapped = error
             switch error.kind {
             case .hostKey:
-                mapped.message = "\(displayName): the host key of \(hostAndPort) is not in \(knownHostsFile) or does not match it; "
+                mapped.message =
+                    "\(displayName): the host key of \(hostAndPort) is not in \(knownHostsFile) or does not match it; "
                     + "refusing to connect. If this is a new server, add its key with "
                     + "\(Self.keyscanCommand(host: host, port: port, knownHosts: knownHostsFile)) after checking its fingerprint; "
                     + "if the key changed, find out why before trusting the new one"
             case .authentication:
-                mapped.message = "\(displayName): the server refused the key \(privateKeyFile) for user \(user); "
+                mapped.message =
+                    "\(displayName): the server refused the key \(privateKeyFile) for user \(user); "
                     + "check that its public key is in ~\(user)/.ssh/authorized_keys on the server and that the key has no passphrase"
                     + ": \(curlText)"
-            case .connection where error.curlCode == Int(CURLE_COULDNT_CONNECT.rawValue) || error.curlCode == Int(CURLE_COULDNT_RESOLVE_HOST.rawValue):
-                mapped.message = "\(displayName): cannot reach \(hostAndPort); check the host, the port and that the SSH server is running"
+            case .connection
+            where error.curlCode == Int(CURLE_COULDNT_CONNECT.rawValue) || error.curlCode == Int(CURLE_COULDNT_RESOLVE_HOST.rawValue):
+                mapped.message =
+                    "\(displayName): cannot reach \(hostAndPort); check the host, the port and that the SSH server is running"
                     + ": \(curlText)"
             case .timeout:
                 mapped.message = "\(displayName): \(hostAndPort) did not answer in time: \(curlText)"
@@ -412,4 +434,3 @@ struct SFTPDestination: BlockingDestination {
         }
     }
 }
-

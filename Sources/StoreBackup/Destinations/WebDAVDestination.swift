@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -70,7 +71,8 @@ struct WebDAVDestination: BlockingDestination {
                     ? "a WebDAV password is set but no user: set STOREBACKUP_WEBDAV_USER"
                     : "no WebDAV password: set STOREBACKUP_WEBDAV_PASSWORD (environment or credentials file)")
         }
-        let readBack = try options.credential("STOREBACKUP_WEBDAV_READBACK").map { !["off", "0", "no", "false"].contains($0.lowercased()) } ?? true
+        let readBack =
+            try options.credential("STOREBACKUP_WEBDAV_READBACK").map { !["off", "0", "no", "false"].contains($0.lowercased()) } ?? true
         return WebDAVDestination(
             httpScheme: httpScheme, host: parts.host, port: parts.port, folder: parts.segments,
             user: user, password: password,
@@ -110,9 +112,10 @@ struct WebDAVDestination: BlockingDestination {
         guard let entries = try propfind(folder: folder, cancel: cancel) else { return [] }
         return entries.compactMap { entry in
             guard !entry.isCollection, BackupName.isBackup(entry.name) else { return nil }
-            return BackupListing(name: entry.name, size: entry.size,
-                                 date: BackupName.date(of: entry.name) ?? entry.modified ?? Date(timeIntervalSince1970: 0),
-                                 modified: entry.modified)
+            return BackupListing(
+                name: entry.name, size: entry.size,
+                date: BackupName.date(of: entry.name) ?? entry.modified ?? Date(timeIntervalSince1970: 0),
+                modified: entry.modified)
         }
     }
 
@@ -264,7 +267,8 @@ struct WebDAVDestination: BlockingDestination {
                 return
             }
             if moved.status == 412 { throw StoreBackupError.backupExists(name: name, destination: displayName) }
-            throw StoreBackupError.transferFailed(.transient, label: displayName, "publish \(name): the uploaded temporary vanished before its rename; trying again")
+            throw StoreBackupError.transferFailed(
+                .transient, label: displayName, "publish \(name): the uploaded temporary vanished before its rename; trying again")
         }
         try check(moved, expecting: [201, 204], context: "publish \(name)")
     }
@@ -318,9 +322,10 @@ struct WebDAVDestination: BlockingDestination {
         }
         if response.status == 405 || response.status == 201 || response.status == 200 || response.status == 204 { return }
         if response.status == 409 || response.status == 404 {
-            throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName,
-                                                  "cannot create the folder /\(segments.joined(separator: "/")) on the server "
-                                                      + "(HTTP \(response.status)); check the path in the URL")
+            throw StoreBackupError.transferFailed(
+                .http(status: response.status), label: displayName,
+                "cannot create the folder /\(segments.joined(separator: "/")) on the server "
+                    + "(HTTP \(response.status)); check the path in the URL")
         }
         try check(response, expecting: [201], context: "create folder /\(segments.joined(separator: "/"))")
     }
@@ -372,8 +377,10 @@ struct WebDAVDestination: BlockingDestination {
 
     /// Performs a request, turning transport failures into messages that name the
     /// destination and say what to do. The error kind is kept, so retries still apply.
-    private func perform(_ request: TransferRequest, cancel: CancellationFlag?,
-                         progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
+    private func perform(
+        _ request: TransferRequest, cancel: CancellationFlag?,
+        progress: (@Sendable (Int64, Int64) -> Void)? = nil
+    ) throws -> TransferResponse {
         do {
             return try transport.perform(request, cancel: cancel, progress: progress)
         } catch StoreBackupError.transfer(let failure) {
@@ -387,7 +394,8 @@ struct WebDAVDestination: BlockingDestination {
         let reason: String
         switch response.status {
         case 401:
-            reason = user == nil
+            reason =
+                user == nil
                 ? "\(context): the server asks for a user and password (HTTP 401); set STOREBACKUP_WEBDAV_USER and STOREBACKUP_WEBDAV_PASSWORD"
                 : "\(context): wrong user or password (HTTP 401); check STOREBACKUP_WEBDAV_USER and STOREBACKUP_WEBDAV_PASSWORD"
         case 403:
@@ -402,8 +410,9 @@ struct WebDAVDestination: BlockingDestination {
             let text = Self.summary(response)
             reason = "\(context): HTTP \(response.status)\(text.isEmpty ? "" : ": \(text)")"
         }
-        throw StoreBackupError.transferFailed(.http(status: response.status), label: displayName, reason,
-                                              retryAfter: RetryingTransport.retryAfter(response))
+        throw StoreBackupError.transferFailed(
+            .http(status: response.status), label: displayName, reason,
+            retryAfter: RetryingTransport.retryAfter(response))
     }
 
     /// A short, one-line hint from an error body (HTML tags and whitespace removed).

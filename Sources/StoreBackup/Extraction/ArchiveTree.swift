@@ -48,7 +48,8 @@ struct ArchiveTree {
             for part in path.split(separator: "/").dropLast() {
                 prefix += prefix.isEmpty ? String(part) : "/" + part
                 if let kind = kinds[prefix], kind != .directory {
-                    throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: "\(path) (beneath the \(kind == .symlink ? "link" : "file") \(prefix))")
+                    throw StoreBackupError.unsafeArchiveEntry(
+                        name: backupName, entry: "\(path) (beneath the \(kind == .symlink ? "link" : "file") \(prefix))")
                 }
             }
         }

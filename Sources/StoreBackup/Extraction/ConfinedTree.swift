@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -39,7 +40,9 @@ final class ConfinedTree: Sendable {
     func createFile(_ relative: String, readBack: Bool = false) throws -> Int32 {
         let (parent, leaf) = try openParent(relative, create: true)
         defer { if parent != rootDescriptor { close(parent) } }
-        let fd = EscapedName.withSystemPath(leaf) { openat(parent, $0, (readBack ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        let fd = EscapedName.withSystemPath(leaf) {
+            openat(parent, $0, (readBack ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        }
         guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "create", errno: errno) }
         return fd
     }

@@ -2,6 +2,7 @@ import CPosix
 import CZip
 import Crypto
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -57,15 +58,17 @@ struct Extractor {
     let damagedDatabases = Locked<[String: String]>([:])
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
-    static let unverifiedWarning = "the backup has no manifest: only CRCs and PRAGMA integrity_check were checked (no SHA-256 of any file, no list of what should be there)"
+    static let unverifiedWarning =
+        "the backup has no manifest: only CRCs and PRAGMA integrity_check were checked (no SHA-256 of any file, no list of what should be there)"
 
     /// Extracts into `target`, which must not exist yet. Returns the databases checked.
     @discardableResult
     func extract(into target: String) throws -> [String] {
         let manifestByPath = try crossCheckManifest()
         let links = try readLinks(manifestByPath: manifestByPath)
-        var tree = ArchiveTree(entries: reader.entries, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
-                               backupName: reader.backupName)
+        var tree = ArchiveTree(
+            entries: reader.entries, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
+            backupName: reader.backupName)
         try tree.check(recordedOutside: Set(reader.manifest?.outsideLinks ?? []), allowOutside: allowOutsideLinks)
         if reader.manifest == nil && !allowUnverified {
             throw StoreBackupError.unverifiableBackup(name: reader.backupName)
@@ -73,8 +76,9 @@ struct Extractor {
         let files = reader.entries.filter { $0.kind == .file && isSelected($0.path) }
         let fifos = verifyOnly ? [] : reader.entries.filter { $0.kind == .fifo && isSelected($0.path) }
         let written = verifyOnly && reader.manifest != nil ? files.filter(isDatabase) : files
-        try FreeSpace.check(needed: Self.diskUsage(of: written, entryCount: reader.entries.count),
-                            in: FileSystem.parentDirectory(of: target), backupName: reader.backupName)
+        try FreeSpace.check(
+            needed: Self.diskUsage(of: written, entryCount: reader.entries.count),
+            in: FileSystem.parentDirectory(of: target), backupName: reader.backupName)
 
         let root = try ConfinedTree(creating: target)
         let directories = reader.entries.filter { $0.kind == .directory && isSelected($0.path) }
@@ -85,16 +89,20 @@ struct Extractor {
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
         let databaseFiles = files.filter(isDatabase)
-        let judge = DamageJudge(backupName: reader.backupName, hasManifest: reader.manifest != nil,
-                                accept: acceptDamagedDatabases, found: damagedDatabases)
-        let checks = WorkerPool.Feed<DatabaseCheckJob>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) { check in
+        let judge = DamageJudge(
+            backupName: reader.backupName, hasManifest: reader.manifest != nil,
+            accept: acceptDamagedDatabases, found: damagedDatabases)
+        let checks = WorkerPool.Feed<DatabaseCheckJob>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) {
+            check in
             try judge.check(check)
         }
         let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
         // Every thread started here is joined on every path out, before any error is rethrown.
         let unpacked = Result {
-            try extractInParallel(files.sorted { $0.size > $1.size }, into: root, manifestByPath: manifestByPath,
-                                  checks: checks, flushes: flushes) { bytes, name in
+            try extractInParallel(
+                files.sorted { $0.size > $1.size }, into: root, manifestByPath: manifestByPath,
+                checks: checks, flushes: flushes
+            ) { bytes, name in
                 let done = counter.add(bytes)
                 progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
             }
@@ -137,8 +145,10 @@ struct Extractor {
 
     /// FIFOs, then links last (their targets exist by now), then every folder's mode and
     /// time, deepest first, so that writing into a folder does not change its time again.
-    private func finishTree(_ root: ConfinedTree, links: [(entry: ArchiveEntry, target: String)], fifos: [ArchiveEntry],
-                            directories: [ArchiveEntry]) throws {
+    private func finishTree(
+        _ root: ConfinedTree, links: [(entry: ArchiveEntry, target: String)], fifos: [ArchiveEntry],
+        directories: [ArchiveEntry]
+    ) throws {
         for fifo in fifos {
             try root.createFIFO(fifo.path, permissions: fifo.permissions, modificationTime: fifo.modificationTime)
         }
@@ -149,7 +159,8 @@ struct Extractor {
         }
 
         for directory in directories.sorted(by: { $0.path.count > $1.path.count }) {
-            try root.setDirectoryAttributes(directory.path, permissions: directory.permissions, modificationTime: directory.modificationTime)
+            try root.setDirectoryAttributes(
+                directory.path, permissions: directory.permissions, modificationTime: directory.modificationTime)
         }
         let rootMode: UInt32 = reader.manifest?.rootMode ?? 0o755
         let rootTime: Int64 = reader.manifest?.rootMtime ?? Int64(Date().timeIntervalSince1970)
@@ -197,12 +208,13 @@ struct Extractor {
             guard let expected = byPath[entry.path] else {
                 throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) is not in its manifest")
             }
-            let expectedKind: ArchiveEntry.Kind = switch expected.type {
-            case "directory": .directory
-            case "symlink": .symlink
-            case "fifo": .fifo
-            default: .file
-            }
+            let expectedKind: ArchiveEntry.Kind =
+                switch expected.type {
+                case "directory": .directory
+                case "symlink": .symlink
+                case "fifo": .fifo
+                default: .file
+                }
             guard expectedKind == entry.kind else {
                 throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) has the wrong type")
             }
@@ -216,7 +228,8 @@ struct Extractor {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(missing.path) is missing")
         }
         if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type != "file" && $0.type != "database" } ?? true }) {
-            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "its manifest names \(stray.path) as a database but has no such file")
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "its manifest names \(stray.path) as a database but has no such file")
         }
         return byPath
     }
@@ -305,9 +318,12 @@ struct Extractor {
                 let expected = manifestByPath[database.path]
                 let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
-                let digest = try extractFile(database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
-                                             unpacking: unpacking.map { unpacking in (unpacking, { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) }) },
-                                             onBytes: onBytes)
+                let digest = try extractFile(
+                    database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
+                    unpacking: unpacking.map { unpacking in
+                        (unpacking, { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) })
+                    },
+                    onBytes: onBytes)
                 digests += digest.map { [$0] } ?? []
                 if unpacking == nil { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: nil)) }
                 flushes?.submit(database.path)
@@ -320,13 +336,16 @@ struct Extractor {
         let readerHandleLent = Locked(false)
         try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
             // Each thread reads through its own libzip handle and buffer.
-            let borrow = readerHandleLent.withLock { lent in defer { lent = true }; return !lent }
+            let borrow = readerHandleLent.withLock { lent in
+                defer { lent = true }; return !lent
+            }
             let archive = borrow ? ArchiveHandle(reader.idleHandle, owned: false) : try ArchiveHandle(reader.openHandle())
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             return { entry in
                 if let failure = checks.firstFailure { throw failure }
-                try extractFile(entry, archive: archive.pointer, buffer: &buffer, into: root,
-                                expected: manifestByPath[entry.path], onBytes: onBytes)
+                try extractFile(
+                    entry, archive: archive.pointer, buffer: &buffer, into: root,
+                    expected: manifestByPath[entry.path], onBytes: onBytes)
             }
         }
     }
@@ -358,10 +377,11 @@ struct Extractor {
             // Whatever goes wrong, a reader waiting for more bytes is let go.
             defer { if !finished { unpacking?.file.fail() } }
             unpacking?.start()
-            let inflater = ParallelInflater(archive: archive, entry: entry, blockSize: plan.blockSize,
-                                            compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
-                                            password: reader.password, backupName: reader.backupName,
-                                            pageCache: reader.pageCache, hashesContent: unpacking == nil)
+            let inflater = ParallelInflater(
+                archive: archive, entry: entry, blockSize: plan.blockSize,
+                compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
+                password: reader.password, backupName: reader.backupName,
+                pageCache: reader.pageCache, hashesContent: unpacking == nil)
             var written: Int64 = 0
             // The blocks come back in order, each already written at its offset.
             let result = try inflater.run(descriptor: fd, path: path) { bytes in
@@ -387,7 +407,8 @@ struct Extractor {
         }
         precondition(unpacking == nil, "only an entry read in blocks is checked while it is written")
         guard let file = zip_fopen_index(archive, entry.index, 0) else {
-            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(archive)))")
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(archive)))")
         }
         defer { zip_fclose(file) }
         var hasher = SHA256()
@@ -395,12 +416,14 @@ struct Extractor {
         while true {
             let got = buffer.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress, zip_uint64_t($0.count)) }
             if got < 0 {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
+                throw StoreBackupError.corruptArchive(
+                    name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
             }
             if got == 0 { break }
             // Stop before writing a byte past the declared size (libzip checks the CRC only at the end).
             guard got <= entry.size - written else {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) holds more than its declared \(entry.size) bytes")
+                throw StoreBackupError.corruptArchive(
+                    name: reader.backupName, reason: "\(entry.path) holds more than its declared \(entry.size) bytes")
             }
             if decideByHeader && written == 0 && got >= 16 && Array(buffer[0..<16]) == SQLiteHeader.magic {
                 fd = try root.createFile(entry.path)
@@ -415,7 +438,8 @@ struct Extractor {
             try cancel.throwIfCancelled()
         }
         guard written == entry.size else {
-            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) holds \(written) bytes, not its declared \(entry.size)")
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(entry.path) holds \(written) bytes, not its declared \(entry.size)")
         }
         if let expected {
             let digest = FileDigest.hex(hasher.finalize())
@@ -433,12 +457,14 @@ struct Extractor {
     /// instead of libzip's much slower AES, which matters for stores of many small files.
     static func blockPlan(entry: ArchiveEntry, expected: Manifest.File) -> (blockSize: Int, blocks: [Int])? {
         if let blockSize = expected.deflateBlockSize, let blocks = expected.deflateBlocks,
-           ParallelInflater.canUse(entry: entry, blockSize: blockSize, blocks: blocks) {
+            ParallelInflater.canUse(entry: entry, blockSize: blockSize, blocks: blocks)
+        {
             return (blockSize, blocks)
         }
         let single = [Int(entry.compressedSize) - WinZipAES.overhead]
         if entry.isEncrypted, expected.deflateBlocks == nil, entry.size <= Int64(CompressionPipeline.blockSize),
-           ParallelInflater.canUse(entry: entry, blockSize: CompressionPipeline.blockSize, blocks: single) {
+            ParallelInflater.canUse(entry: entry, blockSize: CompressionPipeline.blockSize, blocks: single)
+        {
             return (CompressionPipeline.blockSize, single)
         }
         return nil
@@ -451,8 +477,10 @@ struct Extractor {
         guard fd >= 0 else { return }
         _ = sb_start_writeback(fd, 0, 0)
         guard fchmod(fd, mode_t(entry.permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
-        var times = [timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
-                     timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0)]
+        var times = [
+            timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
+            timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
+        ]
         guard futimens(fd, &times) == 0 else { throw StoreBackupError.io(path: path, operation: "set time", errno: errno) }
         fileWritten?()
     }

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -21,7 +22,10 @@ enum FreeSpace {
         let total = size.overflow ? Int64.max : size.partialValue
         let reserve = max(Int64(Double(total) * ArchiveLimits.reserveFraction), ArchiveLimits.minimumReserveBytes)
         guard needed <= free - reserve else {
-            throw StoreBackupError.restoreRefused(reason: "backup \"\(backupName)\" needs \(describe(needed)) but \(directory) has \(describe(free)) free, and \(describe(reserve)) must stay free for the app; free some space first")
+            throw StoreBackupError.restoreRefused(
+                reason:
+                    "backup \"\(backupName)\" needs \(describe(needed)) but \(directory) has \(describe(free)) free, and \(describe(reserve)) must stay free for the app; free some space first"
+            )
         }
     }
 

@@ -1,5 +1,6 @@
 import CZip
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -25,8 +26,10 @@ struct ArchiveWriter {
     /// Writes `archivePath` (which must not exist). On any failure nothing is left there.
     /// `outsideLinks` and `leftOut` go into the manifest as they are (see ``Manifest``).
     /// `root` is the stores directory's mode and time as scanned (nil: read now).
-    func write(items: [StoreItem], snapshots: [String: DatabaseSnapshot], outsideLinks: [String] = [], leftOut: [String] = [],
-               root: (permissions: UInt32, modificationTime: Int64)? = nil, to archivePath: String) throws -> Manifest {
+    func write(
+        items: [StoreItem], snapshots: [String: DatabaseSnapshot], outsideLinks: [String] = [], leftOut: [String] = [],
+        root: (permissions: UInt32, modificationTime: Int64)? = nil, to archivePath: String
+    ) throws -> Manifest {
         var errorCode: Int32 = 0
         guard let archive = zip_open(archivePath, ZIP_CREATE | ZIP_EXCL, &errorCode) else {
             var error = zip_error_t()
@@ -126,7 +129,8 @@ struct ArchiveWriter {
         let manifestSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
             // Every file's data is written by now (the manifest is the last entry).
             pipeline.releaseBuffers()
-            var built = try buildManifest(items: items, jobs: jobs, jobIndexByPath: jobIndexByPath, snapshots: snapshots, pipeline: pipeline)
+            var built = try buildManifest(
+                items: items, jobs: jobs, jobIndexByPath: jobIndexByPath, snapshots: snapshots, pipeline: pipeline)
             built.outsideLinks = outsideLinks.isEmpty ? nil : outsideLinks
             built.leftOut = leftOut.isEmpty ? nil : leftOut
             if let root {
@@ -199,19 +203,22 @@ struct ArchiveWriter {
         let entry = zip_uint64_t(index)
         let attributes = (type | (item.permissions & 0o7777)) << 16
         guard zip_file_set_external_attributes(archive, entry, 0, UInt8(ZIP_OPSYS_UNIX), attributes) == 0,
-              zip_file_set_mtime(archive, entry, time_t(item.modificationTime), 0) == 0 else {
+            zip_file_set_mtime(archive, entry, time_t(item.modificationTime), 0) == 0
+        else {
             throw libzipError(archive, "set attributes of \(item.relativePath)")
         }
         let field = ZipTimestamp.encode(modificationTime: item.modificationTime)
         let rc = field.withUnsafeBufferPointer {
-            zip_file_extra_field_set(archive, entry, ZipTimestamp.fieldID, zip_uint16_t(ZIP_EXTRA_FIELD_NEW),
-                                     $0.baseAddress, zip_uint16_t($0.count), zip_flags_t(ZIP_FL_LOCAL | ZIP_FL_CENTRAL))
+            zip_file_extra_field_set(
+                archive, entry, ZipTimestamp.fieldID, zip_uint16_t(ZIP_EXTRA_FIELD_NEW),
+                $0.baseAddress, zip_uint16_t($0.count), zip_flags_t(ZIP_FL_LOCAL | ZIP_FL_CENTRAL))
         }
         guard rc == 0 else { throw libzipError(archive, "set timestamp of \(item.relativePath)") }
         let ntfs = NTFSTimestamp.encode(modificationTime: item.modificationTime)
         let ntfsRC = ntfs.withUnsafeBufferPointer {
-            zip_file_extra_field_set(archive, entry, NTFSTimestamp.fieldID, zip_uint16_t(ZIP_EXTRA_FIELD_NEW),
-                                     $0.baseAddress, zip_uint16_t($0.count), zip_flags_t(ZIP_FL_LOCAL | ZIP_FL_CENTRAL))
+            zip_file_extra_field_set(
+                archive, entry, NTFSTimestamp.fieldID, zip_uint16_t(ZIP_EXTRA_FIELD_NEW),
+                $0.baseAddress, zip_uint16_t($0.count), zip_flags_t(ZIP_FL_LOCAL | ZIP_FL_CENTRAL))
         }
         guard ntfsRC == 0 else { throw libzipError(archive, "set timestamp of \(item.relativePath)") }
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -47,7 +48,8 @@ struct RestoreTransaction {
         let progress = ProgressPlan.stamping(ProgressPlan.restore, progress)
         // Only a folder (or nothing) can be replaced; anything else is refused before any change.
         if let info = try? FileSystem.lstatInfo(layout.live), info.st_mode & S_IFMT != S_IFDIR {
-            throw StoreBackupError.restoreRefused(reason: "\(layout.live) is not a directory; restore replaces a stores directory and will not remove anything else")
+            throw StoreBackupError.restoreRefused(
+                reason: "\(layout.live) is not a directory; restore replaces a stores directory and will not remove anything else")
         }
         try FileSystem.createDirectories(layout.parent)
         let lock = try StoreLock(storesDirectory: layout.live, purpose: "restore")
@@ -61,7 +63,8 @@ struct RestoreTransaction {
 
         let backup = try await source.resolve(nameOrLatest)
         if FileSystem.fileExists(layout.new) {
-            throw StoreBackupError.restoreRefused(reason: "\(layout.new) already exists and is not from an interrupted restore; move it away first")
+            throw StoreBackupError.restoreRefused(
+                reason: "\(layout.new) already exists and is not from an interrupted restore; move it away first")
         }
         let staged = try await stage(backup.name, progress: progress)
         defer { if staged.downloaded { unlink(staged.path) } }
@@ -118,8 +121,9 @@ struct RestoreTransaction {
             throw error
         }
 
-        let unpacked = Unpacked(backupName: backupName, hadLiveStore: hadLiveStore, databases: extracted.databases,
-                                files: extracted.files, unverified: extracted.unverified, damaged: extracted.damaged)
+        let unpacked = Unpacked(
+            backupName: backupName, hadLiveStore: hadLiveStore, databases: extracted.databases,
+            files: extracted.files, unverified: extracted.unverified, damaged: extracted.damaged)
         // Last point where cancelling is honoured before the app is stopped.
         if Task.isCancelled { discardExtracted(unpacked, appStopped: false); throw StoreBackupError.cancelled }
         throttle.report(BackupProgress(phase: .swapping), force: true)
@@ -146,10 +150,14 @@ struct RestoreTransaction {
     /// whatever happened: after a commit, a rollback, a failure or a cancellation; then a
     /// committed restore's `_Old` goes. The journal says the app is stopped from before the
     /// stop runs until the start has run.
-    private func withAppStopped(_ commands: AppCommands, _ unpacked: Unpacked,
-                                _ body: () async throws -> RestoreResult) async throws -> RestoreResult {
-        try RestoreJournal(phase: .extracting, backupName: unpacked.backupName, hadLiveStore: unpacked.hadLiveStore,
-                           appStopped: true, startCommand: commands.start).save(to: layout.journal)
+    private func withAppStopped(
+        _ commands: AppCommands, _ unpacked: Unpacked,
+        _ body: () async throws -> RestoreResult
+    ) async throws -> RestoreResult {
+        try RestoreJournal(
+            phase: .extracting, backupName: unpacked.backupName, hadLiveStore: unpacked.hadLiveStore,
+            appStopped: true, startCommand: commands.start
+        ).save(to: layout.journal)
         let clock = ContinuousClock()
         let stopped = clock.now
         // The commands are not logged: they may carry credentials.
@@ -159,8 +167,9 @@ struct RestoreTransaction {
         var outcome: Result<RestoreResult, Error>
         if let failure = stop.failure {
             discardExtracted(unpacked, appStopped: true)
-            outcome = .failure(StoreBackupError.restoreRefused(
-                reason: "the stop command failed (\(failure)); nothing was swapped"))
+            outcome = .failure(
+                StoreBackupError.restoreRefused(
+                    reason: "the stop command failed (\(failure)); nothing was swapped"))
         } else {
             do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
         }
@@ -210,9 +219,11 @@ struct RestoreTransaction {
         let backupName = unpacked.backupName, hadLiveStore = unpacked.hadLiveStore
         let layout = self.layout
         let journal = { (phase: RestoreJournal.Phase) throws -> Void in
-            try RestoreJournal(phase: phase, backupName: backupName, hadLiveStore: hadLiveStore,
-                               appStopped: appStopped ? true : nil, startCommand: appStopped ? appCommands?.start : nil)
-                .save(to: layout.journal)
+            try RestoreJournal(
+                phase: phase, backupName: backupName, hadLiveStore: hadLiveStore,
+                appStopped: appStopped ? true : nil, startCommand: appStopped ? appCommands?.start : nil
+            )
+            .save(to: layout.journal)
         }
         do { try await hooks.willSwap() } catch {
             discardExtracted(unpacked, appStopped: appStopped)
@@ -253,10 +264,11 @@ struct RestoreTransaction {
             RestoreJournal.remove(at: layout.journal)
         }
         throttle.report(BackupProgress(phase: .done), force: true)
-        return RestoreResult(backupName: backupName, storesDirectory: layout.live,
-                             databasesChecked: unpacked.databases, fileCount: unpacked.files,
-                             warning: unpacked.unverified ? Extractor.unverifiedWarning : nil,
-                             damagedDatabases: unpacked.damaged, storeInUseWarning: inUseWarning)
+        return RestoreResult(
+            backupName: backupName, storesDirectory: layout.live,
+            databasesChecked: unpacked.databases, fileCount: unpacked.files,
+            warning: unpacked.unverified ? Extractor.unverifiedWarning : nil,
+            damagedDatabases: unpacked.damaged, storeInUseWarning: inUseWarning)
     }
 
     /// Refuses when other processes have the live store open, or when the check could not
@@ -265,13 +277,18 @@ struct RestoreTransaction {
         let clock = ContinuousClock()
         let began = clock.now
         let usage = StoreUsage.scan(storesDirectory: layout.live)
-        logger.debug("in-use check", metadata: ["seconds": "\((clock.now - began).inSeconds)",
-                                                "processes": "\(usage.users.count)"])
+        logger.debug(
+            "in-use check",
+            metadata: [
+                "seconds": "\((clock.now - began).inSeconds)",
+                "processes": "\(usage.users.count)",
+            ])
         if usage.isUnused && usage.blindSpots.isEmpty { return nil }
         let users = usage.isUnused ? nil : usage.describeUsers(still: afterStop)
         let unseen = usage.blindSpots.isEmpty ? nil : usage.blindSpots.joined(separator: "; ")
         if allowStoreInUse || (users == nil && allowUnseenProcesses) {
-            let warning = users.map { "restoring a store in use: " + $0 + (unseen.map { "; " + $0 } ?? "") }
+            let warning =
+                users.map { "restoring a store in use: " + $0 + (unseen.map { "; " + $0 } ?? "") }
                 ?? "restoring although the in-use check could not see every process: \(unseen ?? "")"
             logger.warning("\(warning)")
             return warning
@@ -288,8 +305,9 @@ struct RestoreTransaction {
     /// The store is whole: the journal goes, or, while the app is stopped, says only its start is left.
     private func settleJournal(backupName: String, hadLiveStore: Bool, appStopped: Bool) {
         guard appStopped else { return RestoreJournal.remove(at: layout.journal) }
-        let pending = RestoreJournal(phase: .startingApp, backupName: backupName, hadLiveStore: hadLiveStore,
-                                     appStopped: true, startCommand: appCommands?.start)
+        let pending = RestoreJournal(
+            phase: .startingApp, backupName: backupName, hadLiveStore: hadLiveStore,
+            appStopped: true, startCommand: appCommands?.start)
         if (try? pending.save(to: layout.journal)) == nil { RestoreJournal.remove(at: layout.journal) }
     }
 
@@ -298,9 +316,11 @@ struct RestoreTransaction {
     private func rollBack(after reloadError: Error, backupName: String, hadLiveStore: Bool, appStopped: Bool) async -> Error {
         let report: SetAsideReport?
         do {
-            try RestoreJournal(phase: .rollingBack, backupName: backupName, hadLiveStore: hadLiveStore,
-                               appStopped: appStopped ? true : nil, startCommand: appStopped ? appCommands?.start : nil)
-                .save(to: layout.journal)
+            try RestoreJournal(
+                phase: .rollingBack, backupName: backupName, hadLiveStore: hadLiveStore,
+                appStopped: appStopped ? true : nil, startCommand: appStopped ? appCommands?.start : nil
+            )
+            .save(to: layout.journal)
             report = try swapper.putBackOld(hadLiveStore: hadLiveStore, keepRejected: true)
             settleJournal(backupName: backupName, hadLiveStore: hadLiveStore, appStopped: appStopped)
         } catch {

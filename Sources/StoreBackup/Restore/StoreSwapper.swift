@@ -24,7 +24,8 @@ public enum RecoveryOutcome: Sendable, Equatable {
         case .rolledBack(let name): return "an interrupted restore of \"\(name)\" was rolled back; the previous store is live"
         case .completedRestore(let name): return "an interrupted restore of \"\(name)\" was completed"
         case .finishedCleanup(let name): return "an interrupted restore of \"\(name)\" had succeeded; its cleanup is finished"
-        case .appStartPending(let name): return "an interrupted restore of \"\(name)\" had left the store whole but not started the app again"
+        case .appStartPending(let name):
+            return "an interrupted restore of \"\(name)\" had left the store whole but not started the app again"
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -61,7 +62,9 @@ public struct StoreUsage: Sendable, Equatable {
         }
         let visible = Set(ProcessTable.pids())
         for lock in FileLocks.read() {
-            guard lock.pid != own, let file = files.byIdentity[FileIdentity(major: lock.major, minor: lock.minor, inode: lock.inode)] else { continue }
+            guard lock.pid != own, let file = files.byIdentity[FileIdentity(major: lock.major, minor: lock.minor, inode: lock.inode)] else {
+                continue
+            }
             if lock.pid > 0 && visible.contains(lock.pid) {
                 // Seen through its descriptors already, unless those could not be read.
                 add(StoreUser(file: file, pid: lock.pid, command: ProcessTable.command(of: lock.pid)))
@@ -79,7 +82,8 @@ public struct StoreUsage: Sendable, Equatable {
         if !unreadable.isEmpty {
             let shown = unreadable.prefix(5).map { "\($0) (\(ProcessTable.command(of: $0)))" }.joined(separator: ", ")
             let more = unreadable.count > 5 ? " and \(unreadable.count - 5) more" : ""
-            usage.blindSpots.append("the open files of \(unreadable.count) processes of other users cannot be read without root: \(shown)\(more)")
+            usage.blindSpots.append(
+                "the open files of \(unreadable.count) processes of other users cannot be read without root: \(shown)\(more)")
         }
         usage.users.sort { ($0.pid, $0.file) < ($1.pid, $1.file) }
         return usage
@@ -135,10 +139,11 @@ private struct StoreFiles {
 
     init(root: String) {
         self.root = root
-        resolvedRoot = realpath(root, nil).map { pointer in
-            defer { free(pointer) }
-            return String(cString: pointer)
-        } ?? root
+        resolvedRoot =
+            realpath(root, nil).map { pointer in
+                defer { free(pointer) }
+                return String(cString: pointer)
+            } ?? root
         guard let info = try? FileSystem.lstatInfo(root), info.st_mode & S_IFMT == S_IFDIR else { return }
         byIdentity[FileIdentity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino))] = "."
         guard let walker = FileManager.default.enumerator(atPath: root) else { return }
@@ -194,7 +199,9 @@ enum ProcessTable {
         var files: [OpenFile] = []
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         while let entry = readdir(directory) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) { String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self)) }
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self))
+            }
             guard name.first?.isNumber == true else { continue }
             let linkPath = folder + "/" + name
             let count = readlink(linkPath, &buffer, buffer.count - 1)
@@ -247,8 +254,9 @@ enum FileLocks {
         guard fields.count >= 6, fields[1] != "->" else { return nil }
         let identity = fields[5].split(separator: ":")
         guard let pid = Int32(fields[4]), identity.count == 3,
-              let major = UInt64(identity[0], radix: 16), let minor = UInt64(identity[1], radix: 16),
-              let inode = UInt64(identity[2]) else { return nil }
+            let major = UInt64(identity[0], radix: 16), let minor = UInt64(identity[1], radix: 16),
+            let inode = UInt64(identity[2])
+        else { return nil }
         return Lock(pid: pid, major: major, minor: minor, inode: inode)
     }
 }

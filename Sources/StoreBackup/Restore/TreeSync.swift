@@ -1,5 +1,6 @@
 import CPosix
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif

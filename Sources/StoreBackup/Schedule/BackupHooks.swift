@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -54,9 +55,11 @@ public struct HookEvent: Sendable, Codable, Equatable {
     /// "verify" for a restore drill (`backup` is then the backup that failed); nil for a backup run.
     public var task: String?
 
-    public init(event: String, store: String, storesDirectory: String, destination: String, host: String,
-                startedAt: Date, finishedAt: Date, backup: String? = nil, size: Int64? = nil,
-                error: String? = nil, pruned: [String]? = nil, task: String? = nil) {
+    public init(
+        event: String, store: String, storesDirectory: String, destination: String, host: String,
+        startedAt: Date, finishedAt: Date, backup: String? = nil, size: Int64? = nil,
+        error: String? = nil, pruned: [String]? = nil, task: String? = nil
+    ) {
         self.event = event; self.store = store; self.storesDirectory = storesDirectory
         self.destination = destination; self.host = host; self.startedAt = startedAt
         self.finishedAt = finishedAt; self.backup = backup; self.size = size; self.error = error; self.pruned = pruned
@@ -106,8 +109,9 @@ struct HookRunner: Sendable {
                 }
                 succeeded += 1
             } catch {
-                logger.warning("on-\(event.event) hook failed (the backup's outcome is unchanged)",
-                               metadata: ["hook": "\(Self.label(action.target))", "error": "\(error)"])
+                logger.warning(
+                    "on-\(event.event) hook failed (the backup's outcome is unchanged)",
+                    metadata: ["hook": "\(Self.label(action.target))", "error": "\(error)"])
             }
         }
         return succeeded

@@ -28,8 +28,10 @@ public struct BackupPruner: Sendable {
 
     /// Works out what to keep without deleting anything. `host` and `storesDirectory`
     /// narrow it to matching origins (nil: every origin).
-    public func plan(_ policy: RetentionPolicy, host: String?, storesDirectory: String?,
-                     calendar: Calendar = .current) async throws -> [Group] {
+    public func plan(
+        _ policy: RetentionPolicy, host: String?, storesDirectory: String?,
+        calendar: Calendar = .current
+    ) async throws -> [Group] {
         let backups = try await destination.listBackups()
         let originByName = await origins.origins(of: backups, download: true)
         var byOrigin: [BackupOrigin?: [BackupListing]] = [:]

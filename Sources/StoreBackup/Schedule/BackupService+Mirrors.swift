@@ -10,7 +10,8 @@ extension BackupService {
         var outcome = start
         var resolved: [(index: Int, destination: any BackupDestination)] = []
         var published: [PublishOutcome] = job.allDestinations.map {
-            PublishOutcome(destination: $0.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment))
+            PublishOutcome(
+                destination: $0.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment))
         }
         for (index, value) in job.allDestinations.enumerated() {
             do {
@@ -28,22 +29,29 @@ extension BackupService {
                 let results = try await helper.createBackup(alsoTo: resolved.dropFirst().map(\.destination))
                 for (slot, result) in zip(resolved, results) { published[slot.index] = result }
             } catch {
-                outcome.error = StoreBackupError.wrapping(error)   // nothing was built; every destination reports it
+                outcome.error = StoreBackupError.wrapping(error)  // nothing was built; every destination reports it
                 for slot in resolved { published[slot.index].error = StoreBackupError.wrapping(error) }
             }
         }
         for slot in resolved {
             guard let backup = published[slot.index].backup else { continue }
             if outcome.backup == nil { outcome.backup = backup }
-            log.info("backup created", metadata: ["backup": "\(backup.name)", "size": "\(backup.size)", "destination": "\(backup.destination)"])
-            BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
-                         passwords: job.passwordFile.map(PasswordProvider.file)).origins.record(backup)
+            log.info(
+                "backup created", metadata: ["backup": "\(backup.name)", "size": "\(backup.size)", "destination": "\(backup.destination)"])
+            BackupPruner(
+                destination: slot.destination, stateDirectory: stateStore.directory,
+                passwords: job.passwordFile.map(PasswordProvider.file)
+            ).origins.record(backup)
         }
         // Checked once, where the copy is cheapest to read (a local folder: no download).
         let took = resolved.filter { published[$0.index].backup != nil }
-        if job.verifyAfterCreate, let checked = took.first(where: { $0.destination.localPath(of: published[$0.index].backup!.name) != nil }) ?? took.first {
+        if job.verifyAfterCreate,
+            let checked = took.first(where: { $0.destination.localPath(of: published[$0.index].backup!.name) != nil }) ?? took.first
+        {
             do {
-                if let failure = try await verifyJustMade(job, backup: published[checked.index].backup!.name, at: checked.destination, log: log) {
+                if let failure = try await verifyJustMade(
+                    job, backup: published[checked.index].backup!.name, at: checked.destination, log: log)
+                {
                     outcome.verificationFailed = true
                     outcome.error = failure
                 }
@@ -55,12 +63,14 @@ extension BackupService {
         if let policy = job.retention, outcome.error == nil {
             for slot in took {
                 let backup = published[slot.index].backup!
-                let pruner = BackupPruner(destination: slot.destination, stateDirectory: stateStore.directory,
-                                          passwords: job.passwordFile.map(PasswordProvider.file))
+                let pruner = BackupPruner(
+                    destination: slot.destination, stateDirectory: stateStore.directory,
+                    passwords: job.passwordFile.map(PasswordProvider.file))
                 do {
                     outcome.pruned += try await applyRetention(policy, job: job, pruner: pruner, host: backup.manifest.hostName, log: log)
                 } catch {
-                    outcome.retentionError = [outcome.retentionError, "\(backup.destination): \(error)"].compactMap { $0 }.joined(separator: "; ")
+                    outcome.retentionError = [outcome.retentionError, "\(backup.destination): \(error)"].compactMap { $0 }.joined(
+                        separator: "; ")
                     log.error("retention failed", metadata: ["destination": "\(backup.destination)", "error": "\(error)"])
                 }
             }
@@ -75,7 +85,8 @@ extension BackupService {
             }
             outcome.error = StoreBackupError.destination(
                 destination: failed.map(\.destination).joined(separator: ", "),
-                reason: "the backup was not published there (\(published.count - failed.count) of \(published.count) destinations took it): "
+                reason:
+                    "the backup was not published there (\(published.count - failed.count) of \(published.count) destinations took it): "
                     + reasons.joined(separator: "; "))
         }
         outcome.finishedAt = Date()

@@ -76,27 +76,35 @@ extension BackupService {
         outcome.finishedAt = Date()
         let drilled = outcome.destinations.map(\.destination).joined(separator: ", ")
         let unreachable = outcome.destinations.first { $0.error != nil }
-        recordVerification(job: job, destination: outcome.failures.first?.destination ?? unreachable?.destination ?? drilled,
-                           at: outcome.finishedAt, trigger: "drill",
-                           passed: outcome.results.filter(\.ok).map(\.name),
-                           failure: outcome.failures.first.map { ($0.result.name, $0.result.problem ?? "failed") }
-                               ?? unreachable.map { ("", "\($0.destination): " + Self.describe($0.error!)) },
-                           log: log)
+        recordVerification(
+            job: job, destination: outcome.failures.first?.destination ?? unreachable?.destination ?? drilled,
+            at: outcome.finishedAt, trigger: "drill",
+            passed: outcome.results.filter(\.ok).map(\.name),
+            failure: outcome.failures.first.map { ($0.result.name, $0.result.problem ?? "failed") }
+                ?? unreachable.map { ("", "\($0.destination): " + Self.describe($0.error!)) },
+            log: log)
         if !outcome.succeeded {
             let failed = outcome.failures.first
-            let error = failed.map { "restore drill: " + StoreBackupError.verificationFailed(backup: $0.result.name, problem: $0.result.problem ?? "failed").description }
+            let error =
+                failed.map {
+                    "restore drill: "
+                        + StoreBackupError.verificationFailed(backup: $0.result.name, problem: $0.result.problem ?? "failed").description
+                }
                 ?? "restore drill: " + (unreachable.map { Self.describe($0.error!) } ?? "nothing was verified")
-            let event = HookEvent(event: "failure", store: job.name, storesDirectory: job.storesDirectory,
-                                  destination: failed?.destination ?? unreachable?.destination ?? drilled,
-                                  host: BackupOrigin.currentHost, startedAt: outcome.startedAt, finishedAt: outcome.finishedAt,
-                                  backup: failed?.result.name, error: error, task: "verify")
+            let event = HookEvent(
+                event: "failure", store: job.name, storesDirectory: job.storesDirectory,
+                destination: failed?.destination ?? unreachable?.destination ?? drilled,
+                host: BackupOrigin.currentHost, startedAt: outcome.startedAt, finishedAt: outcome.finishedAt,
+                backup: failed?.result.name, error: error, task: "verify")
             await runFailureHooks(job, event: event, log: log)
         }
         return outcome
     }
 
     /// The drill at one destination: pick, verify each, record each in the metrics.
-    private func drill(_ job: StoreJob, settings: VerifyDrill, at date: Date, destination value: String?, log: Logger) async -> DrillOutcome.AtDestination {
+    private func drill(_ job: StoreJob, settings: VerifyDrill, at date: Date, destination value: String?, log: Logger) async
+        -> DrillOutcome.AtDestination
+    {
         var place = DrillOutcome.AtDestination(
             destination: value.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment))
         do {
@@ -115,9 +123,12 @@ extension BackupService {
                     continue
                 }
                 place.results.append(result)
-                BackupMetrics.recordVerify(store: job.name, destination: place.destination, backup: result.name, ok: result.ok, trigger: "drill", at: Date())
+                BackupMetrics.recordVerify(
+                    store: job.name, destination: place.destination, backup: result.name, ok: result.ok, trigger: "drill", at: Date())
                 if result.ok {
-                    log.info("restore drill: \(backup.name) is restorable", metadata: ["files": "\(result.files)", "databases": "\(result.databases)"])
+                    log.info(
+                        "restore drill: \(backup.name) is restorable",
+                        metadata: ["files": "\(result.files)", "databases": "\(result.databases)"])
                 } else {
                     log.error("restore drill: \(backup.name) FAILED", metadata: ["problem": "\(result.problem ?? "")"])
                 }
@@ -126,9 +137,12 @@ extension BackupService {
             place.error = StoreBackupError.wrapping(error)
             let cancelled = error is CancellationError || (error as? StoreBackupError) == .cancelled
             if !cancelled {
-                log.error("restore drill could not verify any backup", metadata: ["destination": "\(place.destination)", "error": "\(Self.describe(error))"])
+                log.error(
+                    "restore drill could not verify any backup",
+                    metadata: ["destination": "\(place.destination)", "error": "\(Self.describe(error))"])
                 let nothing = VerificationResult(name: "", ok: false, problem: Self.describe(error), files: 0, databases: 0)
-                BackupMetrics.recordVerify(store: job.name, destination: place.destination, backup: nothing.name, ok: nothing.ok, trigger: "drill", at: Date())
+                BackupMetrics.recordVerify(
+                    store: job.name, destination: place.destination, backup: nothing.name, ok: nothing.ok, trigger: "drill", at: Date())
             }
         }
         return place
@@ -139,8 +153,9 @@ extension BackupService {
     /// where that is cheap (a local folder) or already cached; the others stay in.
     func backups(of job: StoreJob, at destination: any BackupDestination) async throws -> [BackupListing] {
         let listing = try await destination.sortedBackups()
-        let index = BackupOriginIndex(destination: destination, cacheDirectory: stateStore.directory,
-                                      passwords: job.passwordFile.map(PasswordProvider.file))
+        let index = BackupOriginIndex(
+            destination: destination, cacheDirectory: stateStore.directory,
+            passwords: job.passwordFile.map(PasswordProvider.file))
         let origins = await index.origins(of: listing, download: false)
         return listing.filter { backup in
             guard let known = origins[backup.name], let origin = known else { return true }
@@ -151,13 +166,17 @@ extension BackupService {
     /// Verifies the backup a run just made, where it is cheapest to read (a local folder
     /// needs no download), before retention can delete an older good one. Records the
     /// outcome like a drill does; returns the error the run fails with, nil when it passed.
-    func verifyJustMade(_ job: StoreJob, backup: String, at destination: any BackupDestination, log: Logger) async throws -> StoreBackupError? {
+    func verifyJustMade(_ job: StoreJob, backup: String, at destination: any BackupDestination, log: Logger) async throws
+        -> StoreBackupError?
+    {
         let verifier = BackupVerifier(destination: destination, passwords: job.passwordFile.map(PasswordProvider.file))
         let result = try await verifier.verify(.named(backup))[0]
         if Task.isCancelled { throw StoreBackupError.cancelled }
-        BackupMetrics.recordVerify(store: job.name, destination: destination.displayName, backup: result.name, ok: result.ok, trigger: "after-create", at: Date())
-        recordVerification(job: job, destination: destination.displayName, at: Date(), trigger: "after-create",
-                           passed: result.ok ? [backup] : [], failure: result.ok ? nil : (backup, result.problem ?? "failed"), log: log)
+        BackupMetrics.recordVerify(
+            store: job.name, destination: destination.displayName, backup: result.name, ok: result.ok, trigger: "after-create", at: Date())
+        recordVerification(
+            job: job, destination: destination.displayName, at: Date(), trigger: "after-create",
+            passed: result.ok ? [backup] : [], failure: result.ok ? nil : (backup, result.problem ?? "failed"), log: log)
         if result.ok {
             log.info("backup verified", metadata: ["backup": "\(backup)", "databases": "\(result.databases)"])
             return nil
@@ -165,8 +184,10 @@ extension BackupService {
         return StoreBackupError.verificationFailed(backup: backup, problem: result.problem ?? "failed")
     }
 
-    private func recordVerification(job: StoreJob, destination: String, at date: Date, trigger: String, passed: [String],
-                                    failure: (backup: String, error: String)?, log: Logger) {
+    private func recordVerification(
+        job: StoreJob, destination: String, at date: Date, trigger: String, passed: [String],
+        failure: (backup: String, error: String)?, log: Logger
+    ) {
         do {
             try stateStore.update(job.name, default: initialState(job)) { state in
                 if let failure {

@@ -45,8 +45,10 @@ public final class BackupService: Service, Sendable {
     ///   - destinationOptions: credentials, endpoints and TLS for remote destinations (their
     ///     retries are logged to `logger`).
     ///   - logger: where the service logs each run, retention and hook outcome.
-    public init(jobs: [StoreJob], stateStore: BackupStateStore = BackupStateStore(directory: BackupStateStore.defaultDirectory()),
-                destinationOptions: DestinationOptions = DestinationOptions(), logger: Logger) {
+    public init(
+        jobs: [StoreJob], stateStore: BackupStateStore = BackupStateStore(directory: BackupStateStore.defaultDirectory()),
+        destinationOptions: DestinationOptions = DestinationOptions(), logger: Logger
+    ) {
         self.jobs = jobs
         self.stateStore = stateStore
         self.destinationOptions = destinationOptions
@@ -55,8 +57,9 @@ public final class BackupService: Service, Sendable {
 
     /// A service for every store of a parsed configuration file.
     public convenience init(configuration: BackupConfiguration, logger: Logger) {
-        self.init(jobs: configuration.stores, stateStore: configuration.stateStore,
-                  destinationOptions: configuration.destinationOptions(), logger: logger)
+        self.init(
+            jobs: configuration.stores, stateStore: configuration.stateStore,
+            destinationOptions: configuration.destinationOptions(), logger: logger)
     }
 
     /// Runs every store's schedule until graceful shutdown or cancellation.
@@ -132,7 +135,9 @@ public final class BackupService: Service, Sendable {
 
     private func recordNextRun(_ next: Date, of job: StoreJob, log: Logger) {
         do {
-            try stateStore.update(job.name, default: initialState(job)) { $0.nextRun = next; $0.schedule = job.schedule.description }
+            try stateStore.update(job.name, default: initialState(job)) {
+                $0.nextRun = next; $0.schedule = job.schedule.description
+            }
         } catch {
             log.warning("cannot write the state file", metadata: ["error": "\(error)"])
         }
@@ -152,8 +157,9 @@ public final class BackupService: Service, Sendable {
     // MARK: one run
 
     func initialState(_ job: StoreJob) -> BackupState {
-        BackupState(store: job.name, storesDirectory: job.storesDirectory, destination: job.destination.map(RemoteURL.redacted),
-                    schedule: job.schedule.description)
+        BackupState(
+            store: job.name, storesDirectory: job.storesDirectory, destination: job.destination.map(RemoteURL.redacted),
+            schedule: job.schedule.description)
     }
 
     private func runOnce(_ job: StoreJob) async throws -> BackupRunOutcome {
@@ -161,11 +167,14 @@ public final class BackupService: Service, Sendable {
         defer { Task { await running.end(job.name) } }
         let log = logger.with(store: job.name)
         let started = Date()
-        _ = try? stateStore.update(job.name, default: initialState(job)) { $0.lastStarted = started; $0.nextRun = nil }
+        _ = try? stateStore.update(job.name, default: initialState(job)) {
+            $0.lastStarted = started; $0.nextRun = nil
+        }
         log.info("backup started")
         var outcome = BackupRunOutcome(store: job.name, startedAt: started)
         if !job.mirrors.isEmpty { return await runMirrored(job, outcome: outcome, log: log) }
-        var destinationName = job.destination.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment)
+        var destinationName =
+            job.destination.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment)
         let destination: any BackupDestination
         do {
             destination = try DestinationResolver.resolve(job.destination, options: destinationOptions(logging: log))
@@ -183,10 +192,12 @@ public final class BackupService: Service, Sendable {
             let helper = makeHelper(for: job, destination: destination)
             let result = try await helper.createBackup()
             outcome.backup = result
-            let pruner = BackupPruner(destination: destination, stateDirectory: stateStore.directory,
-                                      passwords: job.passwordFile.map(PasswordProvider.file))
+            let pruner = BackupPruner(
+                destination: destination, stateDirectory: stateStore.directory,
+                passwords: job.passwordFile.map(PasswordProvider.file))
             pruner.origins.record(result)
-            log.info("backup created", metadata: ["backup": "\(result.name)", "size": "\(result.size)", "destination": "\(result.destination)"])
+            log.info(
+                "backup created", metadata: ["backup": "\(result.name)", "size": "\(result.size)", "destination": "\(result.destination)"])
             // Before retention: a backup that fails its check must not push out a good older one.
             if job.verifyAfterCreate, let failure = try await verifyJustMade(job, backup: result.name, at: destination, log: log) {
                 outcome.verificationFailed = true
@@ -213,8 +224,9 @@ public final class BackupService: Service, Sendable {
     /// The one place a job becomes a `StoreHelper`.
     func makeHelper(for job: StoreJob, destination: any BackupDestination) -> StoreHelper {
         // The password file is read at each run, so a changed password applies to the next backup.
-        var helper = StoreHelper(storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
-                                 encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
+        var helper = StoreHelper(
+            storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
+            encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
         helper.metricsName = job.name
         helper.threads = job.threads
         helper.logger = logger.with(store: job.name)
@@ -228,7 +240,8 @@ public final class BackupService: Service, Sendable {
         return options
     }
 
-    func applyRetention(_ policy: RetentionPolicy, job: StoreJob, pruner: BackupPruner, host: String, log: Logger) async throws -> [String] {
+    func applyRetention(_ policy: RetentionPolicy, job: StoreJob, pruner: BackupPruner, host: String, log: Logger) async throws -> [String]
+    {
         let groups = try await pruner.plan(policy, host: host, storesDirectory: job.storesDirectory)
         for group in groups {
             for decision in group.decisions where !decision.keep {
@@ -255,8 +268,9 @@ public final class BackupService: Service, Sendable {
                 for published in outcome.destinations {
                     var record = state.destinations?[published.destination] ?? BackupState.DestinationRecord()
                     if let backup = published.backup {
-                        record.lastSuccess = BackupState.Success(at: outcome.finishedAt, backup: backup.name, size: backup.size,
-                                                                 durationSeconds: backup.archiveSeconds + backup.uploadSeconds)
+                        record.lastSuccess = BackupState.Success(
+                            at: outcome.finishedAt, backup: backup.name, size: backup.size,
+                            durationSeconds: backup.archiveSeconds + backup.uploadSeconds)
                     } else if let error = published.error {
                         record.lastFailure = BackupState.Failure(at: outcome.finishedAt, error: Self.describe(error))
                     }

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -115,8 +116,10 @@ public struct BackupStateStore: Sendable {
     /// Loads, changes and saves one store's state. Updates in this process take turns: a
     /// store's backup schedule and its drill schedule write the same file from two tasks.
     @discardableResult
-    public func update(_ store: String, default initial: @autoclosure () -> BackupState,
-                       _ change: (inout BackupState) -> Void) throws -> BackupState {
+    public func update(
+        _ store: String, default initial: @autoclosure () -> BackupState,
+        _ change: (inout BackupState) -> Void
+    ) throws -> BackupState {
         try Self.turns.withLock { _ in
             var state = load(store) ?? initial()
             change(&state)

@@ -65,8 +65,9 @@ public struct BackupConfiguration: Sendable, Equatable {
 
     /// The destination options (endpoint, CA, credentials file, SSH files) the file names.
     public func destinationOptions(environment: [String: String] = ProcessInfo.processInfo.environment) -> DestinationOptions {
-        var options = DestinationOptions(s3Endpoint: s3Endpoint, sshKey: sshKey, knownHosts: knownHosts,
-                                         credentialsFile: credentialsFile, environment: environment)
+        var options = DestinationOptions(
+            s3Endpoint: s3Endpoint, sshKey: sshKey, knownHosts: knownHosts,
+            credentialsFile: credentialsFile, environment: environment)
         if let caFile { options.transport.caFile = caFile }
         if let retryFor { options.retry.budget = retryFor }
         options.objectLock = objectLock
@@ -80,10 +81,12 @@ public struct BackupConfiguration: Sendable, Equatable {
     }
 
     /// Reads and checks a configuration file.
-    public static func load(path: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> BackupConfiguration {
+    public static func load(path: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> BackupConfiguration
+    {
         guard let data = FileManager.default.contents(atPath: path) else {
             let reason = FileSystem.fileExists(path) ? "cannot be read (permissions?)" : "does not exist"
-            throw StoreBackupError.invalidConfiguration(ConfigurationProblem(file: path, line: nil, key: nil, message: "configuration file \(reason)"))
+            throw StoreBackupError.invalidConfiguration(
+                ConfigurationProblem(file: path, line: nil, key: nil, message: "configuration file \(reason)"))
         }
         guard let text = String(data: data, encoding: .utf8) else {
             throw StoreBackupError.invalidConfiguration(ConfigurationProblem(file: path, line: nil, key: nil, message: "is not UTF-8 text"))
@@ -92,13 +95,18 @@ public struct BackupConfiguration: Sendable, Equatable {
     }
 
     /// Parses configuration text; `file` is only used in error messages.
-    public static func parse(yaml: String, file: String = "<configuration>",
-                             environment: [String: String] = ProcessInfo.processInfo.environment) throws -> BackupConfiguration {
+    public static func parse(
+        yaml: String, file: String = "<configuration>",
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws -> BackupConfiguration {
         let root: Node?
         do { root = try Yams.compose(yaml: yaml) } catch let error as YamlError {
             throw StoreBackupError.invalidConfiguration(ConfigurationProblem.syntax(error, file: file))
         }
-        guard let root else { throw StoreBackupError.invalidConfiguration(ConfigurationProblem(file: file, line: 1, key: nil, message: "the file is empty; it needs a `stores:` list")) }
+        guard let root else {
+            throw StoreBackupError.invalidConfiguration(
+                ConfigurationProblem(file: file, line: 1, key: nil, message: "the file is empty; it needs a `stores:` list"))
+        }
         let reader = ConfigurationReader(file: file, environment: environment)
         return try reader.read(root)
     }
@@ -120,11 +128,15 @@ private struct ConfigurationReader {
     let file: String
     let environment: [String: String]
 
-    static let storeKeys: Set<String> = ["name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks",
-                                              "verify", "verify-after-create", "stop-command", "start-command", "stop-timeout"]
+    static let storeKeys: Set<String> = [
+        "name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks",
+        "verify", "verify-after-create", "stop-command", "start-command", "stop-timeout",
+    ]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path", "stop-command", "start-command", "stop-timeout"]).union(
-        ["stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics",
-         "retry-for", "limit-upload", "limit-download", "retain-days", "retain-mode"])
+        [
+            "stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics",
+            "retry-for", "limit-upload", "limit-download", "retain-days", "retain-mode",
+        ])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
 
     func fail(_ node: Node?, _ key: String, _ message: String) -> StoreBackupError {
@@ -195,7 +207,9 @@ private struct ConfigurationReader {
         configuration.sshKey = try top["ssh-key"].map { try string($0, at: "ssh-key") }
         configuration.knownHosts = try top["known-hosts"].map { try string($0, at: "known-hosts") }
         if let node = top["retry-for"] {
-            do { configuration.retryFor = try DurationText.parseSeconds(try string(node, at: "retry-for")) } catch StoreBackupError.invalidSchedule(let reason) {
+            do {
+                configuration.retryFor = try DurationText.parseSeconds(try string(node, at: "retry-for"))
+            } catch StoreBackupError.invalidSchedule(let reason) {
                 throw fail(node, "retry-for", reason)
             }
         }
@@ -215,7 +229,9 @@ private struct ConfigurationReader {
         }
         for (key, path) in [("limit-upload", \BackupConfiguration.limitUpload), ("limit-download", \BackupConfiguration.limitDownload)] {
             guard let node = top[key] else { continue }
-            do { configuration[keyPath: path] = try RateLimit.parse(try string(node, at: key), option: key + ":").bytesPerSecond } catch StoreBackupError.invalidSchedule(let reason) {
+            do {
+                configuration[keyPath: path] = try RateLimit.parse(try string(node, at: key), option: key + ":").bytesPerSecond
+            } catch StoreBackupError.invalidSchedule(let reason) {
                 throw fail(node, key, reason)
             }
         }
@@ -251,7 +267,9 @@ private struct ConfigurationReader {
         }
         var jitter: TimeInterval = 0
         if let (jitterNode, jitterKey) = setting("jitter") {
-            do { jitter = try DurationText.parseSeconds(try string(jitterNode, at: jitterKey)) } catch StoreBackupError.invalidSchedule(let reason) {
+            do { jitter = try DurationText.parseSeconds(try string(jitterNode, at: jitterKey)) } catch StoreBackupError.invalidSchedule(
+                let reason)
+            {
                 throw fail(jitterNode, jitterKey, reason)
             }
         }
@@ -280,8 +298,9 @@ private struct ConfigurationReader {
             passwordFile = try string(fileNode, at: encryptKey + ".password-file")
         }
         let hooks = try setting("hooks").map { try readHooks($0.0, at: $0.1) } ?? BackupHooks()
-        var job = StoreJob(name: name, storesDirectory: path, destination: destination, schedule: schedule, jitter: jitter,
-                           retention: retention, compressionLevel: level, passwordFile: passwordFile, hooks: hooks)
+        var job = StoreJob(
+            name: name, storesDirectory: path, destination: destination, schedule: schedule, jitter: jitter,
+            retention: retention, compressionLevel: level, passwordFile: passwordFile, hooks: hooks)
         job.mirrors = mirrors
         job.threads = threads
         job.appCommands = try readAppCommands(store, at: key)
@@ -309,7 +328,9 @@ private struct ConfigurationReader {
         }
         var commands = AppCommands(stop: stop, start: start)
         if let node = store["stop-timeout"] {
-            do { commands.timeout = try DurationText.parseSeconds(try string(node, at: key + ".stop-timeout")) } catch StoreBackupError.invalidSchedule(let reason) {
+            do {
+                commands.timeout = try DurationText.parseSeconds(try string(node, at: key + ".stop-timeout"))
+            } catch StoreBackupError.invalidSchedule(let reason) {
                 throw fail(node, key + ".stop-timeout", reason)
             }
             if !(commands.timeout > 0) { throw fail(node, key + ".stop-timeout", "must be more than 0 seconds") }
@@ -325,11 +346,15 @@ private struct ConfigurationReader {
             throw fail(node, key + ".schedule", "missing: when to verify, e.g. \"daily 04:30\" or \"30 4 * * *\"")
         }
         var drill: VerifyDrill
-        do { drill = VerifyDrill(schedule: try Schedule.parse(try string(scheduleNode, at: key + ".schedule"))) } catch StoreBackupError.invalidSchedule(let reason) {
+        do {
+            drill = VerifyDrill(schedule: try Schedule.parse(try string(scheduleNode, at: key + ".schedule")))
+        } catch StoreBackupError.invalidSchedule(let reason) {
             throw fail(scheduleNode, key + ".schedule", reason)
         }
         if let pickNode = values["pick"] {
-            do { drill.pick = try VerifyDrill.Pick.parse(try string(pickNode, at: key + ".pick")) } catch StoreBackupError.invalidSchedule(let reason) {
+            do { drill.pick = try VerifyDrill.Pick.parse(try string(pickNode, at: key + ".pick")) } catch StoreBackupError.invalidSchedule(
+                let reason)
+            {
                 throw fail(pickNode, key + ".pick", reason)
             }
         }
@@ -385,7 +410,9 @@ private struct ConfigurationReader {
             case "keep-monthly": policy.keepMonthly = try count(value, at: path)
             case "keep-yearly": policy.keepYearly = try count(value, at: path)
             default:
-                do { policy.keepWithin = try RetentionSpan.parse(try string(value, at: path)) } catch StoreBackupError.invalidSchedule(let reason) {
+                do { policy.keepWithin = try RetentionSpan.parse(try string(value, at: path)) } catch StoreBackupError.invalidSchedule(
+                    let reason)
+                {
                     throw fail(value, path, reason)
                 }
             }
@@ -414,7 +441,9 @@ private struct ConfigurationReader {
         let values = try mapping(node, at: key, allowed: ["command", "url", "timeout"])
         var timeout: TimeInterval = 30
         if let timeoutNode = values["timeout"] {
-            do { timeout = try DurationText.parseSeconds(try string(timeoutNode, at: key + ".timeout")) } catch StoreBackupError.invalidSchedule(let reason) {
+            do {
+                timeout = try DurationText.parseSeconds(try string(timeoutNode, at: key + ".timeout"))
+            } catch StoreBackupError.invalidSchedule(let reason) {
                 throw fail(timeoutNode, key + ".timeout", reason)
             }
         }

@@ -20,7 +20,8 @@ public struct CronExpression: Sendable, Equatable {
     public init(_ text: String) throws {
         let fields = text.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         guard fields.count == 5 else {
-            throw StoreBackupError.invalidSchedule(reason: "a cron expression has 5 fields (minute hour day-of-month month day-of-week); \"\(text)\" has \(fields.count)")
+            throw StoreBackupError.invalidSchedule(
+                reason: "a cron expression has 5 fields (minute hour day-of-month month day-of-week); \"\(text)\" has \(fields.count)")
         }
         self.text = fields.joined(separator: " ")
         minutes = try Self.field(fields[0], name: "minute", range: 0...59)
@@ -33,23 +34,30 @@ public struct CronExpression: Sendable, Equatable {
         dayOfWeekRestricted = !fields[4].hasPrefix("*")
     }
 
-    static let monthNames = ["jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6,
-                             "jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12]
+    static let monthNames = [
+        "jan": 1, "feb": 2, "mar": 3, "apr": 4, "may": 5, "jun": 6,
+        "jul": 7, "aug": 8, "sep": 9, "oct": 10, "nov": 11, "dec": 12,
+    ]
     static let dayNames = ["sun": 0, "mon": 1, "tue": 2, "wed": 3, "thu": 4, "fri": 5, "sat": 6]
 
     private static func field(_ text: String, name: String, range: ClosedRange<Int>, names: [String: Int] = [:]) throws -> Set<Int> {
         func value(_ token: String) throws -> Int {
             if let number = Int(token), range.contains(number) { return number }
             if let named = names[token.lowercased()] { return named }
-            throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: \"\(token)\" is not in \(range.lowerBound)-\(range.upperBound)")
+            throw StoreBackupError.invalidSchedule(
+                reason: "cron \(name) field: \"\(token)\" is not in \(range.lowerBound)-\(range.upperBound)")
         }
         var result = Set<Int>()
         for part in text.split(separator: ",", omittingEmptySubsequences: false).map(String.init) {
             let pieces = part.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
-            guard pieces.count <= 2, !pieces[0].isEmpty else { throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: \"\(part)\" is malformed") }
+            guard pieces.count <= 2, !pieces[0].isEmpty else {
+                throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: \"\(part)\" is malformed")
+            }
             var step = 1
             if pieces.count == 2 {
-                guard let parsed = Int(pieces[1]), parsed > 0 else { throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: step \"\(pieces[1])\" must be a positive number") }
+                guard let parsed = Int(pieces[1]), parsed > 0 else {
+                    throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: step \"\(pieces[1])\" must be a positive number")
+                }
                 step = parsed
             }
             let bounds: ClosedRange<Int>
@@ -58,7 +66,9 @@ public struct CronExpression: Sendable, Equatable {
             } else if let dash = pieces[0].firstIndex(of: "-") {
                 let low = try value(String(pieces[0][..<dash]))
                 let high = try value(String(pieces[0][pieces[0].index(after: dash)...]))
-                guard low <= high else { throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: range \"\(pieces[0])\" runs backwards") }
+                guard low <= high else {
+                    throw StoreBackupError.invalidSchedule(reason: "cron \(name) field: range \"\(pieces[0])\" runs backwards")
+                }
                 bounds = low...high
             } else {
                 let single = try value(pieces[0])
@@ -99,8 +109,9 @@ public struct CronExpression: Sendable, Equatable {
                         wanted.hour = hour; wanted.minute = minute; wanted.second = 0
                         // A wall-clock time skipped by a DST change does not exist: skip it.
                         guard let candidate = calendar.date(from: wanted),
-                              calendar.component(.hour, from: candidate) == hour,
-                              candidate > date else { continue }
+                            calendar.component(.hour, from: candidate) == hour,
+                            candidate > date
+                        else { continue }
                         return candidate
                     }
                 }

@@ -18,8 +18,10 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
     public var keepYearly = 0
     public var keepWithin: RetentionSpan?
 
-    public init(keepLast: Int = 0, keepHourly: Int = 0, keepDaily: Int = 0, keepWeekly: Int = 0,
-                keepMonthly: Int = 0, keepYearly: Int = 0, keepWithin: RetentionSpan? = nil) {
+    public init(
+        keepLast: Int = 0, keepHourly: Int = 0, keepDaily: Int = 0, keepWeekly: Int = 0,
+        keepMonthly: Int = 0, keepYearly: Int = 0, keepWithin: RetentionSpan? = nil
+    ) {
         self.keepLast = keepLast
         self.keepHourly = keepHourly
         self.keepDaily = keepDaily
@@ -38,8 +40,10 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
     /// The configuration and command-line spelling, e.g. "keep-daily 7, keep-weekly 4".
     public var summary: String {
         var parts: [String] = []
-        for (name, value) in [("keep-last", keepLast), ("keep-hourly", keepHourly), ("keep-daily", keepDaily),
-                              ("keep-weekly", keepWeekly), ("keep-monthly", keepMonthly), ("keep-yearly", keepYearly)]
+        for (name, value) in [
+            ("keep-last", keepLast), ("keep-hourly", keepHourly), ("keep-daily", keepDaily),
+            ("keep-weekly", keepWeekly), ("keep-monthly", keepMonthly), ("keep-yearly", keepYearly),
+        ]
         where value > 0 { parts.append("\(name) \(value)") }
         if let keepWithin { parts.append("keep-within \(keepWithin)") }
         return parts.isEmpty ? "(none)" : parts.joined(separator: ", ")
@@ -138,7 +142,9 @@ public struct RetentionSpan: Sendable, Equatable, Codable, CustomStringConvertib
     }
 
     private static func invalid(_ text: String) -> StoreBackupError {
-        .invalidSchedule(reason: "\"\(text)\" is not a keep-within span; use years, months, days and hours like restic: 1y5m7d2h, 30d, 12h (m is months)")
+        .invalidSchedule(
+            reason: "\"\(text)\" is not a keep-within span; use years, months, days and hours like restic: 1y5m7d2h, 30d, 12h (m is months)"
+        )
     }
 
     public var description: String {

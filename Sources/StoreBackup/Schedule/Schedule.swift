@@ -21,7 +21,8 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
             guard words.count == 2 else { throw StoreBackupError.invalidSchedule(reason: "\"daily\" needs a time, e.g. \"daily 02:30\"") }
             let parts = words[1].split(separator: ":").map { Int($0) }
             guard parts.count == 2, let hour = parts[0], let minute = parts[1],
-                  (0...23).contains(hour), (0...59).contains(minute) else {
+                (0...23).contains(hour), (0...59).contains(minute)
+            else {
                 throw StoreBackupError.invalidSchedule(reason: "\"\(words[1])\" is not a time of day; use HH:MM, e.g. 02:30")
             }
             return .daily(hour: hour, minute: minute)
@@ -33,7 +34,9 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
             return .every(seconds: seconds)
         }
         if words.count == 5 { return .cron(try CronExpression(trimmed)) }
-        throw StoreBackupError.invalidSchedule(reason: "\"\(text)\" is not a schedule; use \"daily HH:MM\", a 5-field cron expression, or \"every <interval>\" (e.g. every 6h)")
+        throw StoreBackupError.invalidSchedule(
+            reason: "\"\(text)\" is not a schedule; use \"daily HH:MM\", a 5-field cron expression, or \"every <interval>\" (e.g. every 6h)"
+        )
     }
 
     public var description: String {

@@ -31,10 +31,12 @@ public struct StoreJob: Sendable, Equatable {
     /// a backup reported good. On by default for scheduled and configured runs.
     public var verifyAfterCreate = true
 
-    public init(name: String, storesDirectory: String, destination: String? = nil, schedule: Schedule,
-                jitter: TimeInterval = 0, retention: RetentionPolicy? = nil,
-                compressionLevel: Int = CompressionLevel.default, passwordFile: String? = nil,
-                hooks: BackupHooks = BackupHooks()) {
+    public init(
+        name: String, storesDirectory: String, destination: String? = nil, schedule: Schedule,
+        jitter: TimeInterval = 0, retention: RetentionPolicy? = nil,
+        compressionLevel: Int = CompressionLevel.default, passwordFile: String? = nil,
+        hooks: BackupHooks = BackupHooks()
+    ) {
         self.name = name
         self.storesDirectory = FileSystem.absolutePath(storesDirectory)
         self.destination = destination

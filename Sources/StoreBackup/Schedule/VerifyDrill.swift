@@ -26,7 +26,8 @@ public struct VerifyDrill: Sendable, Equatable {
             case "rotate" where words.count == 1: return .rotate
             case "all-within" where words.count == 2: return .allWithin(seconds: try DurationText.parseSeconds(words[1]))
             default:
-                throw StoreBackupError.invalidSchedule(reason: "\"\(text)\" is not a pick; use newest, rotate, or all-within <span> (e.g. all-within 7d)")
+                throw StoreBackupError.invalidSchedule(
+                    reason: "\"\(text)\" is not a pick; use newest, rotate, or all-within <span> (e.g. all-within 7d)")
             }
         }
 

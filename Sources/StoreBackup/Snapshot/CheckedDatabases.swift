@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -45,8 +46,9 @@ enum CheckedDatabases {
     private static func identity(of path: String) -> Identity? {
         var info = stat()
         guard EscapedName.withSystemPath(path, { lstat($0, &info) }) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-        return Identity(device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
-                        modified: Int64(info.st_mtim.tv_sec), modifiedNanoseconds: Int(info.st_mtim.tv_nsec),
-                        changed: Int64(info.st_ctim.tv_sec), changedNanoseconds: Int(info.st_ctim.tv_nsec))
+        return Identity(
+            device: UInt64(info.st_dev), inode: UInt64(info.st_ino), size: Int64(info.st_size),
+            modified: Int64(info.st_mtim.tv_sec), modifiedNanoseconds: Int(info.st_mtim.tv_nsec),
+            changed: Int64(info.st_ctim.tv_sec), changedNanoseconds: Int(info.st_ctim.tv_nsec))
     }
 }

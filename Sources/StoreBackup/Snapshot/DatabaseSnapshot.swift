@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -69,12 +69,14 @@ final class SQLiteConnection {
     /// trying often does.
     func setEagerBusyRetry(milliseconds: Int32) {
         let tries = Int32(max(1, Int(milliseconds) * 4))
-        sqlite3_busy_handler(handle, { limit, count in
-            let maximum = Int32(truncatingIfNeeded: Int(bitPattern: limit))
-            guard count < maximum else { return 0 }
-            usleep(250)
-            return 1
-        }, UnsafeMutableRawPointer(bitPattern: Int(tries)))
+        sqlite3_busy_handler(
+            handle,
+            { limit, count in
+                let maximum = Int32(truncatingIfNeeded: Int(bitPattern: limit))
+                guard count < maximum else { return 0 }
+                usleep(250)
+                return 1
+            }, UnsafeMutableRawPointer(bitPattern: Int(tries)))
     }
 
     var lastError: String { handle.map { String(cString: sqlite3_errmsg($0)) } ?? "closed" }
@@ -104,9 +106,10 @@ final class SQLiteConnection {
                 throw StoreBackupError.sqlite(path: path, operation: operation, message: lastError)
             }
             let count = sqlite3_column_count(statement)
-            result.append((0..<count).map { column in
-                sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""
-            })
+            result.append(
+                (0..<count).map { column in
+                    sqlite3_column_text(statement, column).map { String(cString: $0) } ?? ""
+                })
         }
         return result
     }

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -59,8 +60,9 @@ enum StoreScanner {
         guard access(root, R_OK | X_OK) == 0 else {
             throw StoreBackupError.storesDirectoryUnreadable(path: root, reason: String(cString: strerror(errno)))
         }
-        var result = Result(items: [], leftOut: [], rootPermissions: UInt32(info.st_mode) & 0o7777,
-                            rootModificationTime: Int64(info.st_mtim.tv_sec))
+        var result = Result(
+            items: [], leftOut: [], rootPermissions: UInt32(info.st_mode) & 0o7777,
+            rootModificationTime: Int64(info.st_mtim.tv_sec))
         try walk(root: EscapedName.escapedRoot(root), relative: "", into: &result)
         return result
     }
@@ -106,9 +108,10 @@ enum StoreScanner {
             let mtime = Int64(info.st_mtim.tv_sec)
             switch info.st_mode & S_IFMT {
             case S_IFDIR:
-                result.items.append(StoreItem(
-                    relativePath: childRelative, absolutePath: childPath, kind: .directory,
-                    permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
+                result.items.append(
+                    StoreItem(
+                        relativePath: childRelative, absolutePath: childPath, kind: .directory,
+                        permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
                 try walk(root: root, relative: childRelative, into: &result)
             case S_IFREG:
                 // A database's companions are left out, unread: SQLite's VFS keeps a
@@ -119,19 +122,23 @@ enum StoreScanner {
                 }
                 let isDatabase = info.st_size >= 512 && SQLiteHeader.isDatabase(path: childPath)
                 if isDatabase { databaseNames.insert(name) }
-                result.items.append(StoreItem(
-                    relativePath: childRelative, absolutePath: childPath, kind: isDatabase ? .database : .file,
-                    permissions: permissions, modificationTime: mtime, size: Int64(info.st_size), linkTarget: nil))
+                result.items.append(
+                    StoreItem(
+                        relativePath: childRelative, absolutePath: childPath, kind: isDatabase ? .database : .file,
+                        permissions: permissions, modificationTime: mtime, size: Int64(info.st_size), linkTarget: nil))
             case S_IFLNK:
                 let target = linkTarget(childPath)
-                result.items.append(StoreItem(
-                    relativePath: childRelative, absolutePath: childPath, kind: .symlink,
-                    permissions: permissions, modificationTime: mtime, size: Int64(EscapedName.bytes(target).count), linkTarget: target))
+                result.items.append(
+                    StoreItem(
+                        relativePath: childRelative, absolutePath: childPath, kind: .symlink,
+                        permissions: permissions, modificationTime: mtime, size: Int64(EscapedName.bytes(target).count), linkTarget: target)
+                )
             case S_IFIFO:
                 // Recreated empty by restore (mkfifo): what matters is that it is there.
-                result.items.append(StoreItem(
-                    relativePath: childRelative, absolutePath: childPath, kind: .fifo,
-                    permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
+                result.items.append(
+                    StoreItem(
+                        relativePath: childRelative, absolutePath: childPath, kind: .fifo,
+                        permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
             case S_IFSOCK:
                 result.leftOut.append(childRelative + " (a socket)")
             case S_IFCHR:

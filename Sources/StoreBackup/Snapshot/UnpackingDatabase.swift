@@ -11,7 +11,7 @@ import Foundation
 /// (the blocks come in order, the check mostly reads forward), it takes the cores the
 /// unpacking leaves idle. The writer must end with ``finish()`` or ``fail()``, or the
 /// check waits for ever.
-final class UnpackingDatabase: @unchecked Sendable {   // the C object locks its own state
+final class UnpackingDatabase: @unchecked Sendable {  // the C object locks its own state
     private let file: OpaquePointer
 
     /// A database of `size` bytes, none written yet.

@@ -79,8 +79,13 @@ public enum BackupMetrics {
     }
 
     static func recordRestore(store: String, destination: String, succeeded: Bool) {
-        Counter(label: restores, dimensions: [("store", store), ("destination", destination),
-                                             ("outcome", succeeded ? "success" : "failure")]).increment()
+        Counter(
+            label: restores,
+            dimensions: [
+                ("store", store), ("destination", destination),
+                ("outcome", succeeded ? "success" : "failure"),
+            ]
+        ).increment()
     }
 
     static func recordRetention(destination: String, removed: Int) {

@@ -51,7 +51,8 @@ public enum EscapedName {
         var index = 0
         while index < utf8.count {
             if utf8[index] == percent, index + 2 < utf8.count,
-               let high = hexValue(utf8[index + 1]), let low = hexValue(utf8[index + 2]) {
+                let high = hexValue(utf8[index + 1]), let low = hexValue(utf8[index + 2])
+            {
                 result.append(high << 4 | low)
                 index += 3
             } else {
@@ -83,8 +84,9 @@ public enum EscapedName {
 
     private static func escapeComponent(_ component: [UInt8]) -> String {
         if let text = String(validating: component, as: UTF8.self),
-           !text.unicodeScalars.contains(where: isControl),
-           isNFC(text) {
+            !text.unicodeScalars.contains(where: isControl),
+            isNFC(text)
+        {
             guard component.contains(percent) else { return text }
             var result = ""
             for scalar in text.unicodeScalars {

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,8 +24,10 @@ enum FileDigest {
 
     /// Reads `length` bytes of `file` from `offset` in 1 MiB pieces and hands each
     /// piece, with its absolute offset, to `consume`.
-    static func read(file: String, offset: Int64, length: Int64,
-                     _ consume: (_ at: Int64, _ bytes: UnsafeRawBufferPointer) -> Void) throws {
+    static func read(
+        file: String, offset: Int64, length: Int64,
+        _ consume: (_ at: Int64, _ bytes: UnsafeRawBufferPointer) -> Void
+    ) throws {
         let descriptor = open(file, O_RDONLY | O_CLOEXEC)
         guard descriptor >= 0 else { throw StoreBackupError.io(path: file, operation: "open for hashing", errno: errno) }
         defer { close(descriptor) }
@@ -33,8 +36,10 @@ enum FileDigest {
 
     /// ``read(file:offset:length:_:)`` through a descriptor already open for reading (`file`
     /// names it in messages); an error `consume` throws ends the reading.
-    static func read(descriptor: Int32, path file: String, offset: Int64, length: Int64,
-                     _ consume: (_ at: Int64, _ bytes: UnsafeRawBufferPointer) throws -> Void) throws {
+    static func read(
+        descriptor: Int32, path file: String, offset: Int64, length: Int64,
+        _ consume: (_ at: Int64, _ bytes: UnsafeRawBufferPointer) throws -> Void
+    ) throws {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
         defer { buffer.deallocate() }
         var position = offset

@@ -49,8 +49,10 @@ public struct BackupProgress: Sendable, Equatable {
     public var remainingPhases: Int?
 
     /// Creates a progress value; the library makes these, apps normally only read them.
-    public init(phase: Phase, bytesDone: Int64 = 0, bytesTotal: Int64 = 0, currentFile: String? = nil,
-                remainingPhases: Int? = nil) {
+    public init(
+        phase: Phase, bytesDone: Int64 = 0, bytesTotal: Int64 = 0, currentFile: String? = nil,
+        remainingPhases: Int? = nil
+    ) {
         self.phase = phase
         self.bytesDone = bytesDone
         self.bytesTotal = bytesTotal

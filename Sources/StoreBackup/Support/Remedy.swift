@@ -53,7 +53,8 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, Codable, CustomSt
         case .giveSSHKey: return "give the SSH private key to use"
         case .stopStoreUsers: return "stop it first, or have the restore stop and start the app"
         case .allowStoreInUse: return "run as root to see every process, or allow restoring a store in use"
-        case .allowOutsideLinks: return "allow outside links to make the links it recorded as pointing outside (nothing is written through them)"
+        case .allowOutsideLinks:
+            return "allow outside links to make the links it recorded as pointing outside (nothing is written through them)"
         }
     }
 }

@@ -174,9 +174,11 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .corruptArchive(let name, let reason):
             return "backup \"\(name)\" is damaged: \(reason)"
         case .unsafeArchiveEntry(let name, let entry):
-            return "backup \"\(name)\" contains an unsafe path \"\(entry)\" that would land outside the stores directory; refusing to restore it"
+            return
+                "backup \"\(name)\" contains an unsafe path \"\(entry)\" that would land outside the stores directory; refusing to restore it"
         case .unverifiableBackup(let name):
-            return "backup \"\(name)\" has no manifest, so its files cannot be checked against checksums (it was not made by storebackup, or was altered); it is not verifiable"
+            return
+                "backup \"\(name)\" has no manifest, so its files cannot be checked against checksums (it was not made by storebackup, or was altered); it is not verifiable"
         case .checksumMismatch(let name, let entry):
             return "backup \"\(name)\" is damaged: \(entry) does not match the checksum in its manifest"
         case .databaseCheckFailed(let path, let result):
@@ -188,11 +190,14 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             let lines = result.split(whereSeparator: { $0.isNewline || $0 == ";" })
                 .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty && !$0.hasPrefix("***") }
             let answer = lines.prefix(2).joined(separator: "; ") + (lines.count > 2 ? "; …" : "")
-            return "backup \"\(name)\": \(list) \(verb) already damaged when the backup was made (it fails its integrity check: \(answer); its bytes match the checksum the backup recorded: it was already damaged in the live store)"
+            return
+                "backup \"\(name)\": \(list) \(verb) already damaged when the backup was made (it fails its integrity check: \(answer); its bytes match the checksum the backup recorded: it was already damaged in the live store)"
         case .databaseDamagedInStore(let path, let reason):
-            return "database \(path) is damaged in the stores directory (SQLite: \(reason)); no backup was made: restore it from an earlier backup, or repair it (sqlite3 \"\(path)\" .recover)"
+            return
+                "database \(path) is damaged in the stores directory (SQLite: \(reason)); no backup was made: restore it from an earlier backup, or repair it (sqlite3 \"\(path)\" .recover)"
         case .newerFormat(let name, let format, let newestReadable):
-            return "backup \"\(name)\" was made by a newer storebackup (format \(format)); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(newestReadable)"
+            return
+                "backup \"\(name)\" was made by a newer storebackup (format \(format)); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(newestReadable)"
         case .verificationFailed(let backup, let problem):
             return "backup \"\(backup)\" failed its verification: \(problem)"
         case .sqlite(let path, let operation, let message):
@@ -242,7 +247,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .unexpected(let reason):
             return reason
         case .outsideLink(let name, let link, let target):
-            return "backup \"\(name)\" holds the link \(link) -> \(target), which points outside the stores directory (create warned about it); it was not restored"
+            return
+                "backup \"\(name)\" holds the link \(link) -> \(target), which points outside the stores directory (create warned about it); it was not restored"
         case .notAFolder(let path, let what):
             return "\(path) is \(what), not a folder; give a folder, or a path that does not exist yet"
         }

@@ -47,8 +47,10 @@ public struct TransferFailure: Sendable, Equatable, CustomStringConvertible {
     var detail: String
 
     /// A failure whose message is `label: detail` (`detail` alone without a label).
-    init(kind: Kind, label: String, detail: String, curlCode: Int? = nil, serviceCode: String? = nil,
-         retryAfter: Double? = nil, remedy: Remedy? = nil) {
+    init(
+        kind: Kind, label: String, detail: String, curlCode: Int? = nil, serviceCode: String? = nil,
+        retryAfter: Double? = nil, remedy: Remedy? = nil
+    ) {
         self.kind = kind
         self.message = label.isEmpty ? detail : "\(label): \(detail)"
         self.detail = detail
@@ -61,10 +63,13 @@ public struct TransferFailure: Sendable, Equatable, CustomStringConvertible {
     /// A failure, for a ``BackupDestination`` of your own: thrown as
     /// ``StoreBackupError/transfer(_:)``, ``RetryingDestination`` retries it when
     /// ``isRetryable``.
-    public init(kind: Kind, message: String, curlCode: Int? = nil, serviceCode: String? = nil,
-                retryAfter: Double? = nil, remedy: Remedy? = nil) {
-        self.init(kind: kind, label: "", detail: message, curlCode: curlCode, serviceCode: serviceCode,
-                  retryAfter: retryAfter, remedy: remedy)
+    public init(
+        kind: Kind, message: String, curlCode: Int? = nil, serviceCode: String? = nil,
+        retryAfter: Double? = nil, remedy: Remedy? = nil
+    ) {
+        self.init(
+            kind: kind, label: "", detail: message, curlCode: curlCode, serviceCode: serviceCode,
+            retryAfter: retryAfter, remedy: remedy)
     }
 
     /// The HTTP status the server answered with, for ``Kind/http(status:)`` failures.
@@ -88,9 +93,13 @@ public struct TransferFailure: Sendable, Equatable, CustomStringConvertible {
 
 extension StoreBackupError {
     /// A ``transfer(_:)`` error; the shorthand the transport and the backends throw.
-    static func transferFailed(_ kind: TransferFailure.Kind, label: String, _ detail: String, curlCode: Int? = nil,
-                               serviceCode: String? = nil, retryAfter: Double? = nil, remedy: Remedy? = nil) -> StoreBackupError {
-        .transfer(TransferFailure(kind: kind, label: label, detail: detail, curlCode: curlCode, serviceCode: serviceCode,
-                                  retryAfter: retryAfter, remedy: remedy))
+    static func transferFailed(
+        _ kind: TransferFailure.Kind, label: String, _ detail: String, curlCode: Int? = nil,
+        serviceCode: String? = nil, retryAfter: Double? = nil, remedy: Remedy? = nil
+    ) -> StoreBackupError {
+        .transfer(
+            TransferFailure(
+                kind: kind, label: label, detail: detail, curlCode: curlCode, serviceCode: serviceCode,
+                retryAfter: retryAfter, remedy: remedy))
     }
 }

@@ -13,16 +13,17 @@ enum UTCTimestamp {
         let seconds = Int(date.timeIntervalSince1970.rounded(.down))
         let (days, secondOfDay) = seconds.floorDivided(by: 86_400)
         let (year, month, day) = civil(fromDays: days)
-        return Fields(year: year, month: month, day: day,
-                      hour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60)
+        return Fields(
+            year: year, month: month, day: day,
+            hour: secondOfDay / 3600, minute: secondOfDay / 60 % 60, second: secondOfDay % 60)
     }
 
     /// The instant of `fields` in UTC; nil unless every field is in its range (a strict
     /// reading: 2025-13-45 is no date, not a date rolled over into 2026).
     static func date(of fields: Fields) -> Date? {
         guard (1...9999).contains(fields.year), (1...12).contains(fields.month),
-              (1...daysInMonth(fields.month, of: fields.year)).contains(fields.day),
-              (0...23).contains(fields.hour), (0...59).contains(fields.minute), (0...59).contains(fields.second)
+            (1...daysInMonth(fields.month, of: fields.year)).contains(fields.day),
+            (0...23).contains(fields.hour), (0...59).contains(fields.minute), (0...59).contains(fields.second)
         else { return nil }
         let days = self.days(fromCivil: fields.year, fields.month, fields.day)
         return Date(timeIntervalSince1970: Double(days * 86_400 + fields.hour * 3600 + fields.minute * 60 + fields.second))
@@ -31,7 +32,8 @@ enum UTCTimestamp {
     /// `2026-11-22 031507`: the date in backup names.
     static func compact(_ date: Date) -> String {
         let f = fields(of: date)
-        return "\(digits(f.year, 4))-\(digits(f.month, 2))-\(digits(f.day, 2)) \(digits(f.hour, 2))\(digits(f.minute, 2))\(digits(f.second, 2))"
+        return
+            "\(digits(f.year, 4))-\(digits(f.month, 2))-\(digits(f.day, 2)) \(digits(f.hour, 2))\(digits(f.minute, 2))\(digits(f.second, 2))"
     }
 
     /// Reads ``compact(_:)``'s form back: exactly `yyyy-MM-dd HHmmss` in ASCII digits.
@@ -48,7 +50,7 @@ enum UTCTimestamp {
             return value
         }
         guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
-              let hour = number(11..<13), let minute = number(13..<15), let second = number(15..<17)
+            let hour = number(11..<13), let minute = number(13..<15), let second = number(15..<17)
         else { return nil }
         return date(of: Fields(year: year, month: month, day: day, hour: hour, minute: minute, second: second))
     }
@@ -56,7 +58,8 @@ enum UTCTimestamp {
     /// `2026-11-22T03:15:07Z`.
     static func iso8601(_ date: Date) -> String {
         let f = fields(of: date)
-        return "\(digits(f.year, 4))-\(digits(f.month, 2))-\(digits(f.day, 2))T\(digits(f.hour, 2)):\(digits(f.minute, 2)):\(digits(f.second, 2))Z"
+        return
+            "\(digits(f.year, 4))-\(digits(f.month, 2))-\(digits(f.day, 2))T\(digits(f.hour, 2)):\(digits(f.minute, 2)):\(digits(f.second, 2))Z"
     }
 
     private static func digits(_ value: Int, _ width: Int) -> String {

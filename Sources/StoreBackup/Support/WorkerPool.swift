@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -35,8 +36,10 @@ enum WorkerPool {
     /// number. With `batch`, the threads run as Linux `SCHED_BATCH`: the same share of the
     /// CPU, but an app thread that wakes up (say, after its commit's fsync) runs at once
     /// instead of waiting for our time slice to end.
-    static func start(name: String, width: Int, batch: Bool = false, stackSize: Int? = nil,
-                      _ body: @escaping @Sendable (_ worker: Int) -> Void) -> Group {
+    static func start(
+        name: String, width: Int, batch: Bool = false, stackSize: Int? = nil,
+        _ body: @escaping @Sendable (_ worker: Int) -> Void
+    ) -> Group {
         let group = Group()
         // The starting operation's retry budget goes with its work onto the new threads.
         let budget = operationBudget
@@ -55,8 +58,10 @@ enum WorkerPool {
     }
 
     /// Runs `body` on `width` threads and waits for all of them; rethrows the first error.
-    static func run(name: String, width: Int, batch: Bool = false,
-                    _ body: @escaping @Sendable (_ worker: Int) throws -> Void) throws {
+    static func run(
+        name: String, width: Int, batch: Bool = false,
+        _ body: @escaping @Sendable (_ worker: Int) throws -> Void
+    ) throws {
         let failure = FirstFailure()
         start(name: name, width: width, batch: batch) { number in
             do { try body(number) } catch { failure.record(error) }
@@ -186,7 +191,11 @@ final class FirstFailure: Sendable {
 final class ByteCounter: Sendable {
     private let total = Locked<Int64>(0)
     /// Adds `bytes` and returns the new total.
-    func add(_ bytes: Int64) -> Int64 { total.withLock { $0 += bytes; return $0 } }
+    func add(_ bytes: Int64) -> Int64 {
+        total.withLock {
+            $0 += bytes; return $0
+        }
+    }
 }
 
 /// Runs blocking work on a thread of its own (never on Swift's cooperative pool, which

@@ -10,10 +10,11 @@ struct ContentRange: Equatable {
     init?(_ text: String) {
         let value = text.trimmingCharacters(in: .whitespaces)
         guard value.lowercased().hasPrefix("bytes "), let dash = value.firstIndex(of: "-"),
-              let slash = value.firstIndex(of: "/"), dash < slash,
-              let first = Int64(value[value.index(value.startIndex, offsetBy: 6)..<dash].trimmingCharacters(in: .whitespaces)),
-              let last = Int64(value[value.index(after: dash)..<slash]),
-              first >= 0, last >= first else { return nil }
+            let slash = value.firstIndex(of: "/"), dash < slash,
+            let first = Int64(value[value.index(value.startIndex, offsetBy: 6)..<dash].trimmingCharacters(in: .whitespaces)),
+            let last = Int64(value[value.index(after: dash)..<slash]),
+            first >= 0, last >= first
+        else { return nil }
         // A server's header: a range that ends beyond the total it states is not one.
         let total = Int64(value[value.index(after: slash)...])
         if let total, total <= last { return nil }
@@ -27,7 +28,8 @@ struct ContentRange: Equatable {
     static func completeLength(of response: TransferResponse) -> Int64? {
         guard let range = response.header("content-range"), let slash = range.lastIndex(of: "/") else { return nil }
         guard let total = Int64(range[range.index(after: slash)...].trimmingCharacters(in: .whitespaces)),
-              total >= 0 else { return nil }
+            total >= 0
+        else { return nil }
         return total
     }
 }

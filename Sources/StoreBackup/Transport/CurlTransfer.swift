@@ -1,6 +1,7 @@
 import CCurl
 import Crypto
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,15 +14,18 @@ struct CurlTransfer {
 
     private static let globalInit: Void = { curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-    func perform(_ request: TransferRequest, cancel: CancellationFlag?,
-                 progress: (@Sendable (_ sent: Int64, _ received: Int64) -> Void)? = nil) throws -> TransferResponse {
+    func perform(
+        _ request: TransferRequest, cancel: CancellationFlag?,
+        progress: (@Sendable (_ sent: Int64, _ received: Int64) -> Void)? = nil
+    ) throws -> TransferResponse {
         _ = Self.globalInit
         guard let handle = curl_easy_init() else {
             throw StoreBackupError.transferFailed(.other, label: request.label, "cannot create a libcurl handle")
         }
         defer { curl_easy_cleanup(handle) }
-        let context = try TransferContext(request: request, cancel: cancel, progress: progress,
-                                          uploadLimit: options.uploadLimit, downloadLimit: options.downloadLimit)
+        let context = try TransferContext(
+            request: request, cancel: cancel, progress: progress,
+            uploadLimit: options.uploadLimit, downloadLimit: options.downloadLimit)
         defer { context.close() }
         let unmanaged = Unmanaged.passRetained(context)
         defer { unmanaged.release() }
@@ -81,7 +85,8 @@ struct CurlTransfer {
         }
         // curl adds "Expect: 100-continue" for large uploads; an empty value turns it off
         // (one round trip less). Not with SigV4: libcurl would sign the empty header it then omits.
-        if case .awsSigV4 = request.credentials {} else {
+        if case .awsSigV4 = request.credentials {
+        } else {
             headerList = curl_slist_append(headerList, "Expect:")
         }
         sb_curl_setopt_pointer(handle, CURLOPT_HTTPHEADER, UnsafeMutableRawPointer(headerList))
@@ -143,8 +148,9 @@ struct CurlTransfer {
             throw Self.classify(code: code, label: request.label, url: request.url, status: status, cancelled: cancel?.isCancelled ?? false)
         }
         try context.checkDownloadComplete(status: status)
-        return TransferResponse(status: status, headers: context.headers, body: context.memory, bytesReceived: context.received,
-                                sha256: context.hasher.map { FileDigest.hex($0.finalize()) })
+        return TransferResponse(
+            status: status, headers: context.headers, body: context.memory, bytesReceived: context.received,
+            sha256: context.hasher.map { FileDigest.hex($0.finalize()) })
     }
 
     static func classify(code: CURLcode, label: String, url: String, status: Int, cancelled: Bool) -> Error {
@@ -152,8 +158,9 @@ struct CurlTransfer {
         let text = String(cString: curl_easy_strerror(code))
         let kind = TransferClassifier.kind(of: code, url: url)
         if kind == .hostKey {
-            return StoreBackupError.transferFailed(.hostKey, label: label, "the server's host key is not in known_hosts or does not match it",
-                                                   curlCode: Int(code.rawValue))
+            return StoreBackupError.transferFailed(
+                .hostKey, label: label, "the server's host key is not in known_hosts or does not match it",
+                curlCode: Int(code.rawValue))
         }
         return StoreBackupError.transferFailed(kind, label: label, text, curlCode: Int(code.rawValue))
     }
@@ -203,8 +210,10 @@ final class TransferContext: @unchecked Sendable {
     private let uploadLimit: RateLimit?
     private let downloadLimit: RateLimit?
 
-    init(request: TransferRequest, cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)?,
-         uploadLimit: RateLimit? = nil, downloadLimit: RateLimit? = nil) throws {
+    init(
+        request: TransferRequest, cancel: CancellationFlag?, progress: (@Sendable (Int64, Int64) -> Void)?,
+        uploadLimit: RateLimit? = nil, downloadLimit: RateLimit? = nil
+    ) throws {
         self.request = request
         self.uploadLimit = uploadLimit
         self.downloadLimit = downloadLimit
@@ -338,8 +347,10 @@ final class TransferContext: @unchecked Sendable {
             return
         }
         sinkOffset = 0
-        failure = StoreBackupError.transferFailed(.connection, label: request.label, "the server answered the resumed download with "
-                                    + "another range (\(headers["content-range"] ?? "none")); starting over")
+        failure = StoreBackupError.transferFailed(
+            .connection, label: request.label,
+            "the server answered the resumed download with "
+                + "another range (\(headers["content-range"] ?? "none")); starting over")
     }
 
     /// After a download that libcurl calls complete: the file must have the size the
@@ -358,8 +369,9 @@ final class TransferContext: @unchecked Sendable {
         var info = stat()
         guard let expected, fstat(sinkFile, &info) == 0, Int64(info.st_size) != expected else { return }
         if Int64(info.st_size) > expected { ftruncate(sinkFile, 0) }
-        throw StoreBackupError.transferFailed(.connection, label: request.label,
-                                              "the download ended at \(info.st_size) of \(expected) bytes; trying again")
+        throw StoreBackupError.transferFailed(
+            .connection, label: request.label,
+            "the download ended at \(info.st_size) of \(expected) bytes; trying again")
     }
 
     func reportProgress(sent: Int64, received: Int64) -> Int32 {

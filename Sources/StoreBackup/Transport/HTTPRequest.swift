@@ -87,8 +87,10 @@ public struct TransportOptions: Sendable {
     public var downloadLimit: RateLimit?
 
     /// Settings with the defaults the command line uses.
-    public init(caFile: String? = nil, insecure: Bool = false, connectTimeout: Int = 20,
-                lowSpeedLimit: Int = 1024, lowSpeedTime: Int = 60) {
+    public init(
+        caFile: String? = nil, insecure: Bool = false, connectTimeout: Int = 20,
+        lowSpeedLimit: Int = 1024, lowSpeedTime: Int = 60
+    ) {
         self.caFile = caFile
         self.insecure = insecure
         self.connectTimeout = connectTimeout

@@ -32,12 +32,16 @@ public final class RateLimit: Sendable {
             number = number.dropLast()
         }
         guard !number.isEmpty, number.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }),
-              let value = Double(number), value.isFinite else {
-            throw StoreBackupError.invalidSchedule(reason: "\(option): \"\(text)\" is not a usable rate; " + "use bytes per second with an optional k, M or G (decimal), e.g. 500k or 5M")
+            let value = Double(number), value.isFinite
+        else {
+            throw StoreBackupError.invalidSchedule(
+                reason: "\(option): \"\(text)\" is not a usable rate; "
+                    + "use bytes per second with an optional k, M or G (decimal), e.g. 500k or 5M")
         }
         let rate = value * multiplier
         guard rate >= Double(minimum) else {
-            throw StoreBackupError.invalidSchedule(reason: "\(option): \"\(text)\" is not a usable rate; " + "the slowest rate accepted is 16k (16,000 bytes per second)")
+            throw StoreBackupError.invalidSchedule(
+                reason: "\(option): \"\(text)\" is not a usable rate; " + "the slowest rate accepted is 16k (16,000 bytes per second)")
         }
         guard rate < 1e15 else {
             throw StoreBackupError.invalidSchedule(reason: "\(option): \"\(text)\" is not a usable rate; " + "too large")

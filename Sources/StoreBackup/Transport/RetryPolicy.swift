@@ -23,8 +23,10 @@ public struct RetryPolicy: Sendable {
     public static let defaultBudget: Double = 300
 
     /// A policy; the defaults are those of the command line.
-    public init(budget: Double = RetryPolicy.defaultBudget, requestAttempts: Int = .max, operationAttempts: Int = .max,
-                initialDelay: Double = 0.2, maximumDelay: Double = 20) {
+    public init(
+        budget: Double = RetryPolicy.defaultBudget, requestAttempts: Int = .max, operationAttempts: Int = .max,
+        initialDelay: Double = 0.2, maximumDelay: Double = 20
+    ) {
         self.budget = budget
         self.requestAttempts = requestAttempts
         self.operationAttempts = operationAttempts
@@ -122,8 +124,10 @@ struct RetryingTransport: Sendable {
         self.logger = logger
     }
 
-    func perform(_ request: TransferRequest, cancel: CancellationFlag?,
-                 progress: (@Sendable (Int64, Int64) -> Void)? = nil) throws -> TransferResponse {
+    func perform(
+        _ request: TransferRequest, cancel: CancellationFlag?,
+        progress: (@Sendable (Int64, Int64) -> Void)? = nil
+    ) throws -> TransferResponse {
         // Outside an operation (a token refresh during `auth`), the request has a budget of its own.
         let budget = RetryBudget.current ?? RetryBudget(policy: policy)
         var attempt = 1
@@ -135,16 +139,26 @@ struct RetryingTransport: Sendable {
                 guard Self.isTransient(response, request) && attempt < policy.requestAttempts else { return response }
                 let delay = policy.delay(afterAttempt: attempt, retryAfter: Self.retryAfter(response))
                 guard budget.allows(delay: delay) else { return response }
-                logger.debug("retrying a request", metadata: ["request": "\(request.label)", "attempt": "\(attempt + 1)",
-                                                              "delay": "\(delay)", "status": "\(response.status)"])
+                logger.debug(
+                    "retrying a request",
+                    metadata: [
+                        "request": "\(request.label)", "attempt": "\(attempt + 1)",
+                        "delay": "\(delay)", "status": "\(response.status)",
+                    ])
                 try RetryPolicy.wait(seconds: delay, cancel: cancel)
             } catch StoreBackupError.transfer(let failure) where failure.isRetryable && attempt < policy.requestAttempts {
                 let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
                 guard budget.allows(delay: delay) else { throw StoreBackupError.transfer(failure) }
-                logger.debug("retrying a request", metadata: ["request": "\(request.label)", "attempt": "\(attempt + 1)",
-                                                              "delay": "\(delay)", "error": "\(failure.message)"])
+                logger.debug(
+                    "retrying a request",
+                    metadata: [
+                        "request": "\(request.label)", "attempt": "\(attempt + 1)",
+                        "delay": "\(delay)", "error": "\(failure.message)",
+                    ])
                 try RetryPolicy.wait(seconds: delay, cancel: cancel)
-            } catch StoreBackupError.transfer(let failure) where Self.needsConfirmation(failure, request) && !confirmedRefusal && attempt < policy.requestAttempts {
+            } catch StoreBackupError.transfer(let failure)
+                where Self.needsConfirmation(failure, request) && !confirmedRefusal && attempt < policy.requestAttempts
+            {
                 // libssh2 reports a connection cut during authentication as a refused key;
                 // only a refusal on a second, fresh connection is believed.
                 confirmedRefusal = true

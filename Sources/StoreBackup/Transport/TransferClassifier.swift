@@ -14,9 +14,9 @@ enum TransferClassifier {
         let sftp = url.hasPrefix("sftp://")
         switch code {
         case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY, CURLE_COULDNT_CONNECT,
-             CURLE_WEIRD_SERVER_REPLY, CURLE_PARTIAL_FILE, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
-             CURLE_GOT_NOTHING, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_READ_ERROR, CURLE_UPLOAD_FAILED,
-             CURLE_SSH, CURLE_AGAIN:
+            CURLE_WEIRD_SERVER_REPLY, CURLE_PARTIAL_FILE, CURLE_SEND_ERROR, CURLE_RECV_ERROR,
+            CURLE_GOT_NOTHING, CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_READ_ERROR, CURLE_UPLOAD_FAILED,
+            CURLE_SSH, CURLE_AGAIN:
             return .connection
         case CURLE_SSL_CONNECT_ERROR:
             // The TLS handshake did not complete (reset, EOF, garbage): the connection broke,
@@ -32,7 +32,7 @@ enum TransferClassifier {
             // On sftp:// libcurl reports a host key that is unknown or changed with this code.
             return sftp ? .hostKey : .tls
         case CURLE_SSL_CACERT_BADFILE, CURLE_SSL_CERTPROBLEM, CURLE_SSL_ISSUER_ERROR,
-             CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_CRL_BADFILE:
+            CURLE_SSL_PINNEDPUBKEYNOTMATCH, CURLE_SSL_CRL_BADFILE:
             return .tls
         case CURLE_LOGIN_DENIED:
             return .authentication

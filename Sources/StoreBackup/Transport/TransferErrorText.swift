@@ -8,9 +8,9 @@ enum TransferErrorText {
         var mapped = failure
         let detail = failure.detail
         switch failure.kind {
-        case .connection where failure.curlCode == 6 || failure.curlCode == 7:   // resolve, connect
+        case .connection where failure.curlCode == 6 || failure.curlCode == 7:  // resolve, connect
             mapped.message = "\(destination): cannot reach \(host) (\(detail)); check the host, the port and that the server is running"
-        case .connection where failure.curlCode == 35:   // CURLE_SSL_CONNECT_ERROR
+        case .connection where failure.curlCode == 35:  // CURLE_SSL_CONNECT_ERROR
             mapped.message = "\(destination): the TLS handshake with \(host) was interrupted (\(detail))"
         case .connection where failure.curlCode != nil:
             mapped.message = "\(destination): the connection to \(host) broke (\(detail))"

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(FoundationXML)
 import FoundationXML
 #endif
@@ -41,8 +42,10 @@ private final class XMLTreeBuilder: NSObject, XMLParserDelegate {
     /// The elements open at this point of the document, outermost first.
     private var stack: [XMLElement] = []
 
-    func parser(_ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
-                qualifiedName: String?, attributes: [String: String] = [:]) {
+    func parser(
+        _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
+        qualifiedName: String?, attributes: [String: String] = [:]
+    ) {
         let name = elementName.split(separator: ":").last.map(String.init) ?? elementName
         stack.append(XMLElement(name: name))
     }

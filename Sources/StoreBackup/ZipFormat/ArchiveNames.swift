@@ -38,7 +38,8 @@ enum ArchiveNames {
             return .store(name)
         }
         if name == StoreScanner.reservedFolder || name == Manifest.archivePath || name == formatMarker
-            || name == StoreScanner.reservedFolder + "/store" {
+            || name == StoreScanner.reservedFolder + "/store"
+        {
             return .own
         }
         if name.hasPrefix(storePrefix) {

@@ -80,8 +80,6 @@ final class ArchiveReader: @unchecked Sendable {
         return handle
     }
 
-
-
     /// The reader's own handle (password set), for one thread at a time while the reader is
     /// not used otherwise (extraction lends it to one worker instead of opening another).
     var idleHandle: OpaquePointer { archive }
@@ -96,7 +94,8 @@ final class ArchiveReader: @unchecked Sendable {
             var error = zip_error_t()
             zip_error_init_with_code(&error, code)
             defer { zip_error_fini(&error) }
-            throw StoreBackupError.corruptArchive(name: backupName, reason: "not a readable ZIP archive (\(String(cString: zip_error_strerror(&error))))")
+            throw StoreBackupError.corruptArchive(
+                name: backupName, reason: "not a readable ZIP archive (\(String(cString: zip_error_strerror(&error))))")
         }
         return handle
     }
@@ -160,12 +159,13 @@ final class ArchiveReader: @unchecked Sendable {
             // Restore runs as the user restoring and sets no owner, so a set-user-ID file is
             // that user's (as a copy made with `cp -p` would be).
             let permissions = unixMode.map { $0 & 0o7777 } ?? (kind == .directory ? 0o755 : 0o644)
-            entries.append(ArchiveEntry(
-                index: index, path: path, kind: kind, permissions: permissions,
-                modificationTime: modificationTime(index: index, stat: stat), size: Int64(clamping: stat.size),
-                compressedSize: Int64(clamping: stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc,
-                encryptionMethod: stat.encryption_method,
-                archiveOffset: index < UInt64(localHeaderOffsets.count) ? localHeaderOffsets[Int(index)] : 0))
+            entries.append(
+                ArchiveEntry(
+                    index: index, path: path, kind: kind, permissions: permissions,
+                    modificationTime: modificationTime(index: index, stat: stat), size: Int64(clamping: stat.size),
+                    compressedSize: Int64(clamping: stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc,
+                    encryptionMethod: stat.encryption_method,
+                    archiveOffset: index < UInt64(localHeaderOffsets.count) ? localHeaderOffsets[Int(index)] : 0))
         }
         // Only needed to find duplicates: let it go before the manifest is read and decoded.
         seen = []
@@ -176,7 +176,8 @@ final class ArchiveReader: @unchecked Sendable {
             var stat = zip_stat_t()
             let manifestLimit = ArchiveLimits.maxManifestBytes(entries: Int(count), nameBytes: nameBytes)
             guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0, stat.size <= UInt64(manifestLimit) else {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
+                throw StoreBackupError.corruptArchive(
+                    name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
             }
             let data = try readSmallEntry(index: manifestIndex, limit: Int(manifestLimit), expectedSize: Int(stat.size))
             // Decoding costs memory per row: bound the rows by the entries before decoding
@@ -201,7 +202,8 @@ final class ArchiveReader: @unchecked Sendable {
     private func checkFormatMarkers(count: UInt64) throws {
         for index in 0..<count {
             guard let raw = zip_get_name(archive, index, zip_flags_t(ZIP_FL_ENC_RAW)),
-                  let format = Manifest.format(ofMarkerEntry: raw) else { continue }
+                let format = Manifest.format(ofMarkerEntry: raw)
+            else { continue }
             if format > Manifest.currentFormat {
                 throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.currentFormat)
             }
@@ -236,11 +238,13 @@ final class ArchiveReader: @unchecked Sendable {
     private func modificationTime(index: UInt64, stat: zip_stat_t) -> Int64 {
         var length: UInt16 = 0
         if let bytes = zip_file_extra_field_get_by_id(archive, index, NTFSTimestamp.fieldID, 0, &length, zip_flags_t(ZIP_FL_CENTRAL)),
-           let seconds = NTFSTimestamp.decode(Array(UnsafeBufferPointer(start: bytes, count: Int(length)))) {
+            let seconds = NTFSTimestamp.decode(Array(UnsafeBufferPointer(start: bytes, count: Int(length))))
+        {
             return seconds
         }
         if let bytes = zip_file_extra_field_get_by_id(archive, index, ZipTimestamp.fieldID, 0, &length, zip_flags_t(ZIP_FL_CENTRAL)),
-           let seconds = ZipTimestamp.decode(Array(UnsafeBufferPointer(start: bytes, count: Int(length)))) {
+            let seconds = ZipTimestamp.decode(Array(UnsafeBufferPointer(start: bytes, count: Int(length))))
+        {
             return seconds
         }
         return Int64(stat.mtime)
@@ -307,7 +311,7 @@ final class ArchiveReader: @unchecked Sendable {
     /// Foundation's substring search cost 20 µs a path).
     static func isSafeRelativePath(_ path: String) -> Bool {
         var partLength = 0
-        var partIsDots = true   // the part so far is all dots (".", ".." are refused)
+        var partIsDots = true  // the part so far is all dots (".", ".." are refused)
         for byte in path.utf8 {
             switch byte {
             case 0:

@@ -1,4 +1,5 @@
 import Foundation
+
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -64,8 +65,9 @@ struct CentralDirectoryCheck {
             let extra = try read(fd, at: position + 46 + Int64(nameLength), count: extraLength)
             var compressedSize = Int64(le32(header, 20))
             var localOffset = Int64(le32(header, 42))
-            try applyZip64(extra: extra, uncompressed: le32(header, 24) == 0xFFFF_FFFF,
-                           compressed: &compressedSize, offset: &localOffset, index: index)
+            try applyZip64(
+                extra: extra, uncompressed: le32(header, 24) == 0xFFFF_FFFF,
+                compressed: &compressedSize, offset: &localOffset, index: index)
             guard localOffset >= 0, localOffset < directoryOffset, compressedSize >= 0 else {
                 throw damaged("entry \(index) points outside the archive")
             }
@@ -101,7 +103,9 @@ struct CentralDirectoryCheck {
             let locator = try read(fd, at: recordPosition - 20, count: 20)
             if le32(locator, 0) == 0x0706_4b50 {
                 let zip64Position = Int64(le64(locator, 8))
-                guard zip64Position >= 0, zip64Position + 56 <= recordPosition else { throw damaged("its ZIP64 end record lies outside the file") }
+                guard zip64Position >= 0, zip64Position + 56 <= recordPosition else {
+                    throw damaged("its ZIP64 end record lies outside the file")
+                }
                 let record = try read(fd, at: zip64Position, count: 56)
                 guard le32(record, 0) == 0x0606_4b50 else { throw damaged("its ZIP64 end record is missing") }
                 count = clamp(le64(record, 32))

@@ -49,8 +49,10 @@ enum PBKDF2SHA1 {
     }
 
     /// HMAC-SHA1 of `message` from the prepared key states.
-    private static func hmac(_ message: UnsafeRawPointer, length: Int, inner: SHA_CTX, outer: SHA_CTX,
-                             scratch: inout [UInt8], into output: inout [UInt8]) {
+    private static func hmac(
+        _ message: UnsafeRawPointer, length: Int, inner: SHA_CTX, outer: SHA_CTX,
+        scratch: inout [UInt8], into output: inout [UInt8]
+    ) {
         var innerState = inner
         SHA1_Update(&innerState, message, length)
         SHA1_Final(&scratch, &innerState)

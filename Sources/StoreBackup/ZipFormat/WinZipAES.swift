@@ -46,8 +46,9 @@ enum WinZipAES {
 
     /// PBKDF2-HMAC-SHA1 of the password and salt: AES key, HMAC key, verifier, in that order.
     static func deriveKeys(password: BackupPassword, salt: [UInt8]) -> Keys {
-        var derived = PBKDF2SHA1.derive(password: password.bytes, salt: salt, rounds: Int(rounds),
-                                        count: keyLength * 2 + verifierLength)
+        var derived = PBKDF2SHA1.derive(
+            password: password.bytes, salt: salt, rounds: Int(rounds),
+            count: keyLength * 2 + verifierLength)
         defer { derived.withUnsafeMutableBytes { _ = memset($0.baseAddress!, 0, $0.count) } }
         return Keys(
             encryption: Array(derived[0..<keyLength]),
@@ -88,8 +89,9 @@ final class WinZipCTR {
     func use(key: [UInt8]) throws {
         guard key != self.key else { return }
         guard key.count == WinZipAES.keyLength,
-              EVP_EncryptInit_ex(context, EVP_aes_256_ecb(), nil, key, nil) == 1,
-              EVP_CIPHER_CTX_set_padding(context, 0) == 1 else {
+            EVP_EncryptInit_ex(context, EVP_aes_256_ecb(), nil, key, nil) == 1,
+            EVP_CIPHER_CTX_set_padding(context, 0) == 1
+        else {
             throw StoreBackupError.archiveWrite(reason: "cannot set up AES")
         }
         self.key = key
@@ -115,8 +117,9 @@ final class WinZipCTR {
                 counters.storeBytes(of: UInt64(0), toByteOffset: index * 16 + 8, as: UInt64.self)
             }
             var produced: Int32 = 0
-            let rc = EVP_EncryptUpdate(context, keystream.assumingMemoryBound(to: UInt8.self), &produced,
-                                       counters.assumingMemoryBound(to: UInt8.self), Int32(blocks * 16))
+            let rc = EVP_EncryptUpdate(
+                context, keystream.assumingMemoryBound(to: UInt8.self), &produced,
+                counters.assumingMemoryBound(to: UInt8.self), Int32(blocks * 16))
             precondition(rc == 1 && produced == Int32(blocks * 16), "AES-ECB failed")
             let length = min(count - done, blocks * 16 - skip)
             Self.xor(bytes + done, with: keystream + skip, count: length)
@@ -127,7 +130,8 @@ final class WinZipCTR {
     private static func xor(_ target: UnsafeMutableRawPointer, with source: UnsafeRawPointer, count: Int) {
         var index = 0
         while index + 8 <= count {
-            let value = target.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            let value =
+                target.loadUnaligned(fromByteOffset: index, as: UInt64.self)
                 ^ source.loadUnaligned(fromByteOffset: index, as: UInt64.self)
             target.storeBytes(of: value, toByteOffset: index, as: UInt64.self)
             index += 8

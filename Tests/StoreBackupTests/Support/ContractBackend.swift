@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// One backend the destination contract runs against: a local folder, or a real server on
@@ -31,19 +32,22 @@ struct ContractBackend {
 
     /// The backends, their servers started under `servers`; `work` holds local state.
     static func all(servers: TestServers, dropbox: DropboxEmulatorClient, work: String) throws -> [ContractBackend] {
-        [local(work: work), try s3(servers.start("s3"), work: work), try s3(servers.start("moto"), work: work),
-         try webDAV(servers.start("webdav"), work: work), try sftp(servers.start("sftp"), work: work),
-         dropboxBackend(dropbox, work: work)]
+        [
+            local(work: work), try s3(servers.start("s3"), work: work), try s3(servers.start("moto"), work: work),
+            try webDAV(servers.start("webdav"), work: work), try sftp(servers.start("sftp"), work: work),
+            dropboxBackend(dropbox, work: work),
+        ]
     }
 
     static func local(work: String) -> ContractBackend {
         let root = work + "/local"
-        return ContractBackend(label: "local", port: nil, tcpProxy: false,
-                               make: { folder, _, _ in try DestinationResolver.resolve(root + "/" + folder) },
-                               putForeign: { folder, path in try writeFile(root + "/" + folder + "/" + path) },
-                               localFolder: { root + "/" + $0 },
-                               contents: { ServerContents(stored: try ServerContents.files(under: root + "/" + $0)) },
-                               arguments: { folder, flag, _ in [flag, root + "/" + folder] })
+        return ContractBackend(
+            label: "local", port: nil, tcpProxy: false,
+            make: { folder, _, _ in try DestinationResolver.resolve(root + "/" + folder) },
+            putForeign: { folder, path in try writeFile(root + "/" + folder + "/" + path) },
+            localFolder: { root + "/" + $0 },
+            contents: { ServerContents(stored: try ServerContents.files(under: root + "/" + $0)) },
+            arguments: { folder, flag, _ in [flag, root + "/" + folder] })
     }
 
     static func s3(_ server: [String: Any], work: String) -> ContractBackend {
@@ -63,31 +67,40 @@ struct ContractBackend {
             }
             return view
         }
-        let environment = ["AWS_ACCESS_KEY_ID": raw.accessKey, "AWS_SECRET_ACCESS_KEY": raw.secretKey,
-                           "AWS_REGION": "us-east-1", "HOME": work]
+        let environment = [
+            "AWS_ACCESS_KEY_ID": raw.accessKey, "AWS_SECRET_ACCESS_KEY": raw.secretKey,
+            "AWS_REGION": "us-east-1", "HOME": work,
+        ]
         return ContractBackend(
             label: server["kind"] as! String == "s3" ? "s3-rclone" : "s3-moto", port: port, tcpProxy: false,
             make: { folder, proxy, retry in
-                try DestinationResolver.resolve("s3://\(raw.bucket)/\(folder)", options: DestinationOptions(
-                    retry: retry, s3Endpoint: "http://127.0.0.1:\(proxy ?? port)", environment: environment))
+                try DestinationResolver.resolve(
+                    "s3://\(raw.bucket)/\(folder)",
+                    options: DestinationOptions(
+                        retry: retry, s3Endpoint: "http://127.0.0.1:\(proxy ?? port)", environment: environment))
             },
             putForeign: { folder, path in try raw.put(folder + "/" + path, Data("not a backup".utf8)) },
-            localFolder: nil,   // S3 has no temporaries; unfinished multipart uploads are checked apart
+            localFolder: nil,  // S3 has no temporaries; unfinished multipart uploads are checked apart
             contents: contents,
-            arguments: { folder, flag, proxy in [flag, "s3://\(raw.bucket)/\(folder)", "--s3-endpoint", "http://127.0.0.1:\(proxy ?? port)"] },
+            arguments: { folder, flag, proxy in
+                [flag, "s3://\(raw.bucket)/\(folder)", "--s3-endpoint", "http://127.0.0.1:\(proxy ?? port)"]
+            },
             environment: environment, secrets: [raw.secretKey])
     }
 
     static func webDAV(_ server: [String: Any], work: String) -> ContractBackend {
         let port = server["port"] as! Int
         let data = server["data_dir"] as! String
-        let environment = ["STOREBACKUP_WEBDAV_USER": server["user"] as! String,
-                           "STOREBACKUP_WEBDAV_PASSWORD": server["password"] as! String, "HOME": work]
+        let environment = [
+            "STOREBACKUP_WEBDAV_USER": server["user"] as! String,
+            "STOREBACKUP_WEBDAV_PASSWORD": server["password"] as! String, "HOME": work,
+        ]
         return ContractBackend(
             label: "webdav", port: port, tcpProxy: false,
             make: { folder, proxy, retry in
-                try DestinationResolver.resolve("webdav://127.0.0.1:\(proxy ?? port)/dav/\(folder)",
-                                                options: DestinationOptions(retry: retry, environment: environment))
+                try DestinationResolver.resolve(
+                    "webdav://127.0.0.1:\(proxy ?? port)/dav/\(folder)",
+                    options: DestinationOptions(retry: retry, environment: environment))
             },
             putForeign: { folder, path in try writeFile(data + "/" + folder + "/" + path) },
             localFolder: { data + "/" + $0 },
@@ -121,11 +134,15 @@ struct ContractBackend {
             localFolder: { data + "/" + $0 },
             contents: { ServerContents(stored: try ServerContents.files(under: data + "/" + $0)) },
             arguments: { folder, flag, proxy in
-                [flag, "sftp://\(user)@127.0.0.1:\(proxy ?? port)\(data)/\(folder)", "--ssh-key", key, "--known-hosts", try knownHostsFile(proxy ?? port)]
+                [
+                    flag, "sftp://\(user)@127.0.0.1:\(proxy ?? port)\(data)/\(folder)", "--ssh-key", key, "--known-hosts",
+                    try knownHostsFile(proxy ?? port),
+                ]
             },
             environment: ["HOME": work],
             // The private key's base64 body: a line of it in an argv would be a leak.
-            secrets: try String(contentsOfFile: key, encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix("-----") }.map(String.init))
+            secrets: try String(contentsOfFile: key, encoding: .utf8).split(separator: "\n").filter { !$0.hasPrefix("-----") }.map(
+                String.init))
     }
 
     static func dropboxBackend(_ emulator: DropboxEmulatorClient, work: String) -> ContractBackend {
@@ -137,19 +154,22 @@ struct ContractBackend {
                 if let proxy {
                     // One port serves both hosts: TLS goes through the proxy untouched.
                     environment["STOREBACKUP_DROPBOX_API_URL"] = emulator.apiURL.replacingOccurrences(of: ":\(port)", with: ":\(proxy)")
-                    environment["STOREBACKUP_DROPBOX_CONTENT_URL"] = emulator.contentURL.replacingOccurrences(of: ":\(port)", with: ":\(proxy)")
+                    environment["STOREBACKUP_DROPBOX_CONTENT_URL"] = emulator.contentURL.replacingOccurrences(
+                        of: ":\(port)", with: ":\(proxy)")
                 }
-                return try DestinationResolver.resolve("dropbox:///\(folder)", options: DestinationOptions(retry: retry, environment: environment))
+                return try DestinationResolver.resolve(
+                    "dropbox:///\(folder)", options: DestinationOptions(retry: retry, environment: environment))
             },
             putForeign: { folder, path in try emulator.put("/\(folder)/\(path)", Data("not a backup".utf8), token: emulator.accessToken) },
-            localFolder: nil,   // an upload session is no file
+            localFolder: nil,  // an upload session is no file
             contents: { folder in
                 let state = try emulator.control("files?sha256=1", method: "GET")
                 let prefix = "/" + folder.lowercased() + "/"
                 var view = ServerContents(unfinished: Set((state["upload_sessions"] as? [String: Any] ?? [:]).keys))
                 for entry in state["entries"] as? [[String: Any]] ?? [] where entry[".tag"] as? String == "file" {
                     guard let lower = entry["path_lower"] as? String, lower.hasPrefix(prefix),
-                          let display = entry["path_display"] as? String, let sha = entry["sha256"] as? String else { continue }
+                        let display = entry["path_display"] as? String, let sha = entry["sha256"] as? String
+                    else { continue }
                     view.stored[String(display.dropFirst(prefix.count))] = sha
                 }
                 return view
@@ -159,16 +179,19 @@ struct ContractBackend {
     }
 
     private static func writeFile(_ path: String) throws {
-        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
-                                                attributes: [.posixPermissions: 0o777])
+        try FileManager.default.createDirectory(
+            atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o777])
         try Data("not a backup".utf8).write(to: URL(fileURLWithPath: path))
         chmod(path, 0o666)
     }
 
     /// Checks, on the server's side, that `folder` holds exactly `expected` (relative path
     /// to SHA-256) and that no upload started since `before` was left unfinished.
-    func assertHolds(_ expected: [String: String], in folder: String, unfinishedBefore before: Set<String> = [],
-                     _ message: String, file: StaticString = #filePath, line: UInt = #line) throws {
+    func assertHolds(
+        _ expected: [String: String], in folder: String, unfinishedBefore before: Set<String> = [],
+        _ message: String, file: StaticString = #filePath, line: UInt = #line
+    ) throws {
         let now = try contents(folder)
         XCTAssertEqual(now.stored, expected, "[\(label)] \(message): what the server holds", file: file, line: line)
         XCTAssertEqual(now.unfinished.subtracting(before), [], "[\(label)] \(message): unfinished uploads left", file: file, line: line)
@@ -184,8 +207,10 @@ struct ContractProxy {
     init(servers: TestServers, backend: ContractBackend, rules: [[String: Any]], work: String) throws {
         let plan = work + "/plan-\(UUID().uuidString.prefix(8)).json"
         try JSONSerialization.data(withJSONObject: ["seed": 1, "rules": rules]).write(to: URL(fileURLWithPath: plan))
-        let info = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(backend.port!)", "--plan", plan]
-                                     + (backend.tcpProxy ? ["--tcp"] : []))
+        let info = try servers.start(
+            "proxy",
+            arguments: ["--upstream", "127.0.0.1:\(backend.port!)", "--plan", plan]
+                + (backend.tcpProxy ? ["--tcp"] : []))
         port = info["port"] as! Int
         logFile = info["log"] as! String
     }

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// The Dropbox API emulator (Tests/DropboxEmulator), started through testservers.py, and

@@ -20,13 +20,16 @@ struct S3RawRequest {
     /// Runs curl against `path` (after the bucket; with its query, parameters sorted and
     /// valueless ones written `name=` as SigV4 wants); returns the status and the body.
     func send(_ method: String, _ path: String, bodyFile: String? = nil) throws -> (status: Int, body: String) {
-        var arguments = ["-sS", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
-                         "-X", method, "-w", "\n%{http_code}"]
+        var arguments = [
+            "-sS", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+            "-X", method, "-w", "\n%{http_code}",
+        ]
         if let bodyFile { arguments += ["--data-binary", "@" + bodyFile] }
         arguments.append(endpoint + "/" + bucket + path)
         let result = try runTool("/usr/bin/curl", arguments, stdin: "user = \"\(accessKey):\(secretKey)\"\n")
         guard result.status == 0, let newline = result.stdout.lastIndex(of: "\n") else {
-            throw NSError(domain: "S3RawRequest", code: Int(result.status), userInfo: [NSLocalizedDescriptionKey: "curl failed: \(result.stderr)"])
+            throw NSError(
+                domain: "S3RawRequest", code: Int(result.status), userInfo: [NSLocalizedDescriptionKey: "curl failed: \(result.stderr)"])
         }
         return (Int(result.stdout[result.stdout.index(after: newline)...]) ?? 0, String(result.stdout[..<newline]))
     }
@@ -58,7 +61,9 @@ struct S3RawRequest {
             let answer = try send("GET", "?\(continuation)list-type=2&prefix=\(Self.encode(prefix, keepingSlashes: false))")
             XCTAssertEqual(answer.status, 200, answer.body)
             keys += Self.elements("Key", in: answer.body)
-            token = Self.elements("IsTruncated", in: answer.body).first == "true" ? Self.elements("NextContinuationToken", in: answer.body).first : nil
+            token =
+                Self.elements("IsTruncated", in: answer.body).first == "true"
+                ? Self.elements("NextContinuationToken", in: answer.body).first : nil
         } while token != nil
         return keys
     }
@@ -67,9 +72,13 @@ struct S3RawRequest {
     func get(_ key: String) throws -> Data {
         let file = NSTemporaryDirectory() + "s3raw-\(UUID().uuidString)"
         defer { unlink(file) }
-        let result = try runTool("/usr/bin/curl", ["-sS", "-f", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
-                                                   "-o", file, endpoint + "/" + bucket + "/" + Self.encode(key)],
-                                 stdin: "user = \"\(accessKey):\(secretKey)\"\n")
+        let result = try runTool(
+            "/usr/bin/curl",
+            [
+                "-sS", "-f", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                "-o", file, endpoint + "/" + bucket + "/" + Self.encode(key),
+            ],
+            stdin: "user = \"\(accessKey):\(secretKey)\"\n")
         XCTAssertEqual(result.status, 0, "GET \(key): \(result.stderr)")
         return try Data(contentsOf: URL(fileURLWithPath: file))
     }
@@ -77,8 +86,11 @@ struct S3RawRequest {
     /// The texts of the XML elements named `name`, unescaped.
     static func elements(_ name: String, in xml: String) -> [String] {
         xml.components(separatedBy: "<\(name)>").dropFirst().compactMap { $0.components(separatedBy: "</\(name)>").first }.map {
-            $0.replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">").replacingOccurrences(of: "&quot;", with: "\"")
-                .replacingOccurrences(of: "&apos;", with: "'").replacingOccurrences(of: "&#39;", with: "'").replacingOccurrences(of: "&amp;", with: "&")
+            $0.replacingOccurrences(of: "&lt;", with: "<").replacingOccurrences(of: "&gt;", with: ">").replacingOccurrences(
+                of: "&quot;", with: "\""
+            )
+            .replacingOccurrences(of: "&apos;", with: "'").replacingOccurrences(of: "&#39;", with: "'").replacingOccurrences(
+                of: "&amp;", with: "&")
         }
     }
 

@@ -29,7 +29,9 @@ struct ServerContents: Equatable {
         var found: [String: String] = [:]
         while let relative = walker.nextObject() as? String {
             var isFolder: ObjCBool = false
-            guard FileManager.default.fileExists(atPath: root + "/" + relative, isDirectory: &isFolder), !isFolder.boolValue else { continue }
+            guard FileManager.default.fileExists(atPath: root + "/" + relative, isDirectory: &isFolder), !isFolder.boolValue else {
+                continue
+            }
             found[relative] = try sha256(file: root + "/" + relative)
         }
         return found

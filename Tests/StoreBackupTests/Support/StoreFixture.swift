@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Builds realistic stores directories and describes trees for comparison.
@@ -31,7 +32,8 @@ enum StoreFixture {
         try fm.createDirectory(atPath: root + "/Caches/Empty", withIntermediateDirectories: true)
 
         let app = try SQLiteConnection(path: root + "/App.sqlite", mode: .create)
-        try app.execute("""
+        try app.execute(
+            """
             PRAGMA journal_mode=WAL;
             CREATE TABLE accounts(id INTEGER PRIMARY KEY, balance INTEGER NOT NULL);
             CREATE TABLE log(id INTEGER PRIMARY KEY AUTOINCREMENT, note TEXT NOT NULL);
@@ -42,7 +44,8 @@ enum StoreFixture {
             try app.execute("INSERT INTO accounts VALUES(\(id), \(startingBalance))", operation: "fill")
         }
         for row in 0..<logRows {
-            try app.execute("INSERT INTO log(note) VALUES('seed row \(row) \(String(repeating: "lorem ipsum ", count: row % 40))')", operation: "fill")
+            try app.execute(
+                "INSERT INTO log(note) VALUES('seed row \(row) \(String(repeating: "lorem ipsum ", count: row % 40))')", operation: "fill")
         }
         try app.execute("COMMIT", operation: "fill")
         app.close()
@@ -54,7 +57,8 @@ enum StoreFixture {
         var generator = SystemRandomNumberGenerator()
         for index in 0..<blobCount {
             let uuid = UUID().uuidString
-            let bytes: [UInt8] = index.isMultiple(of: 2)
+            let bytes: [UInt8] =
+                index.isMultiple(of: 2)
                 ? (0..<(96 << 10)).map { _ in UInt8.random(in: 0...255, using: &generator) }
                 : Array(String(repeating: "external blob \(index) ", count: 5000).utf8)
             fm.createFile(atPath: root + "/.App_SUPPORT/_EXTERNAL_DATA/\(uuid)", contents: Data(bytes))

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+
 @testable import StoreBackup
 
 /// Paths and processes the tests share.
@@ -61,12 +62,19 @@ func runTool(_ path: String, _ arguments: [String], environment: [String: String
     }
     let group = DispatchGroup()
     nonisolated(unsafe) var outData = Data(), errData = Data()
-    group.enter(); DispatchQueue.global().async { outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave() }
-    group.enter(); DispatchQueue.global().async { errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave() }
+    group.enter();
+    DispatchQueue.global().async {
+        outData = out.fileHandleForReading.readDataToEndOfFile(); group.leave()
+    }
+    group.enter();
+    DispatchQueue.global().async {
+        errData = err.fileHandleForReading.readDataToEndOfFile(); group.leave()
+    }
     group.wait()
     process.waitUntilExit()
-    return CommandResult(status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                         stderr: String(decoding: errData, as: UTF8.self))
+    return CommandResult(
+        status: process.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+        stderr: String(decoding: errData, as: UTF8.self))
 }
 
 /// Runs a Python helper script (test fixtures: damaging archives, building odd databases);
@@ -78,8 +86,10 @@ func runPythonScript(_ script: String, _ arguments: [String], file: StaticString
 
 /// Runs `storebackup` under Python's getrusage and returns its peak RSS in KiB (Int.max
 /// when it failed, with a test failure naming its stderr).
-func peakRSSKiBOfStoreBackup(_ arguments: [String], environment: [String: String] = [:],
-                             file: StaticString = #filePath, line: UInt = #line) throws -> Int {
+func peakRSSKiBOfStoreBackup(
+    _ arguments: [String], environment: [String: String] = [:],
+    file: StaticString = #filePath, line: UInt = #line
+) throws -> Int {
     let (result, peak) = try runStoreBackupMeasuringPeakRSS(arguments, environment: environment)
     XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
     return result.status == 0 ? peak : Int.max
@@ -152,7 +162,8 @@ final class BackgroundCommand {
         guard kill(pid, SIGSTOP) == 0 else { return false }
         while true {
             guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-                  let close = stat.lastIndex(of: ")") else { return false }
+                let close = stat.lastIndex(of: ")")
+            else { return false }
             let state = stat[stat.index(close, offsetBy: 2)]
             if state == "T" || state == "t" { return true }
             if state == "Z" || state == "X" { return false }
@@ -177,7 +188,9 @@ final class BackgroundCommand {
     /// Bytes the process has written so far (`wchar` in /proc/PID/io); nil once it is gone.
     var bytesWritten: Int? {
         guard let io = try? String(contentsOfFile: "/proc/\(process.processIdentifier)/io", encoding: .utf8) else { return nil }
-        return io.split(separator: "\n").first { $0.hasPrefix("wchar:") }.flatMap { Int($0.dropFirst(6).trimmingCharacters(in: .whitespaces)) }
+        return io.split(separator: "\n").first { $0.hasPrefix("wchar:") }.flatMap {
+            Int($0.dropFirst(6).trimmingCharacters(in: .whitespaces))
+        }
     }
 
     var stderrSoFar: String { buffered }

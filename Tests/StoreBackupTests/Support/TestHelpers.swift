@@ -39,8 +39,9 @@ func shell(_ command: String, file: StaticString = #filePath, line: UInt = #line
 func runChecked(_ executable: String, _ arguments: [String]) throws -> CommandResult {
     let result = try runTool(executable, arguments)
     guard result.status == 0 else {
-        throw NSError(domain: "run", code: Int(result.status),
-                      userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments.joined(separator: " ")) failed: \(result.stderr)"])
+        throw NSError(
+            domain: "run", code: Int(result.status),
+            userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments.joined(separator: " ")) failed: \(result.stderr)"])
     }
     return result
 }

@@ -38,8 +38,9 @@ final class TestServers {
         let data = out.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         guard process.terminationStatus == 0 else {
-            throw NSError(domain: "TestServers", code: Int(process.terminationStatus),
-                          userInfo: [NSLocalizedDescriptionKey: "testservers.py \(arguments.dropFirst().joined(separator: " ")) failed"])
+            throw NSError(
+                domain: "TestServers", code: Int(process.terminationStatus),
+                userInfo: [NSLocalizedDescriptionKey: "testservers.py \(arguments.dropFirst().joined(separator: " ")) failed"])
         }
         return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }

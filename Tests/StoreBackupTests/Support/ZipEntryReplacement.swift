@@ -5,7 +5,8 @@ import Foundation
 /// a database's deflate blocks as the manifest lists them. With `password`, the new entry
 /// is AES-256 encrypted (Python's zipfile cannot write AES either).
 func replaceZipEntry(_ archive: String, entry: String, content: String, password: String? = nil) throws {
-    try runPythonScript("""
+    try runPythonScript(
+        """
         import ctypes, sys
         path, name, content, password = sys.argv[1], sys.argv[2].encode(), sys.argv[3].encode(), sys.argv[4].encode()
         z = ctypes.CDLL("libzip.so.4")

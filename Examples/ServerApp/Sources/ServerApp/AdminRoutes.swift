@@ -72,8 +72,9 @@ struct AdminRoutes {
         admin.post("backups") { _, _ in
             let outcome = try await run { try await backupService.backUpNow(storeName) }
             guard let result = outcome.backup else { throw HTTPError(.internalServerError) }
-            return Created(name: result.name, size: result.size, files: result.manifest.files.count,
-                           databases: result.manifest.databases.count, pruned: outcome.pruned)
+            return Created(
+                name: result.name, size: result.size, files: result.manifest.files.count,
+                databases: result.manifest.databases.count, pruned: outcome.pruned)
         }
         admin.post("backups/:name/restore") { _, context in
             let name = try backupName(context)

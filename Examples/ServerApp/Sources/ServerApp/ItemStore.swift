@@ -27,8 +27,9 @@ actor ItemStore {
     // MARK: requests
 
     func put(_ key: String, _ value: String) throws {
-        try open().query("INSERT INTO items (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = ?2",
-                         [key, value])
+        try open().query(
+            "INSERT INTO items (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = ?2",
+            [key, value])
     }
 
     func get(_ key: String) throws -> String? {

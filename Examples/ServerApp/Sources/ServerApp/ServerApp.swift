@@ -24,8 +24,9 @@ struct ServerApp {
         var logger = Logger(label: "ServerApp")
         logger.logLevel = .info
 
-        let helper = StoreHelper(storesDirectory: options.storesDirectory,
-                                 destination: try DestinationResolver.resolve(options.destination))
+        let helper = StoreHelper(
+            storesDirectory: options.storesDirectory,
+            destination: try DestinationResolver.resolve(options.destination))
         // Repair a restore that a crash interrupted, before the app opens its store.
         let recovery = try helper.recover()
         if let message = recovery.message { logger.notice("\(message)") }
@@ -37,8 +38,11 @@ struct ServerApp {
         // The admin route's "back up now" goes through it too, so both apply the same
         // retention and record the same state.
         let backupService = BackupService(
-            jobs: [StoreJob(name: Self.storeName, storesDirectory: helper.storesDirectory, destination: options.destination,
-                            schedule: options.schedule, retention: RetentionPolicy(keepLast: options.keepLast))],
+            jobs: [
+                StoreJob(
+                    name: Self.storeName, storesDirectory: helper.storesDirectory, destination: options.destination,
+                    schedule: options.schedule, retention: RetentionPolicy(keepLast: options.keepLast))
+            ],
             stateStore: BackupStateStore(directory: options.stateDirectory),
             logger: logger)
 
@@ -53,8 +57,10 @@ struct ServerApp {
         // see that a restore did not restart the process.
         router.get("health") { _, _ in Health(status: "ok", pid: Int(getpid())) }
         ItemRoutes(store: store).register(on: router)
-        AdminRoutes(helper: helper, backupService: backupService, storeName: Self.storeName, store: store,
-                    swapHold: swapHold, logger: logger).register(on: router)
+        AdminRoutes(
+            helper: helper, backupService: backupService, storeName: Self.storeName, store: store,
+            swapHold: swapHold, logger: logger
+        ).register(on: router)
 
         let app = Application(
             router: router,
@@ -69,10 +75,11 @@ struct ServerApp {
         // One ServiceGroup: SIGTERM/SIGINT stop the HTTP server and the scheduler together (a
         // backup in flight is cancelled and leaves nothing partial).
         let services: [any Service] = [app, backupService]
-        let group = ServiceGroup(configuration: .init(
-            services: services,
-            gracefulShutdownSignals: [.sigterm, .sigint],
-            logger: logger))
+        let group = ServiceGroup(
+            configuration: .init(
+                services: services,
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger))
         try await group.run()
     }
 }
