@@ -329,7 +329,7 @@ final class EmbeddingTests: XCTestCase {
         XCTAssertEqual(
             steps.entries,
             [
-                "create-locked", "extracting", "synced", "before-swap", "between-renames",
+                "create-locked", "snapshots-held", "extracting", "synced", "before-swap", "between-renames",
                 "before-reload", "before-cleanup",
             ])
     }

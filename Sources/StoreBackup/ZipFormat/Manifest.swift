@@ -6,10 +6,10 @@ public struct Manifest: Codable, Sendable, Equatable {
     /// Where the manifest sits inside every archive.
     public static let archivePath = ".storebackup/manifest.json"
     /// The manifest format this version writes. Format 2 (see docs/FORMAT.md): paths
-    /// and link targets in ``EscapedName``'s form, FIFOs, set-user-ID/set-group-ID/sticky
-    /// bits, times outside 1970-2038, the store's own `.storebackup` under
-    /// ``ArchiveNames/storePrefix``, ``outsideLinks``, and the marker entry
-    /// ``ArchiveNames/formatMarker``.
+    /// and link targets escaped (`%XX` for bytes that are not plain UTF-8), FIFOs,
+    /// set-user-ID/set-group-ID/sticky bits, times outside 1970-2038, the store's own
+    /// `.storebackup` under `.storebackup/store/`, ``outsideLinks``, and the marker entry
+    /// `.storebackup/format-2`.
     public static let currentFormat = 2
 
     /// One entry of the archive: a file, folder, link or database snapshot.
