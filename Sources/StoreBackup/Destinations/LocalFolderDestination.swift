@@ -59,7 +59,10 @@ public struct LocalFolderDestination: BackupDestination {
             }
         }
         do {
-            try FileSystem.fsync(path: source)
+            // A backup is read rarely: once it is on disk, none of it should keep the app's own
+            // data out of the page cache (the writeback pacer drops most of it as it goes, but
+            // lags when the disk does).
+            try FileSystem.fsync(path: source, droppingCache: true)
             try FileSystem.renameNoReplace(from: source, to: target)
             try FileSystem.fsync(path: folder)
         } catch StoreBackupError.io(_, _, let code) where code == EEXIST {

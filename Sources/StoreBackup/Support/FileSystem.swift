@@ -24,12 +24,15 @@ enum FileSystem {
         return info
     }
 
-    /// Flushes a file or directory to stable storage.
-    static func fsync(path: String) throws {
+    /// Flushes a file or directory to stable storage; `droppingCache` then drops its pages
+    /// from the page cache (for files read rarely, such as a published backup).
+    static func fsync(path: String, droppingCache: Bool = false) throws {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
         defer { close(fd) }
         guard Glibc.fsync(fd) == 0 else { throw StoreBackupError.io(path: path, operation: "fsync", errno: errno) }
+        // Every page is clean now, so the advice drops all of them (it never drops a dirty one).
+        if droppingCache { _ = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) }
     }
 
     /// Renames without ever replacing an existing target (renameat2 RENAME_NOREPLACE),
