@@ -31,6 +31,8 @@ final class GoldenArchiveTests: XCTestCase {
         let folder: String
         let archiveName: String
         let password: String?
+        /// What verify and restore need for this archive (e.g. `--allow-outside-links`).
+        let options: [String]
         var label: String { "format-\(format)/\(kind)" }
     }
 
@@ -50,7 +52,7 @@ final class GoldenArchiveTests: XCTestCase {
                 found.append(
                     Golden(
                         format: format, kind: kind, folder: folder, archiveName: listing["archive"] as! String,
-                        password: listing["password"] as? String))
+                        password: listing["password"] as? String, options: listing["options"] as? [String] ?? []))
             }
         }
         return found
@@ -59,6 +61,11 @@ final class GoldenArchiveTests: XCTestCase {
     func testTheFormatOneArchivesAreAllThere() throws {
         let kinds = Set(try Self.goldenArchives().filter { $0.format == 1 }.map(\.kind))
         XCTAssertEqual(kinds, ["plain", "encrypted", "links", "metadata", "databases"])
+    }
+
+    func testTheFormatTwoArchivesAreAllThere() throws {
+        let kinds = Set(try Self.goldenArchives().filter { $0.format == 2 }.map(\.kind))
+        XCTAssertEqual(kinds, ["plain", "encrypted", "links", "metadata", "databases", "names", "special", "outside-links"])
     }
 
     func testEveryGoldenArchiveVerifiesAndRestoresAsItsListingSays() throws {
@@ -88,11 +95,12 @@ final class GoldenArchiveTests: XCTestCase {
                 atPath: passwordFile, contents: Data((password + "\n").utf8), attributes: [.posixPermissions: 0o600])
             passwordArguments = ["--password-file", passwordFile]
         }
-        let verified = try runStoreBackup(["verify", golden.archiveName, "--from", backups] + passwordArguments)
+        let verified = try runStoreBackup(["verify", golden.archiveName, "--from", backups] + passwordArguments + golden.options)
         XCTAssertEqual(verified.status, 0, "\(golden.label): verify: \(verified.stdout) \(verified.stderr)", file: file, line: line)
 
         let stores = work + "/\(golden.format)-\(golden.kind)/Restored/Stores"
-        let restored = try runStoreBackup(["restore", golden.archiveName, stores, "--from", backups, "--yes"] + passwordArguments)
+        let restored = try runStoreBackup(
+            ["restore", golden.archiveName, stores, "--from", backups, "--yes"] + passwordArguments + golden.options)
         XCTAssertEqual(restored.status, 0, "\(golden.label): restore: \(restored.stderr)", file: file, line: line)
         guard restored.status == 0 else { return }
 

@@ -147,6 +147,49 @@ def make_databases(root):
     set_times(root, {"readme.txt": 1_600_000_041, "Sub": 1_600_000_043})
 
 
+def make_names(root):
+    """Format 2: names are bytes (not UTF-8, control characters, backslashes, `%`, NFC and NFD
+    spellings as two files), long paths, and the store's own `.storebackup` folder."""
+    database(os.path.join(root, "App.sqlite"), "wal", 40)
+    raw = os.fsencode(root)
+    for name in (b"\xe9t\xe9.txt", b"tab\there", b"new\nline", b"dir\\file.txt", b"50%.txt",
+                 "caf\u00e9".encode(), "cafe\u0301".encode()):
+        with open(raw + b"/" + name, "wb") as handle:
+            handle.write(b"named " + name + b"\n")
+        os.utime(raw + b"/" + name, (1_600_000_051, 1_600_000_051))
+    deep = os.path.join(root, "Deep", *(["d" * 200] * 12))
+    write(os.path.join(deep, "leaf.txt"), "a path over 2,400 bytes\n", mtime=1_600_000_053)
+    write(os.path.join(root, ".storebackup", "mine.txt"), "the app's own .storebackup folder\n", mtime=1_600_000_055)
+    set_times(root, {".storebackup": 1_600_000_057})
+
+
+def make_special(root):
+    """Format 2: set-user-ID, set-group-ID and sticky bits, times before 1970 and after 2038,
+    a FIFO, a hard link (restored as a copy)."""
+    database(os.path.join(root, "App.sqlite"), "delete", 20)
+    write(os.path.join(root, "setuid-tool"), "#!/bin/sh\n", mode=0o4755, mtime=1_600_000_061)
+    write(os.path.join(root, "setgid-tool"), "#!/bin/sh\n", mode=0o2755, mtime=1_600_000_063)
+    os.makedirs(os.path.join(root, "Shared-tmp"))
+    os.chmod(os.path.join(root, "Shared-tmp"), 0o1777)
+    write(os.path.join(root, "old.txt"), "before 1970\n", mtime=-86_400 * 365)
+    write(os.path.join(root, "future.txt"), "after 2038\n", mtime=4_102_444_800)
+    os.mkfifo(os.path.join(root, "pipe"), 0o640)
+    write(os.path.join(root, "original.txt"), "hard linked\n", mtime=1_600_000_065)
+    os.link(os.path.join(root, "original.txt"), os.path.join(root, "hard-link.txt"))
+    set_times(root, {"pipe": 1_600_000_067, "Shared-tmp": 1_600_000_069})
+
+
+def make_outside_links(root):
+    """Format 2: links leaving the store, recorded in the manifest; verify and restore make
+    them only with --allow-outside-links."""
+    database(os.path.join(root, "App.sqlite"), "wal", 20)
+    os.symlink("/srv/shared/config.json", os.path.join(root, "shared-config"))
+    os.symlink("../SharedAssets", os.path.join(root, "assets"))
+    write(os.path.join(root, "inside.txt"), "inside\n", mtime=1_600_000_071)
+    os.symlink("inside.txt", os.path.join(root, "inside-link"))
+    set_times(root, {"shared-config": 1_600_000_073, "assets": 1_600_000_075, "inside-link": 1_600_000_077})
+
+
 KINDS = {
     "plain": make_plain,
     "encrypted": make_encrypted,
@@ -154,6 +197,14 @@ KINDS = {
     "metadata": make_metadata,
     "databases": make_databases,
 }
+# The kinds of the formats from 2 on, beside the first five.
+KINDS_FROM_FORMAT_2 = {
+    "names": make_names,
+    "special": make_special,
+    "outside-links": make_outside_links,
+}
+# Options that verify and restore need for a kind (kept in its listing.json).
+OPTIONS = {"outside-links": ["--allow-outside-links"]}
 
 
 def run(arguments, **kwargs):
@@ -177,7 +228,8 @@ def main():
     try:
         password_file = os.path.join(work, "password")
         write(password_file, PASSWORD + "\n", mode=0o600)
-        for kind, make in KINDS.items():
+        kinds = dict(KINDS, **(KINDS_FROM_FORMAT_2 if options.format >= 2 else {}))
+        for kind, make in kinds.items():
             stores = os.path.join(work, kind, "Stores")
             os.makedirs(stores)
             make(stores)
@@ -191,7 +243,7 @@ def main():
             name = run(arguments).strip().splitlines()[-1]
             # The check: the same binary restores exactly what the listing says.
             restored = os.path.join(work, kind, "Restored")
-            restore = [options.binary, "restore", name, restored, "--from", backups, "--yes"]
+            restore = [options.binary, "restore", name, restored, "--from", backups, "--yes"] + OPTIONS.get(kind, [])
             if kind == "encrypted":
                 restore += ["--password-file", password_file]
             run(restore)
@@ -200,8 +252,9 @@ def main():
                 print("\n".join(differing), file=sys.stderr)
                 sys.exit("%s: the restored tree differs from the store" % kind)
             with open(os.path.join(backups, "listing.json"), "w") as handle:
-                json.dump({"archive": name, "password": PASSWORD if kind == "encrypted" else None,
-                           "tree": expected}, handle, indent=1, sort_keys=True, ensure_ascii=False)
+                extra = {"options": OPTIONS[kind]} if kind in OPTIONS else {}
+                json.dump(dict({"archive": name, "password": PASSWORD if kind == "encrypted" else None,
+                                "tree": expected}, **extra), handle, indent=1, sort_keys=True, ensure_ascii=False)
                 handle.write("\n")
             print("%s: %s (%d bytes)" % (kind, name, os.path.getsize(os.path.join(backups, name))))
     finally:

@@ -61,6 +61,12 @@ def rows_dump(path):
         connection.close()
 
 
+def text(name):
+    """A name or link target as JSON text: UTF-8 as it is, any other byte as \\xNN (names are
+    bytes on Linux; format 2 keeps names that are not UTF-8)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
 def describe(root, relative):
     path = os.path.join(root, relative) if relative != "." else root
     info = os.lstat(path)
@@ -69,7 +75,7 @@ def describe(root, relative):
         entry["type"] = "directory"
     elif stat.S_ISLNK(info.st_mode):
         entry["type"] = "symlink"
-        entry["target"] = os.readlink(path)
+        entry["target"] = text(os.readlink(path))
         # A link's own permission bits mean nothing on Linux (always 0777).
         del entry["mode"]
     elif stat.S_ISREG(info.st_mode):
@@ -79,6 +85,8 @@ def describe(root, relative):
         if info.st_size >= 100 and is_database(path):
             entry["type"] = "database"
             entry["rows"] = rows_dump(path)
+    elif stat.S_ISFIFO(info.st_mode):
+        entry["type"] = "fifo"
     else:
         entry["type"] = "special"
     return entry
@@ -109,7 +117,7 @@ def listing(root):
     for relative, entry in list(result.items()):
         if entry["type"] == "database" and is_wal_database(os.path.join(root, relative)):
             result[os.path.dirname(relative) or "."]["walFolder"] = True
-    return result
+    return {text(relative): entry for relative, entry in result.items()}
 
 
 COMPANIONS = ("-wal", "-shm", "-journal")
