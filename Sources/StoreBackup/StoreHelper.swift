@@ -361,6 +361,8 @@ public struct StoreHelper: Sendable {
                 throw StoreBackupError.cancelled
             }
         }
+        // S3 Object Lock: an incremental's chain stays locked as long as the incremental.
+        try await destination.extendChainRetention(of: name)
         return BackupResult(
             name: name, size: archive.size, destination: destination.displayName, manifest: archive.manifest,
             archiveSeconds: archive.archiveSeconds, uploadSeconds: Self.seconds(clock.now - uploadStarted))
