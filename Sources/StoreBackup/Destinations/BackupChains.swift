@@ -1,7 +1,7 @@
 import Foundation
 
 /// The chains of the backups at one destination, read from their names alone (see
-/// ``BackupName``): which backup each incremental applies to (its base), which backups
+/// `BackupName`): which backup each incremental applies to (its base), which backups
 /// depend on one, and which incrementals cannot be restored because a base is missing.
 ///
 /// A base is the backup whose own date is the date an incremental's name gives after
