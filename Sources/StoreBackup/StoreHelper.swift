@@ -361,6 +361,8 @@ public struct StoreHelper: Sendable {
                 throw StoreBackupError.cancelled
             }
         }
+        // S3 Object Lock: an incremental's chain stays locked as long as the incremental.
+        try await destination.extendChainRetention(of: name)
         return BackupResult(
             name: name, size: archive.size, destination: destination.displayName, manifest: archive.manifest,
             archiveSeconds: archive.archiveSeconds, uploadSeconds: Self.seconds(clock.now - uploadStarted))
@@ -388,14 +390,27 @@ public struct StoreHelper: Sendable {
         try await destination.sortedBackups()
     }
 
-    /// Deletes one backup from the destination.
+    /// Deletes one backup from the destination; a backup that incremental backups depend on
+    /// is refused (see ``deleteBackup(_:withDependents:)``).
     ///
     /// - Parameter name: A backup's exact name, or `latest` for the newest.
     /// - Throws: ``StoreBackupError/backupNotFound(name:destination:)`` when there is no such backup,
-    ///   ``StoreBackupError/invalidBackupName(name:)`` for a name that is not a backup's.
+    ///   ``StoreBackupError/invalidBackupName(name:)`` for a name that is not a backup's,
+    ///   ``StoreBackupError/backupHasDependents(name:destination:dependents:)`` for a base.
     public func deleteBackup(_ name: String) async throws {
-        let backup = try await destination.resolve(name)
-        try await destination.delete(backup.name)
+        try await deleteBackup(name, withDependents: false)
+    }
+
+    /// Deletes one backup from the destination and, with `withDependents`, every incremental
+    /// backup that depends on it, newest first (so a failure midway leaves no incremental
+    /// without its base). Returns the names deleted, newest first.
+    ///
+    /// - Throws: as ``deleteBackup(_:)``; without `withDependents`, a backup others depend
+    ///   on is refused with ``StoreBackupError/backupHasDependents(name:destination:dependents:)``
+    ///   and nothing is deleted.
+    @discardableResult
+    public func deleteBackup(_ name: String, withDependents: Bool) async throws -> [String] {
+        try await destination.deleteBackup(name, withDependents: withDependents)
     }
 
     // MARK: restore

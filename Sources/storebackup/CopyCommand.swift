@@ -15,6 +15,11 @@ struct CopyCommand: AsyncParsableCommand {
             already at the target with the same name and size is reported as "already there" \
             (so running the command again is harmless); the same name with a different size is \
             an error for that backup. Exits non-zero when any backup could not be copied.
+
+            An incremental backup is copied with the part of its chain the target lacks, base \
+            first (--all copies oldest first, so in chain order): the target never holds an \
+            incremental without its base. On S3 with Object Lock, the bases' locks are extended \
+            to the incremental's.
             """)
 
     @Argument(help: ArgumentHelp("The backup's name, or \"latest\" (leave out with --all).", valueName: "name"))
@@ -49,7 +54,7 @@ struct CopyCommand: AsyncParsableCommand {
         let all = self.all, name = self.name
         let outcomes = await Terminal.runCancellable {
             if all { return try await copier.copyAll(progress: printer.handler()) }
-            return [try await copier.copy(name!, progress: printer.handler())]
+            return try await copier.copyChain(name!, progress: printer.handler())
         }
         printer.finishLine()
         if json {

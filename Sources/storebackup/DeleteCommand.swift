@@ -4,29 +4,45 @@ import StoreBackup
 struct DeleteCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "delete",
-        abstract: "Delete one backup.")
+        abstract: "Delete one backup.",
+        discussion: """
+            A backup that incremental backups depend on (their base) is refused, naming them: \
+            they could not be restored without it. --with-dependents deletes them too, newest \
+            first, then the backup.
+            """)
 
     @Argument(help: ArgumentHelp("The backup's exact name (see `storebackup list`).", valueName: "name"))
     var name: String
 
     @OptionGroup var destination: DestinationOption
 
+    @Flag(help: "Also delete the incremental backups that depend on it (newest first).")
+    var withDependents = false
+
     @Flag(help: "Do not ask for confirmation (required when not on a terminal).")
     var yes = false
 
     func run() async throws {
         let target = try destination.resolve()
-        let backup = await Terminal.runCancellable { try await target.resolve(name) }
+        let name = self.name, withDependents = self.withDependents
+        let doomed = await Terminal.runCancellable { try await target.deletion(of: name, withDependents: withDependents) }
+        let backup = doomed.last!
+        let what =
+            doomed.count == 1
+            ? "backup \"\(backup)\"" : "backup \"\(backup)\" and the \(doomed.count - 1) incremental backups that depend on it"
         if !yes {
             guard Terminal.standardInputIsTerminal else {
-                Terminal.fail(
-                    StoreBackupError.restoreRefused(reason: "pass --yes to delete \"\(backup.name)\" when not running on a terminal"))
+                Terminal.fail(StoreBackupError.restoreRefused(reason: "pass --yes to delete \(what) when not running on a terminal"))
             }
-            guard Terminal.confirm("Delete backup \"\(backup.name)\" from \(target.displayName)?") else {
+            for dependent in doomed.dropLast() { Terminal.info("  \(dependent)") }
+            guard Terminal.confirm("Delete \(what) from \(target.displayName)?") else {
                 Terminal.fail(StoreBackupError.restoreRefused(reason: "not confirmed; nothing was deleted"))
             }
         }
-        await Terminal.runCancellable { try await target.delete(backup.name) }
-        Terminal.info("storebackup: deleted \"\(backup.name)\" from \(target.displayName)")
+        // Newest first, as planned: stopping at a failure leaves no incremental without its base.
+        for doomedName in doomed {
+            await Terminal.runCancellable { try await target.delete(doomedName) }
+            Terminal.info("storebackup: deleted \"\(doomedName)\" from \(target.displayName)")
+        }
     }
 }

@@ -30,6 +30,7 @@ enum ErrorAdvice {
         case .allowStoreInUse: return "; run as root to see every process, or pass --force to restore anyway"
         case .allowOutsideLinks:
             return ". Pass --allow-outside-links to make the links it recorded as pointing outside (nothing is written through them)"
+        case .deleteDependents: return "; pass --with-dependents to delete them too (newest first), or keep it"
         }
     }
 }

@@ -10,6 +10,11 @@ struct ListCommand: AsyncParsableCommand {
             The host comes from each backup's manifest. In a local folder it is read from the \
             archive; for a remote destination only known hosts are shown (backups this machine \
             made, and those `prune` has read once), never downloading anything; others show "?".
+
+            Each backup is a full or an incremental one (whose name says the date of its base, \
+            "<date> incremental on <base date> Stores.zip"). An incremental whose base, or a \
+            base further down its chain, is not at the destination cannot be restored: it is \
+            marked "base missing".
             """)
 
     @OptionGroup var destination: DestinationOption
@@ -19,13 +24,15 @@ struct ListCommand: AsyncParsableCommand {
 
     @Flag(
         help:
-            "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted, dated} (host null when not known; encrypted only for local folders)."
+            "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted, dated, kind, base, chainBroken, missingBase} (host null when not known; encrypted only for local folders; kind \"full\" or \"incremental\"; base the base's name, null for a full or a missing base; missingBase only for a broken chain)."
     )
     var json = false
 
     func run() async throws {
         let target = try destination.resolve()
         var backups = await Terminal.runCancellable { try await target.sortedBackups() }
+        // Chains are read from every backup's name, before --host narrows what is shown.
+        let chains = BackupChains(backups)
         let index = BackupOriginIndex(destination: target, cacheDirectory: BackupStateStore.defaultDirectory())
         let origins = await index.origins(of: backups, download: false)
         if let host {
@@ -56,6 +63,11 @@ struct ListCommand: AsyncParsableCommand {
                 let origin = origins[backup.name] ?? nil
                 row["host"] = origin?.host ?? NSNull()
                 row["storesDirectory"] = origin?.storesDirectory ?? NSNull()
+                row["kind"] = chains.isIncremental(backup.name) ? "incremental" : "full"
+                row["base"] = chains.base(of: backup.name) ?? NSNull()
+                let missing = chains.missingBase(of: backup.name)
+                row["chainBroken"] = missing != nil
+                if let missing { row["missingBase"] = missing }
                 return row
             }
             let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys, .prettyPrinted])
@@ -73,9 +85,13 @@ struct ListCommand: AsyncParsableCommand {
             let size = Terminal.formatBytes(backup.size).padding(toLength: 10, withPad: " ", startingAt: 0)
             let hostName = ((origins[backup.name] ?? nil)?.host ?? "?").padding(toLength: hostWidth, withPad: " ", startingAt: 0)
             let lock = encrypted[backup.name] == true ? "encrypted" : "         "
+            let kind = chains.isIncremental(backup.name) ? "incremental" : "full       "
             // An undated name shows its upload time, marked: it is never `latest`.
             let undated = backup.hasDateInName ? "" : "  (no date in name: restore it by name)"
-            Terminal.output("\(formatter.string(from: backup.date))  \(size)  \(hostName)  \(lock)  \(backup.name)\(undated)")
+            let broken =
+                chains.missingBase(of: backup.name).map { "  (base missing: no backup of \($0) here; it cannot be restored)" } ?? ""
+            Terminal.output(
+                "\(formatter.string(from: backup.date))  \(size)  \(hostName)  \(lock)  \(kind)  \(backup.name)\(undated)\(broken)")
         }
     }
 }

@@ -19,6 +19,9 @@ struct PruneCommand: AsyncParsableCommand {
             newer than SPAN before the newest backup. A backup is kept if any rule keeps it; the \
             newest is always kept. Periods are in local time.
 
+            Incremental backups need their base: a backup that a kept backup depends on (its \
+            chain down to the full) is always kept, shown as "base of <name>".
+
             Without --keep-* flags, each store of the configuration is pruned by its `retention`. \
             Deleting asks for confirmation on a terminal and needs --yes otherwise; --dry-run only prints.
             """)
@@ -190,10 +193,15 @@ struct PruneCommand: AsyncParsableCommand {
             let pruner = BackupPruner(destination: target.destination, stateDirectory: target.stateDirectory, passwords: target.passwords)
             let place = target.destination.displayName
             let deleted = await Terminal.runCancellable {
-                try await pruner.execute(groups) { name, until in
-                    let when = until.map { "until " + ISO8601DateFormatter().string(from: $0) } ?? "by a legal hold"
-                    Terminal.info("storebackup: kept \(name) at \(place): locked \(when) (S3 Object Lock)")
-                }
+                try await pruner.execute(
+                    groups,
+                    locked: { name, until in
+                        let when = until.map { "until " + ISO8601DateFormatter().string(from: $0) } ?? "by a legal hold"
+                        Terminal.info("storebackup: kept \(name) at \(place): locked \(when) (S3 Object Lock)")
+                    },
+                    keptAsBase: { name, dependent in
+                        Terminal.info("storebackup: kept \(name) at \(place): base of \(dependent), which is kept")
+                    })
             }
             if !deleted.isEmpty { Terminal.info("storebackup: deleted \(deleted.count) backups from \(target.destination.displayName)") }
         }

@@ -112,6 +112,86 @@ final class ObjectLockTests: XCTestCase {
         XCTAssertFalse(listed.stdout.contains(name), listed.stdout)
     }
 
+    // MARK: chains (issue 35): a base stays locked as long as its dependents
+
+    func s3(_ bucket: String, days: Int, mode: ObjectLockRetention.Mode = .governance) throws -> any BackupDestination {
+        var options = DestinationOptions(retry: .fastForTests, s3Endpoint: endpoint, environment: environment)
+        options.objectLock = ObjectLockRetention(days: days, mode: mode)
+        return try DestinationResolver.resolve("s3://\(bucket)/app", options: options)
+    }
+
+    func until(_ name: String, bucket: String = "locked") throws -> Date {
+        let retention = try lock(of: "/\(bucket)/app/\(encode(name))")
+        return try XCTUnwrap(retention.until.flatMap(HTTPDates.iso8601), "\(name): \(retention)")
+    }
+
+    func testAnIncrementalExtendsTheLockOfItsWholeChain() async throws {
+        try makeBucket("locked", objectLock: true)
+        let file = work + "/bytes.zip"
+        try Data(repeating: 9, count: 1000).write(to: URL(fileURLWithPath: file))
+        let full = BackupName.make(for: Date(timeIntervalSince1970: 1_790_000_000))
+        let middle = BackupName.makeIncremental(for: Date(timeIntervalSince1970: 1_790_086_400), base: full)!
+        let top = BackupName.makeIncremental(for: Date(timeIntervalSince1970: 1_790_172_800), base: middle)!
+        let other = BackupName.make(for: Date(timeIntervalSince1970: 1_789_000_000))
+        try await s3("locked", days: 1).upload(file: file, as: other, progress: nil)
+        try await s3("locked", days: 1).upload(file: file, as: full, progress: nil)
+        let threeDays = try s3("locked", days: 3)
+        try await threeDays.upload(file: file, as: middle, progress: nil)
+        XCTAssertLessThan(try until(full), Date().addingTimeInterval(1.1 * 86_400), "before: the base's own day")
+
+        let extended = try await threeDays.extendChainRetention(of: middle)
+        XCTAssertEqual(extended, [full])
+        XCTAssertGreaterThanOrEqual(try until(full), try until(middle))
+        XCTAssertLessThan(try until(other), Date().addingTimeInterval(1.1 * 86_400), "a backup outside the chain is untouched")
+        let again = try await threeDays.extendChainRetention(of: middle)
+        XCTAssertEqual(again, [], "a lock already long enough is left alone")
+        let fullAlone = try await threeDays.extendChainRetention(of: full)
+        XCTAssertEqual(fullAlone, [], "a full has no chain below it")
+
+        // A longer, compliance-mode incremental on top: both bases follow, each in its own mode.
+        let fiveDays = try s3("locked", days: 5, mode: .compliance)
+        try await fiveDays.upload(file: file, as: top, progress: nil)
+        let both = try await fiveDays.extendChainRetention(of: top)
+        XCTAssertEqual(both, [full, middle])
+        let topUntil = try until(top)
+        XCTAssertGreaterThan(topUntil, Date().addingTimeInterval(4.9 * 86_400))
+        for base in [full, middle] {
+            XCTAssertGreaterThanOrEqual(try until(base), topUntil, base)
+            XCTAssertEqual(try lock(of: "/locked/app/\(encode(base))").mode, "GOVERNANCE", "extending keeps the mode")
+        }
+    }
+
+    /// Copying a chain to a locked bucket: the base goes first and ends locked at least as
+    /// long as the incremental that arrived after it; a base already there with a shorter
+    /// lock is extended.
+    func testCopyingAChainLocksTheBaseAsLongAsItsIncremental() async throws {
+        try makeBucket("locked", objectLock: true)
+        let source = work + "/source"
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        let full = BackupName.make(for: Date(timeIntervalSince1970: 1_790_000_000))
+        let incremental = BackupName.makeIncremental(for: Date(timeIntervalSince1970: 1_790_086_400), base: full)!
+        for name in [full, incremental] {
+            try Data(repeating: 3, count: 500).write(to: URL(fileURLWithPath: source + "/" + name))
+        }
+        let copier = BackupCopier(from: LocalFolderDestination(folder: source), to: try s3("locked", days: 2))
+        let outcomes = try await copier.copyChain(incremental)
+        XCTAssertEqual(outcomes.map(\.name), [full, incremental])
+        XCTAssertEqual(outcomes.map(\.status), [.copied, .copied], "\(outcomes)")
+        XCTAssertGreaterThanOrEqual(try until(full), try until(incremental))
+
+        // The same chain into another bucket whose base is there already, locked for one
+        // day only: copying the incremental extends it.
+        try makeBucket("second", objectLock: true)
+        try await s3("second", days: 1).upload(file: source + "/" + full, as: full, progress: nil)
+        XCTAssertLessThan(try until(full, bucket: "second"), Date().addingTimeInterval(1.1 * 86_400))
+        let other = BackupCopier(from: LocalFolderDestination(folder: source), to: try s3("second", days: 3))
+        let second = try await other.copyChain(incremental)
+        XCTAssertEqual(second.map(\.name), [incremental], "the base was there: only the incremental is listed")
+        XCTAssertEqual(second.map(\.status), [.copied], "\(second)")
+        XCTAssertGreaterThan(try until(full, bucket: "second"), Date().addingTimeInterval(2.9 * 86_400))
+        XCTAssertGreaterThanOrEqual(try until(full, bucket: "second"), try until(incremental, bucket: "second"))
+    }
+
     // MARK: the server side
 
     func makeBucket(_ name: String, objectLock: Bool) throws {

@@ -205,4 +205,75 @@ final class RetentionTests: XCTestCase {
         name = await free(madeAt)
         XCTAssertEqual(name, BackupName.make(for: madeAt))
     }
+
+    // MARK: chains (issue 35)
+
+    /// A kept incremental keeps its whole chain, even where the policy would prune the bases
+    /// by age; a dependent nothing keeps goes, and goes before anything older.
+    func testPruneKeepsTheChainOfAKeptIncremental() async throws {
+        let work = try TestEnvironment.temporaryDirectory("prune-chains")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        try StoreFixture.make(at: work + "/Stores", logRows: 50, blobCount: 1)
+        let folder = work + "/backups"
+        let destination = LocalFolderDestination(folder: folder)
+        let made = try await StoreHelper(storesDirectory: work + "/Stores", destination: destination).createBackup()
+        // Real archives (so prune reads their origin) under the names of a chain.
+        func day(_ day: Int, month: Int = 11) -> Date { utc.date(from: DateComponents(year: 2026, month: month, day: day, hour: 2))! }
+        let old = BackupName.make(for: day(1, month: 10))
+        let full = BackupName.make(for: day(1))
+        let first = BackupName.makeIncremental(for: day(2), base: full)!
+        let loose = BackupName.makeIncremental(for: day(3), base: full)!
+        let newest = BackupName.makeIncremental(for: day(20), base: first)!
+        for name in [old, full, first, loose, newest] {
+            try FileManager.default.copyItem(atPath: folder + "/" + made.name, toPath: folder + "/" + name)
+        }
+        try FileManager.default.removeItem(atPath: folder + "/" + made.name)
+
+        let pruner = BackupPruner(destination: destination, stateDirectory: work + "/state")
+        let policy = RetentionPolicy(keepWithin: RetentionSpan(days: 2))
+        let listed = try await destination.listBackups()
+        XCTAssertEqual(kept(policy.apply(to: listed, calendar: utc)), [newest], "the policy alone")
+        let groups = try await pruner.plan(policy, host: nil, storesDirectory: nil, calendar: utc)
+        XCTAssertEqual(groups.count, 1)
+        let reasons = Dictionary(uniqueKeysWithValues: groups[0].decisions.map { ($0.backup.name, $0.reasons) })
+        XCTAssertEqual(reasons[newest], ["within 2d"])
+        XCTAssertEqual(reasons[first], ["base of \(newest)"])
+        XCTAssertEqual(reasons[full], ["base of \(first)"])
+        XCTAssertEqual(reasons[loose], [])
+        XCTAssertEqual(reasons[old], [])
+
+        let dryRun = try runStoreBackup(["prune", "--keep-within", "2d", "--dry-run", "--to", folder], environment: ["HOME": work])
+        XCTAssertEqual(dryRun.status, 0, dryRun.stderr)
+        XCTAssertTrue(dryRun.stdout.contains("keep    \(full)  (base of \(first))"), dryRun.stdout)
+        XCTAssertTrue(dryRun.stdout.contains("delete  \(loose)"), dryRun.stdout)
+
+        let deleted = try await pruner.execute(groups)
+        XCTAssertEqual(deleted, [loose, old], "newest first")
+        let remaining = try await destination.listBackups()
+        XCTAssertEqual(Set(remaining.map(\.name)), [full, first, newest])
+    }
+
+    /// When S3 Object Lock keeps a backup prune meant to delete, the backups its chain needs
+    /// are kept too, and said so.
+    func testExecuteKeepsTheChainOfABackupItCannotDelete() async throws {
+        let folder = try TestEnvironment.temporaryDirectory("prune-locked-chain")
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let full = BackupName.make(for: Date(timeIntervalSince1970: 1_790_000_000))
+        let middle = BackupName.makeIncremental(for: Date(timeIntervalSince1970: 1_790_086_400), base: full)!
+        let top = BackupName.makeIncremental(for: Date(timeIntervalSince1970: 1_790_172_800), base: middle)!
+        let other = BackupName.make(for: Date(timeIntervalSince1970: 1_789_000_000))
+        for name in [full, middle, top, other] {
+            FileManager.default.createFile(atPath: folder + "/" + name, contents: Data("x".utf8))
+        }
+        let destination = RefusingDeletes(base: LocalFolderDestination(folder: folder), refused: [top])
+        let doomed = try await destination.sortedBackups().map { RetentionPolicy.Decision(backup: $0, reasons: []) }
+        let kept = Locked<[String]>([])
+        let deleted = try await BackupPruner(destination: destination, stateDirectory: nil).execute(
+            [BackupPruner.Group(origin: nil, decisions: doomed)],
+            locked: { name, _ in kept.withLock { $0.append("locked " + name) } },
+            keptAsBase: { name, dependent in kept.withLock { $0.append("\(name) for \(dependent)") } })
+        XCTAssertEqual(deleted, [other])
+        XCTAssertEqual(kept.withLock { $0 }, ["locked \(top)", "\(middle) for \(top)", "\(full) for \(middle)"])
+        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: folder)), [full, middle, top])
+    }
 }

@@ -54,29 +54,97 @@ public struct BackupCopier: Sendable {
         self.target = target
     }
 
-    /// Copies one backup, named or `latest` (resolved at the source).
+    /// Copies one backup, named or `latest` (resolved at the source), with the part of its
+    /// chain the target lacks (see ``copyChain(_:progress:)``); returns the named backup's outcome.
     ///
     /// - Throws: ``StoreBackupError/backupNotFound(name:destination:)`` or
     ///   ``StoreBackupError/noBackups(destination:)`` when the source lacks it, and any
     ///   error listing either destination. A failed copy is an outcome, not a throw.
     public func copy(_ nameOrLatest: String, progress: ProgressHandler? = nil) async throws -> BackupCopyOutcome {
-        let backup = try await source.resolve(nameOrLatest)
-        let existing = try await target.listBackups()
-        return await copy(backup, existing: existing, progress: progress)
+        try await copyChain(nameOrLatest, progress: progress).last!
     }
 
-    /// Copies every backup at the source that the target lacks, oldest first; backups
-    /// already there are reported as ``BackupCopyOutcome/Status/alreadyThere``.
+    /// Copies one backup, named or `latest`, and before it every backup of its chain (the
+    /// bases it needs, down to the full) that the target lacks, base first, so the target
+    /// never holds an incremental backup without its base. Returns one outcome per backup
+    /// copied or failed, the named backup's last (also when it was already there). An
+    /// incremental whose base could not be copied, or is at neither end, is not copied.
+    ///
+    /// - Throws: as ``copy(_:progress:)``.
+    public func copyChain(_ nameOrLatest: String, progress: ProgressHandler? = nil) async throws -> [BackupCopyOutcome] {
+        let backup = try await source.resolve(nameOrLatest)
+        let chains = BackupChains(try await source.listBackups())
+        let ancestors = chains.ancestors(of: backup.name)
+        let ordered = chains.backups.filter { ancestors.contains($0.name) }.reversed() + [backup]
+        let outcomes = try await copy(ordered, chains: chains, progress: progress)
+        // The bases that were already there need no line; the named backup always has one.
+        return outcomes.dropLast().filter { $0.status != .alreadyThere } + [outcomes.last!]
+    }
+
+    /// Copies every backup at the source that the target lacks, oldest first (so each base
+    /// before the incrementals that need it); backups already there are reported as
+    /// ``BackupCopyOutcome/Status/alreadyThere``.
     public func copyAll(progress: ProgressHandler? = nil) async throws -> [BackupCopyOutcome] {
-        let backups = try await source.sortedBackups().reversed()
-        let existing = try await target.listBackups()
+        let backups = try await source.sortedBackups()
+        return try await copy(backups.reversed(), chains: BackupChains(backups), progress: progress)
+    }
+
+    /// Copies `backups` in the order given (bases before what needs them), refusing an
+    /// incremental whose base is not at the target by then.
+    private func copy(
+        _ backups: [BackupListing], chains: BackupChains, progress: ProgressHandler?
+    ) async throws -> [BackupCopyOutcome] {
+        var existing = try await target.listBackups()
         var outcomes: [BackupCopyOutcome] = []
+        var failedNames: Set<String> = []
         for backup in backups {
             // The library's one error type, also for cancellation.
             if Task.isCancelled { throw StoreBackupError.cancelled }
-            outcomes.append(await copy(backup, existing: existing, progress: progress))
+            if !existing.contains(where: { $0.name == backup.name }),
+                let missing = missingBase(of: backup, chains: chains, existing: existing, failedNames: failedNames)
+            {
+                outcomes.append(failed(backup, StoreBackupError.destination(destination: target.displayName, reason: missing)))
+                failedNames.insert(backup.name)
+                continue
+            }
+            var outcome = await copy(backup, existing: existing, progress: progress)
+            if outcome.status == .copied {
+                existing.append(backup)
+                outcome = await lockChain(of: backup, outcome)
+            }
+            if outcome.status == .failed { failedNames.insert(backup.name) }
+            outcomes.append(outcome)
         }
         return outcomes
+    }
+
+    /// Why incremental `backup` cannot go to the target yet (its base is not there); nil when it can.
+    private func missingBase(
+        of backup: BackupListing, chains: BackupChains, existing: [BackupListing], failedNames: Set<String>
+    ) -> String? {
+        guard let baseDate = BackupName.baseDateText(of: backup.name) else { return nil }
+        // A base that failed in this run may still have its name taken there, by another backup.
+        if let failedBase = chains.bases(of: backup.name).first(where: failedNames.contains) {
+            return "its base \"\(failedBase)\" could not be copied, so it was not copied either"
+        }
+        let present = BackupChains(existing + [backup]).bases(of: backup.name)
+        if !present.isEmpty { return nil }
+        let atSource = chains.bases(of: backup.name)
+        if atSource.isEmpty {
+            return
+                "its base (the backup of \(baseDate)) is at neither \(source.displayName) nor \(target.displayName); an incremental backup without its base cannot be restored, so it was not copied"
+        }
+        return "its base \"\(atSource[0])\" could not be copied, so it was not copied either"
+    }
+
+    /// After an incremental arrives, its chain at the target stays locked as long as it is (S3 Object Lock).
+    private func lockChain(of backup: BackupListing, _ outcome: BackupCopyOutcome) async -> BackupCopyOutcome {
+        do {
+            try await target.extendChainRetention(of: backup.name)
+            return outcome
+        } catch {
+            return failed(backup, error)
+        }
     }
 
     private func copy(_ backup: BackupListing, existing: [BackupListing], progress: ProgressHandler?) async -> BackupCopyOutcome {

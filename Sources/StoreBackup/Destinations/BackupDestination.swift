@@ -75,6 +75,17 @@ public protocol BackupDestination: Sendable {
 
     /// Removes leftovers found by ``staleUploads(olderThan:)``. The default does nothing.
     func removeStaleUpload(_ upload: StaleUpload) async throws
+
+    /// The S3 Object Lock retention on backup `name` (mode and retain-until date); nil when
+    /// it has none, or the destination cannot lock (the default).
+    func retention(of name: String) async throws -> BackupRetention?
+
+    /// Locks backup `name` until at least `retention.until`, so a base stays as long as
+    /// its dependents (see ``extendChainRetention(of:)``). A lock that already lasts as long
+    /// is left alone, and an existing lock keeps its mode (extending a date is allowed in
+    /// both modes; changing the mode is not). Returns whether it changed the lock.
+    /// The default, for destinations that cannot lock, throws.
+    func extendRetention(of name: String, to retention: BackupRetention) async throws -> Bool
 }
 
 /// An upload that never finished and still takes space on the destination.
@@ -105,6 +116,12 @@ extension BackupDestination {
     public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] { [] }
     /// Nothing to remove by default.
     public func removeStaleUpload(_ upload: StaleUpload) async throws {}
+    /// No locks by default.
+    public func retention(of name: String) async throws -> BackupRetention? { nil }
+    /// Cannot lock by default.
+    public func extendRetention(of name: String, to retention: BackupRetention) async throws -> Bool {
+        throw StoreBackupError.destination(destination: displayName, reason: "cannot lock backups (S3 Object Lock needs S3)")
+    }
 }
 
 extension BackupDestination {

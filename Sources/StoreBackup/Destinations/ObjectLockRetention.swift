@@ -44,3 +44,25 @@ public struct ObjectLockRetention: Sendable, Equatable {
         ]
     }
 }
+
+/// The S3 Object Lock retention one backup has (``BackupDestination/retention(of:)``).
+public struct BackupRetention: Sendable, Equatable {
+    public var mode: ObjectLockRetention.Mode
+    /// Until when the backup cannot be deleted or overwritten.
+    public var until: Date
+
+    public init(mode: ObjectLockRetention.Mode, until: Date) {
+        self.mode = mode
+        self.until = until
+    }
+
+    /// The body of a PutObjectRetention request setting this retention. The date is
+    /// rounded up to the second, so the lock never ends before `until`.
+    var requestBody: String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime]
+        let whole = Date(timeIntervalSince1970: until.timeIntervalSince1970.rounded(.up))
+        return "<Retention xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Mode>\(mode.rawValue)</Mode>"
+            + "<RetainUntilDate>\(formatter.string(from: whole))</RetainUntilDate></Retention>"
+    }
+}

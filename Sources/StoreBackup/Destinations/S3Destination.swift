@@ -175,6 +175,7 @@ struct S3Destination: BlockingDestination {
         var versionID: String? = nil
         /// Object Lock: the retain-until date, and whether a legal hold is on.
         var retainUntil: Date? = nil
+        var retainMode: ObjectLockRetention.Mode? = nil
         var legalHold = false
 
         /// Whether Object Lock forbids deleting this version now.
@@ -233,6 +234,7 @@ struct S3Destination: BlockingDestination {
             size: response.header("content-length").flatMap { Int64($0) } ?? -1, etag: response.header("etag"),
             versionID: version,
             retainUntil: response.header("x-amz-object-lock-retain-until-date").flatMap(HTTPDates.iso8601),
+            retainMode: response.header("x-amz-object-lock-mode").flatMap(ObjectLockRetention.Mode.init(text:)),
             legalHold: response.header("x-amz-object-lock-legal-hold")?.uppercased() == "ON")
     }
 
@@ -274,18 +276,8 @@ struct S3Destination: BlockingDestination {
         /// said to be locked is locked.
         private func ensureLocked(_ lock: ObjectLockRetention, label: String) throws {
             guard let info = try destination.head(key: key, cancel: cancel), info.retainUntil == nil else { return }
-            let headers = Dictionary(lock.headers(), uniquingKeysWith: { _, last in last })
-            let xml =
-                "<Retention xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Mode>\(lock.mode.rawValue)</Mode>"
-                + "<RetainUntilDate>\(headers["x-amz-object-lock-retain-until-date"] ?? "")</RetainUntilDate></Retention>"
-            var query = [("retention", "")]
-            if let version = info.versionID { query.append(("versionId", version)) }
-            var put = destination.request("PUT", destination.url(key: key, query: query), label: label)
-            put.body = .bytes(Data(xml.utf8))
-            put.headers.append(("Content-Type", "application/xml"))
-            put.headers.append(("Content-MD5", FileDigest.base64(Insecure.MD5.hash(data: Data(xml.utf8)))))
-            let response = try destination.perform(put, cancel: cancel)
-            try destination.check(response, expecting: [200, 204], context: "lock \(key)")
+            try destination.putRetention(
+                BackupRetention(mode: lock.mode, until: lock.retainUntil()), key: key, version: info.versionID, cancel: cancel)
         }
 
         private func uploadParts(uploadID: String, label: String) throws -> [(etag: String, digest: Data)] {
@@ -459,6 +451,50 @@ struct S3Destination: BlockingDestination {
                     + "use a bucket created with Object Lock (x-amz-bucket-object-lock-enabled: true), or drop --retain-days")
         }
         try check(response, expecting: [200], context: "check Object Lock")
+    }
+
+    // MARK: Object Lock of existing backups
+
+    func retention(of name: String) async throws -> BackupRetention? {
+        try await runBlocking(name: threadName + "-retention") { try retention(of: name, cancel: $0) }
+    }
+
+    func extendRetention(of name: String, to retention: BackupRetention) async throws -> Bool {
+        try await runBlocking(name: threadName + "-retention") { try extendRetention(of: name, to: retention, cancel: $0) }
+    }
+
+    /// Read from a HEAD's `x-amz-object-lock-*` headers (moto does not answer GetObjectRetention).
+    func retention(of name: String, cancel: CancellationFlag) throws -> BackupRetention? {
+        try BackupName.validate(name)
+        guard let info = try head(key: key(name), cancel: cancel) else {
+            throw StoreBackupError.backupNotFound(name: name, destination: displayName)
+        }
+        guard let until = info.retainUntil else { return nil }
+        return BackupRetention(mode: info.retainMode ?? .governance, until: until)
+    }
+
+    func extendRetention(of name: String, to retention: BackupRetention, cancel: CancellationFlag) throws -> Bool {
+        try BackupName.validate(name)
+        guard let info = try head(key: key(name), cancel: cancel) else {
+            throw StoreBackupError.backupNotFound(name: name, destination: displayName)
+        }
+        if let until = info.retainUntil, until >= retention.until { return false }
+        let mode = info.retainUntil == nil ? retention.mode : (info.retainMode ?? retention.mode)
+        try putRetention(BackupRetention(mode: mode, until: retention.until), key: key(name), version: info.versionID, cancel: cancel)
+        return true
+    }
+
+    /// PutObjectRetention on one version of `key`, with the Content-MD5 Object Lock requires.
+    func putRetention(_ retention: BackupRetention, key: String, version: String?, cancel: CancellationFlag?) throws {
+        let body = Data(retention.requestBody.utf8)
+        var query = [("retention", "")]
+        if let version { query.append(("versionId", version)) }
+        var put = request("PUT", url(key: key, query: query), label: "\(displayName)/\(key)")
+        put.body = .bytes(body)
+        put.headers.append(("Content-Type", "application/xml"))
+        put.headers.append(("Content-MD5", FileDigest.base64(Insecure.MD5.hash(data: body))))
+        let response = try perform(put, cancel: cancel)
+        try check(response, expecting: [200, 204], context: "lock \(key)")
     }
 
     // MARK: download and delete

@@ -38,4 +38,10 @@ extension WrappingDestination {
     }
     /// Forwarded to ``base``.
     public func removeStaleUpload(_ upload: StaleUpload) async throws { try await base.removeStaleUpload(upload) }
+    /// Forwarded to ``base``.
+    public func retention(of name: String) async throws -> BackupRetention? { try await base.retention(of: name) }
+    /// Forwarded to ``base``.
+    public func extendRetention(of name: String, to retention: BackupRetention) async throws -> Bool {
+        try await base.extendRetention(of: name, to: retention)
+    }
 }

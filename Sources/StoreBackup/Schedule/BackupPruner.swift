@@ -50,29 +50,68 @@ public struct BackupPruner: Sendable {
             if let storesDirectory, origin.storesDirectory != FileSystem.absolutePath(storesDirectory) { continue }
             groups.append(Group(origin: origin, decisions: policy.apply(to: members, calendar: calendar)))
         }
-        return groups.sorted { ($0.origin?.description ?? "~") < ($1.origin?.description ?? "~") }
+        let sorted = groups.sorted { ($0.origin?.description ?? "~") < ($1.origin?.description ?? "~") }
+        return Self.keepingChains(sorted, chains: BackupChains(backups))
     }
 
-    /// Deletes what a plan does not keep; returns the deleted names. Stops at the first failure,
-    /// except a backup S3 Object Lock keeps: that one is kept and handed to `locked`.
-    public func execute(_ groups: [Group], locked: (@Sendable (_ name: String, _ until: Date?) -> Void)? = nil) async throws -> [String] {
-        var deleted: [String] = []
-        for group in groups {
-            for backup in group.toDelete {
-                if Task.isCancelled { throw StoreBackupError.cancelled }
-                do {
-                    try await destination.delete(backup.name)
-                } catch StoreBackupError.backupNotFound {
-                    // Someone else removed it meanwhile: the outcome we wanted.
-                } catch StoreBackupError.backupLocked(let name, _, let until) {
-                    // S3 Object Lock keeps it: kept, and said so; the rest of the prune goes on.
-                    locked?(name, until)
-                    continue
-                }
-                deleted.append(backup.name)
-                BackupMetrics.recordRetention(destination: destination.displayName, removed: 1)
+    /// Keeps every backup that a kept backup needs (its chain down to the full), whatever
+    /// the policy said, with the reason "base of <the kept backup that needs it>". The
+    /// policy's own decisions are left as they were, so retention stays restic's. Backups
+    /// outside `groups` (other hosts, not planned) are kept, and so are their chains.
+    static func keepingChains(_ groups: [Group], chains: BackupChains) -> [Group] {
+        var doomed = Set(groups.flatMap { $0.toDelete.map(\.name) })
+        guard !doomed.isEmpty else { return groups }
+        var reasons: [String: String] = [:]
+        // Newest first: every base is older than what depends on it, so a base kept here is
+        // itself looked at later, and its own base kept in turn.
+        for backup in chains.backups where !doomed.contains(backup.name) {
+            for base in chains.bases(of: backup.name) where doomed.contains(base) {
+                doomed.remove(base)
+                reasons[base] = "base of \(backup.name)"
             }
         }
-        return deleted
+        return groups.map { group in
+            var group = group
+            for index in group.decisions.indices {
+                if let reason = reasons[group.decisions[index].backup.name] { group.decisions[index].reasons = [reason] }
+            }
+            return group
+        }
+    }
+
+    /// Deletes what a plan does not keep, newest first; returns the deleted names. Stops at
+    /// the first failure, except a backup S3 Object Lock keeps: that one is kept and handed
+    /// to `locked`, and the backups its chain needs are kept too and handed to `keptAsBase`
+    /// (with the dependent that needs each), so no incremental is left without its base.
+    public func execute(
+        _ groups: [Group], locked: (@Sendable (_ name: String, _ until: Date?) -> Void)? = nil,
+        keptAsBase: (@Sendable (_ name: String, _ dependent: String) -> Void)? = nil
+    ) async throws -> [String] {
+        let chains = BackupChains(groups.flatMap { $0.decisions.map(\.backup) })
+        let doomed = groups.flatMap(\.toDelete).sorted { ($0.date, $0.name) > ($1.date, $1.name) }
+        var deleted: Set<String> = []
+        var order: [String] = []
+        for backup in doomed {
+            if Task.isCancelled { throw StoreBackupError.cancelled }
+            // A dependent still there (locked, or kept for a locked one) needs this backup;
+            // newest first, every dependent was tried before it.
+            if let dependent = chains.directDependents(of: backup.name).first(where: { !deleted.contains($0) }) {
+                keptAsBase?(backup.name, dependent)
+                continue
+            }
+            do {
+                try await destination.delete(backup.name)
+            } catch StoreBackupError.backupNotFound {
+                // Someone else removed it meanwhile: the outcome we wanted.
+            } catch StoreBackupError.backupLocked(let name, _, let until) {
+                // S3 Object Lock keeps it: kept, and said so; the rest of the prune goes on.
+                locked?(name, until)
+                continue
+            }
+            deleted.insert(backup.name)
+            order.append(backup.name)
+            BackupMetrics.recordRetention(destination: destination.displayName, removed: 1)
+        }
+        return order
     }
 }

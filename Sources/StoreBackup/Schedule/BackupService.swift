@@ -248,9 +248,12 @@ public final class BackupService: Service, Sendable {
                 log.info("retention: deleting \(decision.backup.name)", metadata: ["policy": "\(policy.summary)"])
             }
         }
-        return try await pruner.execute(groups) { name, until in
-            log.info("retention: kept \(name): locked \(until.map { "until \($0)" } ?? "by a legal hold") (S3 Object Lock)")
-        }
+        return try await pruner.execute(
+            groups,
+            locked: { name, until in
+                log.info("retention: kept \(name): locked \(until.map { "until \($0)" } ?? "by a legal hold") (S3 Object Lock)")
+            },
+            keptAsBase: { name, dependent in log.info("retention: kept \(name): base of \(dependent), which is kept") })
     }
 
     func record(_ outcome: BackupRunOutcome, job: StoreJob, log: Logger) {

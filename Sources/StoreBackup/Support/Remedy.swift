@@ -36,6 +36,9 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, Codable, CustomSt
     /// Make the links the backup recorded as pointing outside the store
     /// (``StoreHelper/allowOutsideLinks``).
     case allowOutsideLinks
+    /// Delete the backup together with the incremental backups that depend on it, newest
+    /// first (``StoreHelper/deleteBackup(_:withDependents:)``).
+    case deleteDependents
 
     /// The advice in the library's words.
     public var description: String {
@@ -55,6 +58,7 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, Codable, CustomSt
         case .allowStoreInUse: return "run as root to see every process, or allow restoring a store in use"
         case .allowOutsideLinks:
             return "allow outside links to make the links it recorded as pointing outside (nothing is written through them)"
+        case .deleteDependents: return "delete it with its dependents to remove them too, newest first"
         }
     }
 }

@@ -105,6 +105,10 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// The backup cannot be deleted yet: S3 Object Lock keeps it until `until` (nil: a
     /// legal hold, or a lock whose date the server did not say). `prune` counts it as kept.
     case backupLocked(name: String, destination: String, until: Date?)
+    /// The backup is the base of incremental backups (`dependents`, newest first), which
+    /// could no longer be restored without it; nothing was deleted. Deleting them too is
+    /// ``StoreHelper/deleteBackup(_:withDependents:)`` with `withDependents`.
+    case backupHasDependents(name: String, destination: String, dependents: [String])
     /// An extract was refused before anything was written; `reason` says why (e.g. the
     /// target folder exists and is not empty).
     case extractRefused(reason: String)
@@ -138,6 +142,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .databaseDamagedAtSource: return .acceptDamagedDatabases
         case .newerFormat: return .upgradeStoreBackup
         case .outsideLink: return .allowOutsideLinks
+        case .backupHasDependents: return .deleteDependents
         case .reloadFailed(_, let rolledBack): return rolledBack ? nil : .recoverStore
         case .transfer(let failure): return failure.remedy
         case .invalidDestination(_, _, let remedy): return remedy
@@ -242,6 +247,12 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .backupLocked(let name, let destination, let until):
             let when = until.map { "until " + ISO8601DateFormatter().string(from: $0) } ?? "by a legal hold or a lock without a date"
             return "backup \"\(name)\" at \(destination) is locked \(when) (S3 Object Lock); it cannot be deleted before then"
+        case .backupHasDependents(let name, let destination, let dependents):
+            let shown = dependents.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ")
+            let more = dependents.count > 3 ? " and \(dependents.count - 3) more" : ""
+            let count = dependents.count == 1 ? "1 incremental backup" : "\(dependents.count) incremental backups"
+            return
+                "backup \"\(name)\" at \(destination) is the base of \(count) (\(shown)\(more)), which cannot be restored without it; nothing was deleted"
         case .extractRefused(let reason):
             return reason
         case .unexpected(let reason):

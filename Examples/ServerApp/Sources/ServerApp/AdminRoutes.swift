@@ -114,7 +114,7 @@ struct AdminRoutes {
         switch error {
         case .backupNotFound, .noBackups: return .notFound
         case .invalidBackupName: return .badRequest
-        case .storeLocked, .backupExists, .restoreRefused, .backupAlreadyRunning: return .conflict
+        case .storeLocked, .backupExists, .restoreRefused, .backupAlreadyRunning, .backupHasDependents: return .conflict
         case .reloadFailed, .corruptArchive, .checksumMismatch, .unsafeArchiveEntry, .databaseCheckFailed:
             return .unprocessableContent
         case .destination, .transfer: return .badGateway
