@@ -1,0 +1,341 @@
+import Foundation
+import XCTest
+
+@testable import StoreBackup
+
+/// The create side of incremental backups (issue 35, docs/FORMAT.md format 3): a first
+/// backup in a chain is a format-3 full with complete page maps; the next holds only the
+/// changed pages and files; any doubt about the chain state or the base gives a full.
+final class IncrementalCreateTests: XCTestCase {
+    static let password = "incremental p4ssword"
+    var work = ""
+    var store: String { work + "/Stores" }
+    var backups: String { work + "/backups" }
+    var stateRoot: String { work + "/.Stores.storebackup-chains" }
+
+    override func setUpWithError() throws {
+        work = try TestEnvironment.temporaryDirectory("incremental-create")
+        try StoreFixture.make(at: store, logRows: 6_000)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    func helper(policy: IncrementalPolicy = IncrementalPolicy(), encrypted: Bool = false) throws -> StoreHelper {
+        var helper = StoreHelper(
+            storesDirectory: store, destination: LocalFolderDestination(folder: backups), encrypt: encrypted,
+            passwords: encrypted ? .fixed(try BackupPassword(Self.password)) : nil)
+        helper.incremental = policy
+        return helper
+    }
+
+    /// What python's zipfile sees in an archive: names, whether each is encrypted, the
+    /// manifest (unencrypted archives), the SHA-256 of its bytes, and each page delta's
+    /// header, as JSON.
+    func inspect(_ archive: String) throws -> [String: Any] {
+        let script = """
+            import hashlib, json, struct, sys, zipfile
+            z = zipfile.ZipFile(sys.argv[1])
+            out = {"names": [i.filename for i in z.infolist()],
+                   "encrypted": {i.filename: bool(i.flag_bits & 1) for i in z.infolist()}, "deltas": {}, "maps": {}}
+            if not any(out["encrypted"].values()):
+                raw = z.read(".storebackup/manifest.json")
+                out["manifest"] = json.loads(raw)
+                out["manifestSHA256"] = hashlib.sha256(raw).hexdigest()
+                for name in out["names"]:
+                    data = z.read(name)
+                    if name.startswith(".storebackup/pages/"):
+                        magic, version, page_size, pages, records = struct.unpack("<4sB3xIII", data[:20])
+                        out["deltas"][name[len(".storebackup/pages/"):]] = {
+                            "magic": magic.decode(), "pageSize": page_size, "pages": pages, "records": records}
+                    if name.startswith(".storebackup/pagemap/"):
+                        out["maps"][name[len(".storebackup/pagemap/"):]] = {
+                            "magic": data[:4].decode(), "kind": data[5], "hash": data[6], "size": len(data)}
+            print(json.dumps(out))
+            """
+        let result = try runTool("/usr/bin/python3", ["-c", script, archive])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        return try XCTUnwrap(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+    }
+
+    /// Applies an incremental's page delta for `database` onto the base's copy of it (both
+    /// read with python's zipfile) and returns the SHA-256 of the result.
+    func patchedSHA256(base: String, incremental: String, database: String) throws -> String {
+        let script = """
+            import hashlib, struct, sys, zipfile
+            db = bytearray(zipfile.ZipFile(sys.argv[1]).read(sys.argv[3]))
+            delta = zipfile.ZipFile(sys.argv[2]).read(".storebackup/pages/" + sys.argv[3])
+            magic, version, page_size, pages, records = struct.unpack("<4sB3xIII", delta[:20])
+            assert magic == b"SBPD" and version == 1
+            at = 20
+            for _ in range(records):
+                (page,) = struct.unpack("<I", delta[at:at + 4])
+                db[(page - 1) * page_size:page * page_size] = delta[at + 4:at + 4 + page_size]
+                at += 4 + page_size
+            assert at == len(delta)
+            del db[pages * page_size:]
+            print(hashlib.sha256(db).hexdigest())
+            """
+        let result = try runTool("/usr/bin/python3", ["-c", script, base, incremental, database])
+        XCTAssertEqual(result.status, 0, result.stderr)
+        return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    func file(_ manifest: [String: Any], _ path: String) -> [String: Any]? {
+        (manifest["files"] as? [[String: Any]])?.first { $0["path"] as? String == path }
+    }
+
+    func addBlob(_ name: String, bytes: Int) {
+        let data = Data((0..<bytes).map { UInt8(truncatingIfNeeded: $0 &* 2_654_435_761 >> 7) })
+        XCTAssertTrue(FileManager.default.createFile(atPath: store + "/.App_SUPPORT/_EXTERNAL_DATA/" + name, contents: data))
+    }
+
+    func testFullThenIncrementalHoldsOnlyTheChanges() async throws {
+        let first = try await helper().createBackup()
+        XCTAssertEqual(first.kind, "full")
+        XCTAssertNil(first.base)
+        XCTAssertFalse(BackupName.isIncremental(first.name))
+        let full = try inspect(backups + "/" + first.name)
+        let fullNames = try XCTUnwrap(full["names"] as? [String])
+        XCTAssertTrue(fullNames.contains(".storebackup/format-3"), "\(fullNames)")
+        XCTAssertFalse(fullNames.contains(".storebackup/format-2"))
+        let fullManifest = try XCTUnwrap(full["manifest"] as? [String: Any])
+        XCTAssertEqual(fullManifest["format"] as? Int, 3)
+        XCTAssertEqual(fullManifest["kind"] as? String, "full")
+        XCTAssertEqual(fullManifest["chainLength"] as? Int, 0)
+        XCTAssertNil(fullManifest["hashSalt"])
+        let maps = try XCTUnwrap(full["maps"] as? [String: [String: Any]])
+        let appPages = try XCTUnwrap(
+            (fullManifest["databases"] as? [[String: Any]])?.first { $0["path"] as? String == "App.sqlite" }?["pageCount"] as? Int)
+        XCTAssertGreaterThan(appPages, 100)
+        XCTAssertEqual(maps["App.sqlite"]?["kind"] as? Int, 0)
+        XCTAssertEqual(maps["App.sqlite"]?["hash"] as? Int, 1)
+        XCTAssertEqual(maps["App.sqlite"]?["size"] as? Int, 16 + 16 * appPages, "a complete map: one hash per page")
+        XCTAssertNotNil(maps["Settings.sqlite"])
+        XCTAssertEqual(
+            (fullManifest["pageMaps"] as? [[String: Any]])?.map { $0["complete"] as? Bool }, [true, true])
+
+        // A day's work: a few rows updated, one blob added.
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try app.execute("UPDATE accounts SET balance = balance + 7 WHERE id IN (1, 2, 3)", operation: "update")
+        app.close()
+        addBlob("new-blob", bytes: 50_000)
+
+        let second = try await helper().createBackup()
+        XCTAssertEqual(second.kind, "incremental")
+        XCTAssertEqual(second.base, first.name)
+        XCTAssertTrue(second.name.contains(" incremental on "), second.name)
+        XCTAssertEqual(BackupName.base(of: second.name, among: [first.name, second.name]), first.name)
+        let incremental = try inspect(backups + "/" + second.name)
+        let names = try XCTUnwrap(incremental["names"] as? [String])
+        let manifest = try XCTUnwrap(incremental["manifest"] as? [String: Any])
+        XCTAssertEqual(manifest["format"] as? Int, 3)
+        XCTAssertEqual(manifest["kind"] as? String, "incremental")
+        XCTAssertEqual(manifest["chainLength"] as? Int, 1)
+        let base = try XCTUnwrap(manifest["base"] as? [String: Any])
+        XCTAssertEqual(base["name"] as? String, first.name)
+        XCTAssertEqual(base["manifestSHA256"] as? String, full["manifestSHA256"] as? String)
+        XCTAssertEqual(base["createdAt"] as? String, fullManifest["createdAt"] as? String)
+
+        // Only the changed pages.
+        let deltas = try XCTUnwrap(incremental["deltas"] as? [String: [String: Any]])
+        let appDelta = try XCTUnwrap(deltas["App.sqlite"])
+        XCTAssertEqual(appDelta["magic"] as? String, "SBPD")
+        let records = try XCTUnwrap(appDelta["records"] as? Int)
+        XCTAssertGreaterThan(records, 0)
+        XCTAssertLessThan(records, 10, "three rows of one table change a handful of pages, not \(appPages)")
+        XCTAssertFalse(names.contains("App.sqlite"), "the database is patched, not stored whole")
+        XCTAssertEqual(file(manifest, "App.sqlite")?["source"] as? String, "pages")
+        XCTAssertEqual(
+            try patchedSHA256(base: backups + "/" + first.name, incremental: backups + "/" + second.name, database: "App.sqlite"),
+            file(manifest, "App.sqlite")?["sha256"] as? String, "base + delta gives the snapshot the manifest lists")
+        XCTAssertEqual((deltas["Settings.sqlite"]?["records"] as? Int), 0, "an unchanged database has no changed pages")
+        let changedMaps = try XCTUnwrap(incremental["maps"] as? [String: [String: Any]])
+        XCTAssertEqual(changedMaps["App.sqlite"]?["kind"] as? Int, 1)
+        XCTAssertEqual(changedMaps["App.sqlite"]?["size"] as? Int, 16 + 20 * records)
+
+        // The new blob is in it; unchanged files are the base's.
+        XCTAssertTrue(names.contains(".App_SUPPORT/_EXTERNAL_DATA/new-blob"), "\(names)")
+        XCTAssertNil(file(manifest, ".App_SUPPORT/_EXTERNAL_DATA/new-blob")?["source"])
+        XCTAssertFalse(names.contains("notes.txt"))
+        XCTAssertEqual(file(manifest, "notes.txt")?["source"] as? String, "base")
+        XCTAssertEqual(file(manifest, "notes.txt")?["sha256"] as? String, file(fullManifest, "notes.txt")?["sha256"] as? String)
+        XCTAssertEqual(
+            (manifest["files"] as? [[String: Any]])?.count, (fullManifest["files"] as? [[String: Any]])!.count + 1,
+            "the manifest lists the complete tree")
+        XCTAssertTrue(names.contains("Caches/Empty/"), "folders are always entries")
+        XCTAssertTrue(names.contains("notes-link"), "links are always entries")
+        let fullSize = try XCTUnwrap(FileSystem.lstatInfo(backups + "/" + first.name).st_size)
+        XCTAssertLessThan(second.size * 4, Int64(fullSize), "the incremental is far smaller than the full")
+
+        // A file whose stat changed but whose content did not stays the base's.
+        StoreFixture.setModificationTime(store + "/notes.txt", 1_600_000_999)
+        let third = try await helper().createBackup()
+        XCTAssertEqual(third.base, second.name)
+        let thirdManifest = try XCTUnwrap(try inspect(backups + "/" + third.name)["manifest"] as? [String: Any])
+        XCTAssertEqual(file(thirdManifest, "notes.txt")?["source"] as? String, "base")
+        XCTAssertEqual(file(thirdManifest, "notes.txt")?["mtime"] as? Int, 1_600_000_999)
+        XCTAssertEqual(thirdManifest["chainLength"] as? Int, 2)
+    }
+
+    func testChangedContentWithTheSameStatSizeIsDetected() async throws {
+        _ = try await helper().createBackup()
+        let path = store + "/notes.txt"
+        XCTAssertTrue(FileManager.default.createFile(atPath: path, contents: Data("grocery LIST\n".utf8)))
+        let next = try await helper().createBackup()
+        XCTAssertEqual(next.kind, "incremental")
+        let names = try XCTUnwrap(try inspect(backups + "/" + next.name)["names"] as? [String])
+        XCTAssertTrue(names.contains("notes.txt"), "a rewritten file (new ctime and mtime) is read and stored")
+    }
+
+    func testAnyDoubtAboutTheChainGivesAFull() async throws {
+        let first = try await helper().createBackup()
+        let key = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: stateRoot).first)
+        let folder = stateRoot + "/" + key
+        let mode = try FileSystem.lstatInfo(folder).st_mode & 0o777
+        XCTAssertEqual(mode, 0o700)
+        XCTAssertEqual(try FileSystem.lstatInfo(folder + "/state.json").st_mode & 0o777, 0o600)
+
+        // A corrupt state.
+        try Data("{ not json".utf8).write(to: URL(fileURLWithPath: folder + "/state.json"))
+        let afterCorrupt = try await helper().createBackup()
+        XCTAssertEqual(afterCorrupt.kind, "full")
+
+        // A missing state.
+        try FileManager.default.removeItem(atPath: stateRoot)
+        let afterMissing = try await helper().createBackup()
+        XCTAssertEqual(afterMissing.kind, "full")
+
+        // A damaged page map.
+        let mapName = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: folder).first { $0.hasPrefix("map-") })
+        truncate(folder + "/" + mapName, 20)
+        let afterMap = try await helper().createBackup()
+        XCTAssertEqual(afterMap.kind, "full")
+
+        // The base gone from the destination.
+        let chained = try await helper().createBackup()
+        XCTAssertEqual(chained.kind, "incremental")
+        try FileManager.default.removeItem(atPath: backups + "/" + chained.name)
+        let afterBaseGone = try await helper().createBackup()
+        XCTAssertEqual(afterBaseGone.kind, "full")
+
+        // The policy: forced, chain length, delta share.
+        let forced = try await helper(policy: IncrementalPolicy(forceFull: true)).createBackup()
+        XCTAssertEqual(forced.kind, "full")
+        let noChain = try await helper(policy: IncrementalPolicy(maxChainLength: 0)).createBackup()
+        XCTAssertEqual(noChain.kind, "full")
+        addBlob("big-change", bytes: 200_000)
+        let tooBig = try await helper(policy: IncrementalPolicy(maxDeltaShare: 0.01)).createBackup()
+        XCTAssertEqual(tooBig.kind, "full", "a change over the share makes a full")
+        let names = try XCTUnwrap(try inspect(backups + "/" + tooBig.name)["names"] as? [String])
+        XCTAssertTrue(names.contains("App.sqlite") && names.contains("notes.txt"), "a full holds everything")
+        XCTAssertTrue(names.contains(".storebackup/pagemap/App.sqlite"))
+        let then = try await helper().createBackup()
+        XCTAssertEqual(then.base, tooBig.name, "the full starts the next chain")
+        XCTAssertNotEqual(first.name, then.name)
+    }
+
+    func testPlainCreateStaysFormat2() async throws {
+        let plain = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups))
+        let result = try await plain.createBackup()
+        XCTAssertEqual(result.manifest.format, 2)
+        XCTAssertNil(result.manifest.kind)
+        let names = try XCTUnwrap(try inspect(backups + "/" + result.name)["names"] as? [String])
+        XCTAssertTrue(names.contains(".storebackup/format-2"))
+        XCTAssertFalse(names.contains { $0.hasPrefix(".storebackup/pagemap/") })
+        XCTAssertFalse(FileSystem.fileExists(stateRoot), "plain create keeps no chain state")
+    }
+
+    func testEncryptedChainUsesKeyedHashes() async throws {
+        let first = try await helper(encrypted: true).createBackup()
+        XCTAssertEqual(first.kind, "full")
+        XCTAssertEqual(first.manifest.hashSalt?.count, 32)
+        XCTAssertEqual(first.manifest.pageMaps?.first?.hash, "hmac-sha256-128")
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try app.execute("UPDATE accounts SET balance = balance - 1 WHERE id = 5", operation: "update")
+        app.close()
+        let second = try await helper(encrypted: true).createBackup()
+        XCTAssertEqual(second.kind, "incremental")
+        XCTAssertEqual(second.manifest.hashSalt, first.manifest.hashSalt, "incrementals carry the chain's salt")
+        let seen = try inspect(backups + "/" + second.name)
+        let encrypted = try XCTUnwrap(seen["encrypted"] as? [String: Bool])
+        XCTAssertEqual(encrypted[".storebackup/pagemap/App.sqlite"], true)
+        XCTAssertEqual(encrypted[".storebackup/pages/App.sqlite"], true)
+
+        // The map's hash kind, read with the password (7-Zip).
+        let extracted = work + "/x"
+        let sevenZip = try runTool(
+            "/usr/bin/7z", ["x", "-p" + Self.password, "-o" + extracted, backups + "/" + second.name, ".storebackup/pagemap/App.sqlite"])
+        XCTAssertEqual(sevenZip.status, 0, sevenZip.stdout + sevenZip.stderr)
+        let map = try Data(contentsOf: URL(fileURLWithPath: extracted + "/.storebackup/pagemap/App.sqlite"))
+        XCTAssertEqual(Array(map.prefix(7)), Array("SBPM".utf8) + [1, 1, 2], "a changed-pages map of keyed hashes")
+
+        // Another password, or no encryption, starts a new chain.
+        var other = try helper(encrypted: true)
+        other.passwords = .fixed(try BackupPassword("another password"))
+        let renewed = try await other.createBackup()
+        XCTAssertEqual(renewed.kind, "full")
+        XCTAssertNotEqual(renewed.manifest.hashSalt, first.manifest.hashSalt)
+        let unencrypted = try await helper().createBackup()
+        XCTAssertEqual(unencrypted.kind, "full")
+        XCTAssertNil(unencrypted.manifest.hashSalt)
+    }
+
+    func testDatabasesWithANewPageSizeAddedOrRemoved() async throws {
+        _ = try await helper().createBackup()
+        // Settings.sqlite gets a new page size (VACUUM rewrites it), a database is added.
+        let settings = try SQLiteConnection(path: store + "/Settings.sqlite", mode: .readWrite)
+        try settings.execute("PRAGMA page_size = 8192; VACUUM;", operation: "page size")
+        settings.close()
+        let added = try SQLiteConnection(path: store + "/Added.sqlite", mode: .create)
+        try added.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1);", operation: "add")
+        added.close()
+        let second = try await helper().createBackup()
+        XCTAssertEqual(second.kind, "incremental")
+        let seen = try inspect(backups + "/" + second.name)
+        let names = try XCTUnwrap(seen["names"] as? [String])
+        let manifest = try XCTUnwrap(seen["manifest"] as? [String: Any])
+        XCTAssertTrue(names.contains("Settings.sqlite"), "a new page size: stored whole")
+        XCTAssertTrue(names.contains("Added.sqlite"), "a new database: stored whole")
+        XCTAssertNil(file(manifest, "Settings.sqlite")?["source"])
+        XCTAssertNil(file(manifest, "Added.sqlite")?["source"])
+        XCTAssertEqual(file(manifest, "App.sqlite")?["source"] as? String, "pages")
+        let maps = try XCTUnwrap(seen["maps"] as? [String: [String: Any]])
+        XCTAssertEqual(maps["Added.sqlite"]?["kind"] as? Int, 0, "a database stored whole has a complete map")
+        let pageMaps = try XCTUnwrap(manifest["pageMaps"] as? [[String: Any]])
+        XCTAssertEqual(pageMaps.first { $0["path"] as? String == "Added.sqlite" }?["complete"] as? Bool, true)
+
+        // Removed: the next incremental no longer lists it.
+        try FileManager.default.removeItem(atPath: store + "/Added.sqlite")
+        let third = try await helper().createBackup()
+        XCTAssertEqual(third.kind, "incremental")
+        let thirdManifest = try XCTUnwrap(try inspect(backups + "/" + third.name)["manifest"] as? [String: Any])
+        XCTAssertNil(file(thirdManifest, "Added.sqlite"))
+        XCTAssertEqual(file(thirdManifest, "Settings.sqlite")?["source"] as? String, "pages")
+    }
+
+    func testCommandLineIncrementalJSON() throws {
+        let first = try runStoreBackup(["create", store, "--to", backups, "--incremental", "--json"])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        let full = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(full["kind"] as? String, "full")
+        XCTAssertNil(full["base"])
+        addBlob("cli-blob", bytes: 10_000)
+        let second = try runStoreBackup(["create", store, "--to", backups, "--incremental", "--json"])
+        XCTAssertEqual(second.status, 0, second.stderr)
+        let incremental = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(second.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(incremental["kind"] as? String, "incremental")
+        XCTAssertEqual(incremental["base"] as? String, full["name"] as? String)
+        let forced = try runStoreBackup(["create", store, "--to", backups, "--incremental", "--full", "--json"])
+        XCTAssertEqual(forced.status, 0, forced.stderr)
+        XCTAssertTrue(forced.stdout.contains("\"kind\":\"full\""), forced.stdout)
+        let plain = try runStoreBackup(["create", store, "--to", backups, "--json"])
+        XCTAssertTrue(plain.stdout.contains("\"kind\":\"full\""), plain.stdout)
+        let misuse = try runStoreBackup(["create", store, "--to", backups, "--full"])
+        XCTAssertNotEqual(misuse.status, 0)
+        XCTAssertTrue(misuse.stderr.contains("--incremental"), misuse.stderr)
+        let help = try runStoreBackup(["create", "--help"])
+        XCTAssertTrue(help.stdout.contains("incremental on"), help.stdout)
+    }
+}
