@@ -13,7 +13,7 @@ extension StoreHelper {
         let password = try archivePassword()
         try requireStoresDirectory()
         try await destination.preflight()
-        let folder = ChainFolder(storesDirectory: storesDirectory, destination: destination.displayName)
+        let folder = chainFolder(for: destination.displayName)
         // The base must be at the destination: listed now, checked against the state under the lock.
         let listing = try? await destination.sortedBackups()
         let build = ChainBuild(folder: folder, policy: policy, password: password, listing: listing)
@@ -26,19 +26,27 @@ extension StoreHelper {
                 logger.info("a full backup: \(reason)", metadata: ["store": "\(storesDirectory)"])
             }
             let published = try await publish(archive, to: destination, progress: progress, baseName: build.baseName)
-            saveChainState(build, for: published)
+            saveChainState(build, published: [published])
             archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
             return published
         }
     }
 
-    /// Saves the chain state after a published backup. A failure here does not undo the
-    /// backup: the state is removed instead, so the next backup is a full one.
-    func saveChainState(_ build: ChainBuild, for published: BackupResult) {
+    /// The chain state folder of this store for `destination` (its display name).
+    func chainFolder(for destination: String) -> ChainFolder {
+        ChainFolder(storesDirectory: storesDirectory, destination: destination)
+    }
+
+    /// Saves the chain state after a backup was published (at each destination it reached).
+    /// A failure here does not undo the backup: the states are removed instead, so the next
+    /// backup is a full one.
+    func saveChainState(_ build: ChainBuild, published: [BackupResult]) {
+        guard let manifest = published.first?.manifest else { return }
+        let folders = published.map { (folder: chainFolder(for: $0.destination), name: $0.name, size: $0.size) }
         do {
-            try build.commit(name: published.name, manifest: published.manifest, archiveSize: published.size)
+            try build.commit(manifest: manifest, published: folders)
         } catch {
-            build.folder.remove()
+            for folder in folders { folder.folder.remove() }
             logger.warning(
                 "could not save the chain state (\(error)); the next backup will be a full one",
                 metadata: ["store": "\(storesDirectory)"])

@@ -212,7 +212,7 @@ public struct StoreHelper: Sendable {
             let result = try await createBackupUnmeasured(progress: progress)
             BackupMetrics.recordBackup(
                 store: metricsStoreName, destination: destination.displayName, size: result.size,
-                seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+                seconds: Self.seconds(ContinuousClock.now - started), at: Date(), kind: result.kind)
             return result
         } catch {
             BackupMetrics.recordBackup(

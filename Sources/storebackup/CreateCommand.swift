@@ -97,10 +97,6 @@ struct CreateCommand: AsyncParsableCommand {
         if password.passwordFile != nil && !encrypt {
             throw ValidationError("--password-file is only used with --encrypt")
         }
-        if incremental && destination.destinations.count > 1 {
-            throw ValidationError(
-                "--incremental makes chains for one destination at a time; give one --to (mirrors: run create once per destination)")
-        }
         if !incremental && (full || fullEvery != nil || maxChain != nil || maxDeltaShare != nil) {
             throw ValidationError("--full, --full-every, --max-chain and --max-delta-share are used with --incremental")
         }

@@ -1,4 +1,6 @@
 import Foundation
+import Logging
+import MetricsTestKit
 import XCTest
 
 @testable import StoreBackup
@@ -337,5 +339,98 @@ final class IncrementalCreateTests: XCTestCase {
         XCTAssertTrue(misuse.stderr.contains("--incremental"), misuse.stderr)
         let help = try runStoreBackup(["create", "--help"])
         XCTAssertTrue(help.stdout.contains("incremental on"), help.stdout)
+    }
+
+    func testMirrorsGetAnIncrementalOnlyWhenEveryOneHoldsTheBase() async throws {
+        let other = work + "/mirror"
+        var helper = try helper()
+        let mirror = LocalFolderDestination(folder: other)
+        let first = try await helper.createBackup(alsoTo: [mirror])
+        XCTAssertEqual(first.compactMap(\.backup).map(\.kind), ["full", "full"])
+        addBlob("mirrored-blob", bytes: 20_000)
+        let second = try await helper.createBackup(alsoTo: [mirror])
+        let published = second.compactMap(\.backup)
+        XCTAssertEqual(published.map(\.kind), ["incremental", "incremental"])
+        XCTAssertEqual(published.map(\.base), [first[0].backup?.name, first[1].backup?.name])
+        XCTAssertTrue(FileSystem.fileExists(other + "/" + published[1].name))
+
+        // The mirror loses the base: both get a full, and each destination's state names
+        // the backup as published there.
+        try FileManager.default.removeItem(atPath: other + "/" + published[1].name)
+        let third = try await helper.createBackup(alsoTo: [mirror])
+        let fulls = third.compactMap(\.backup)
+        XCTAssertEqual(fulls.map(\.kind), ["full", "full"])
+        for (destination, backup) in zip([LocalFolderDestination(folder: backups), mirror], fulls) {
+            guard case .state(let state, _) = ChainFolder(storesDirectory: store, destination: destination.displayName).load() else {
+                return XCTFail("no chain state for \(destination.displayName)")
+            }
+            XCTAssertEqual(state.backupName, backup.name)
+            XCTAssertEqual(state.archiveSize, backup.size)
+            XCTAssertEqual(state.chainLength, 0)
+        }
+        helper.incremental = IncrementalPolicy(forceFull: true)
+        let forced = try await helper.createBackup(alsoTo: [mirror])
+        XCTAssertEqual(forced.compactMap(\.backup).map(\.kind), ["full", "full"])
+    }
+
+    func testUploadedBytesAreCountedByKind() async throws {
+        let metrics = ExportedMetricsTests.metrics
+        let destination = LocalFolderDestination(folder: backups)
+        let place = [("store", store), ("destination", destination.displayName)]
+        let full = try await helper().createBackup()
+        addBlob("counted", bytes: 5_000)
+        let incremental = try await helper().createBackup()
+        XCTAssertEqual(
+            try metrics.expectCounter(BackupMetrics.uploadedBytesByKind, place + [("kind", "full")]).totalValue, full.size)
+        XCTAssertEqual(
+            try metrics.expectCounter(BackupMetrics.uploadedBytesByKind, place + [("kind", "incremental")]).totalValue,
+            incremental.size)
+        XCTAssertEqual(try metrics.expectCounter(BackupMetrics.uploadedBytes, place).totalValue, full.size + incremental.size)
+    }
+
+    func testConfigurationAndTheScheduledRunMakeIncrementals() async throws {
+        let configuration = try BackupConfiguration.parse(
+            yaml: """
+                schedule: daily 02:30
+                destination: \(backups)
+                incremental: true
+                max-chain: 3
+                stores:
+                  - {name: app, path: \(store), full-every: 2d, max-delta-share: 0.25, verify-after-create: false}
+                  - {name: plain, path: /srv/plain, incremental: false}
+                """, file: "/etc/test.yml", environment: [:])
+        XCTAssertEqual(
+            configuration.stores[0].incremental, IncrementalPolicy(fullEvery: 2 * 86_400, maxChainLength: 3, maxDeltaShare: 0.25))
+        XCTAssertNil(configuration.stores[1].incremental)
+        for (bad, key) in [
+            ("max-chain: 1.5", "stores[0].max-chain"), ("max-chain: -1", "stores[0].max-chain"),
+            ("max-delta-share: 2", "stores[0].max-delta-share"), ("full-every: soon", "stores[0].full-every"),
+        ] {
+            XCTAssertThrowsError(
+                try BackupConfiguration.parse(
+                    yaml: "schedule: every 1h\nstores:\n  - {name: a, path: /a, incremental: true, \(bad)}", file: "/etc/t.yml",
+                    environment: [:])
+            ) { error in
+                guard case StoreBackupError.invalidConfiguration(let problem) = error else { return XCTFail("\(error)") }
+                XCTAssertEqual(problem.key, key, bad)
+            }
+        }
+        XCTAssertThrowsError(
+            try BackupConfiguration.parse(
+                yaml: "schedule: every 1h\nstores:\n  - {name: a, path: /a, max-chain: 3}", file: "/etc/t.yml", environment: [:]),
+            "a policy key without incremental: true does nothing, so it is an error")
+
+        // Two nights: each run its own service, as two `run` or `create --store` processes.
+        func night() async throws -> BackupRunOutcome {
+            let service = BackupService(
+                jobs: [configuration.stores[0]], stateStore: BackupStateStore(directory: work + "/state"), logger: Logger(label: "test"))
+            return try await service.backUpNow("app")
+        }
+        let first = try await night()
+        XCTAssertEqual(first.backup?.kind, "full")
+        addBlob("nightly", bytes: 5_000)
+        let second = try await night()
+        XCTAssertEqual(second.backup?.kind, "incremental")
+        XCTAssertEqual(second.backup?.base, first.backup?.name)
     }
 }

@@ -17,6 +17,9 @@ final class ChainBuild: @unchecked Sendable {
     let password: BackupPassword?
     /// The destination's backups, listed before the store was locked (nil: it cannot list).
     let listing: [BackupListing]?
+    /// Further destinations the same archive is published to, with their listings: an
+    /// incremental only when each holds the same chain.
+    let mirrors: [(folder: ChainFolder, listing: [BackupListing]?)]
     /// Made by ``prepare`` under the store's lock, from the chain state.
     private(set) var decision: IncrementalPlan.Decision = .full(reason: "not prepared")
 
@@ -29,8 +32,12 @@ final class ChainBuild: @unchecked Sendable {
     private var hasher = PageHasher.plain
     private var hashSalt: String?
 
-    init(folder: ChainFolder, policy: IncrementalPolicy, password: BackupPassword?, listing: [BackupListing]?) {
+    init(
+        folder: ChainFolder, policy: IncrementalPolicy, password: BackupPassword?, listing: [BackupListing]?,
+        mirrors: [(folder: ChainFolder, listing: [BackupListing]?)] = []
+    ) {
         self.folder = folder
+        self.mirrors = mirrors
         self.policy = policy
         self.password = password
         self.listing = listing
@@ -60,6 +67,23 @@ final class ChainBuild: @unchecked Sendable {
     ) throws -> ArchiveChainParts {
         try folder.prepare()
         decision = IncrementalPlan.decide(policy: policy, loaded: folder.load(), password: password, listing: listing, now: Date())
+        if case .incremental(let state, _, _) = decision {
+            for mirror in mirrors {
+                // Simple and safe: the same base, checked the same way, at every destination.
+                let held: Bool
+                if case .state(let theirs, _) = mirror.folder.load() {
+                    held =
+                        theirs.backupName == state.backupName && theirs.manifestSHA256 == state.manifestSHA256
+                        && mirror.listing?.contains { $0.name == state.backupName && $0.size == theirs.archiveSize } == true
+                } else {
+                    held = false
+                }
+                if !held {
+                    decision = .full(reason: "\(mirror.folder.destination) does not hold the base \(state.backupName)")
+                    break
+                }
+            }
+        }
         return try buildParts(items: items, snapshots: snapshots, scratchDirectory: scratchDirectory, workers: workers, cancel: cancel)
     }
 
@@ -175,8 +199,17 @@ final class ChainBuild: @unchecked Sendable {
     static let pagesPrefix = Array((StoreScanner.reservedFolder + "/pages/").utf8)
     static let pageMapPrefix = Array((StoreScanner.reservedFolder + "/pagemap/").utf8)
 
-    /// Saves the chain state for the published backup `name`.
-    func commit(name: String, manifest: Manifest, archiveSize: Int64) throws {
+    /// Saves the chain state at each destination the backup was published to (its name and
+    /// size there); destinations it did not reach keep their state (their next backup is a full).
+    func commit(manifest: Manifest, published: [(folder: ChainFolder, name: String, size: Int64)]) throws {
+        guard let first = published.first else { return }
+        let saved = try commit(to: first.folder, name: first.name, manifest: manifest, archiveSize: first.size)
+        for other in published.dropFirst() {
+            try other.folder.saveCopy(of: saved, from: first.folder, name: other.name, size: other.size)
+        }
+    }
+
+    private func commit(to folder: ChainFolder, name: String, manifest: Manifest, archiveSize: Int64) throws -> ChainState {
         let manifestSHA256 = FileDigest.hex(SHA256.hash(data: try manifest.encoded()))
         var fullCreatedAt = manifest.createdAt
         if case .incremental(let state, _, _) = decision { fullCreatedAt = state.fullCreatedAt }
@@ -189,7 +222,8 @@ final class ChainBuild: @unchecked Sendable {
             destination: folder.destination, backupName: name, manifestSHA256: manifestSHA256, createdAt: manifest.createdAt,
             archiveSize: archiveSize, chainLength: manifest.chainLength ?? 0, fullCreatedAt: fullCreatedAt,
             encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases)
-        try folder.save(state, files: files, maps: maps)
+        try folder.prepare()
+        return try folder.save(state, files: files, maps: maps)
     }
 
     /// Removes the scratch files this build made (the page maps not yet saved, the deltas).

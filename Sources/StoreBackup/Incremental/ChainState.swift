@@ -123,7 +123,8 @@ struct ChainFolder: Sendable {
 
     /// Writes the new state: the file list, the page maps (scratch files in this folder,
     /// fsynced, by database path) and last `state.json`; then removes the old state's files.
-    func save(_ state: ChainState, files: [(path: String, record: FileRecord)], maps: [String: String]) throws {
+    @discardableResult
+    func save(_ state: ChainState, files: [(path: String, record: FileRecord)], maps: [String: String]) throws -> ChainState {
         var state = state
         let generation = UUID().uuidString.prefix(8).lowercased()
         let listScratch = scratchPath(purpose: "files")
@@ -149,6 +150,42 @@ struct ChainFolder: Sendable {
             state.databases[index].map = "map-\(generation)-\(index).bin"
             try FileSystem.rename(from: scratch, to: path + "/" + state.databases[index].map)
         }
+        try writeStateFile(state)
+        return state
+    }
+
+    /// The same state as `source`'s folder holds (`state`, saved there), for another
+    /// destination that received the same backup as `name` (`size` bytes): a mirror.
+    func saveCopy(of state: ChainState, from source: ChainFolder, name: String, size: Int64) throws {
+        try prepare()
+        var copy = state
+        copy.destination = destination
+        copy.backupName = name
+        copy.archiveSize = size
+        for file in [state.filesList] + state.databases.map(\.map) {
+            let scratch = scratchPath(purpose: "copy")
+            do {
+                guard let input = FileHandle(forReadingAtPath: source.path + "/" + file) else {
+                    throw StoreBackupError.io(path: source.path + "/" + file, operation: "open", errno: errno)
+                }
+                defer { try? input.close() }
+                let writer = try BufferedFileWriter(path: scratch)
+                while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
+                    try chunk.withUnsafeBytes { try writer.write($0) }
+                }
+                _ = try writer.finish()
+                try FileSystem.rename(from: scratch, to: path + "/" + file)
+            } catch {
+                unlink(scratch)
+                throw error
+            }
+        }
+        try writeStateFile(copy)
+    }
+
+    /// fsyncs the folder (the new files' names), replaces `state.json` durably, then removes
+    /// the files of the state it replaced.
+    private func writeStateFile(_ state: ChainState) throws {
         try FileSystem.fsync(path: path)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
