@@ -26,6 +26,7 @@ extension StoreHelper {
                 logger.info("a full backup: \(reason)", metadata: ["store": "\(storesDirectory)"])
             }
             let published = try await publish(archive, to: destination, progress: progress, baseName: build.baseName)
+            TestPausePoint.reach("chain-published")
             saveChainState(build, published: [published])
             archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
             return published

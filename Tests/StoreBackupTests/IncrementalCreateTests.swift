@@ -433,4 +433,48 @@ final class IncrementalCreateTests: XCTestCase {
         XCTAssertEqual(second.backup?.kind, "incremental")
         XCTAssertEqual(second.backup?.base, first.backup?.name)
     }
+
+    /// kill -9 after the scan (deltas and new maps written, nothing published) and after the
+    /// publish (before the state is saved): the state is the previous one, the dead run's
+    /// temporaries go, and the next run is an incremental on a base that is really there.
+    func testKillDuringAnIncrementalCreate() throws {
+        let first = try runStoreBackup(["create", store, "--to", backups, "--incremental", "--json"])
+        XCTAssertEqual(first.status, 0, first.stderr)
+        let full = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any])
+        let key = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: stateRoot).first)
+        let folder = stateRoot + "/" + key
+        let savedState = try Data(contentsOf: URL(fileURLWithPath: folder + "/state.json"))
+
+        addBlob("before-kill", bytes: 30_000)
+        let scanned = try BackgroundCommand(
+            ["create", store, "--to", backups, "--incremental"], environment: ["STOREBACKUP_TEST_PAUSE_AT": "chain-scanned"])
+        XCTAssertTrue(scanned.waitForLine(containing: "test pause at chain-scanned"))
+        XCTAssertTrue(
+            try FileManager.default.contentsOfDirectory(atPath: folder).contains { $0.hasPrefix(".storebackup-tmp-") },
+            "the new page maps are being written in the state folder")
+        scanned.kill9()
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: folder + "/state.json")), savedState)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: backups).filter(BackupName.isBackup).count, 1)
+
+        let published = try BackgroundCommand(
+            ["create", store, "--to", backups, "--incremental"], environment: ["STOREBACKUP_TEST_PAUSE_AT": "chain-published"])
+        XCTAssertTrue(published.waitForLine(containing: "test pause at chain-published"))
+        published.kill9()
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: folder + "/state.json")), savedState, "saved only after publish")
+        let names = try FileManager.default.contentsOfDirectory(atPath: backups).filter(BackupName.isBackup)
+        XCTAssertEqual(names.count, 2, "the killed run had published: \(names)")
+
+        let next = try runStoreBackup(["create", store, "--to", backups, "--incremental", "--json"])
+        XCTAssertEqual(next.status, 0, next.stderr)
+        let result = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(next.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(result["kind"] as? String, "incremental")
+        XCTAssertEqual(result["base"] as? String, full["name"] as? String, "on the last backup the state knows")
+        let manifest = try XCTUnwrap(try inspect(backups + "/" + (result["name"] as! String))["manifest"] as? [String: Any])
+        let base = try inspect(backups + "/" + (full["name"] as! String))
+        XCTAssertEqual((manifest["base"] as? [String: Any])?["manifestSHA256"] as? String, base["manifestSHA256"] as? String)
+        XCTAssertFalse(
+            try FileManager.default.contentsOfDirectory(atPath: folder).contains { $0.hasPrefix(".storebackup-tmp-") },
+            "the killed runs' temporaries are swept")
+        XCTAssertNotEqual(try Data(contentsOf: URL(fileURLWithPath: folder + "/state.json")), savedState)
+    }
 }

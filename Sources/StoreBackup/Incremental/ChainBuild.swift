@@ -84,7 +84,10 @@ final class ChainBuild: @unchecked Sendable {
                 }
             }
         }
-        return try buildParts(items: items, snapshots: snapshots, scratchDirectory: scratchDirectory, workers: workers, cancel: cancel)
+        let parts = try buildParts(
+            items: items, snapshots: snapshots, scratchDirectory: scratchDirectory, workers: workers, cancel: cancel)
+        TestPausePoint.reach("chain-scanned")
+        return parts
     }
 
     private func buildParts(
