@@ -288,7 +288,7 @@ struct ArchiveWriter {
         }
         let root = try? FileSystem.lstatInfo(settings.sourcePath)
         var manifest = Manifest(
-            format: Manifest.currentFormat, tool: "storebackup", toolVersion: StoreBackupVersion.current,
+            format: ArchiveNames.plainFormat, tool: "storebackup", toolVersion: StoreBackupVersion.current,
             hostName: settings.hostName, sourcePath: settings.sourcePath, createdAt: settings.createdAt,
             compressionLevel: settings.compressionLevel,
             rootMode: root.map { UInt32($0.st_mode) & 0o7777 }, rootMtime: root.map { Int64($0.st_mtim.tv_sec) },
