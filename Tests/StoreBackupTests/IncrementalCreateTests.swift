@@ -477,4 +477,30 @@ final class IncrementalCreateTests: XCTestCase {
             "the killed runs' temporaries are swept")
         XCTAssertNotEqual(try Data(contentsOf: URL(fileURLWithPath: folder + "/state.json")), savedState)
     }
+
+    /// A database in the store's own `.storebackup` folder: its delta and map are named after
+    /// its entry name (`.storebackup/store/...`), and a store file named like a delta stays a
+    /// store file.
+    func testDeltasOfADatabaseInTheStoresOwnReservedFolder() async throws {
+        try FileManager.default.createDirectory(atPath: store + "/.storebackup/pages", withIntermediateDirectories: true)
+        let inner = try SQLiteConnection(path: store + "/.storebackup/Inner.sqlite", mode: .create)
+        try inner.execute("CREATE TABLE t(x); INSERT INTO t VALUES (1);", operation: "inner")
+        inner.close()
+        XCTAssertTrue(FileManager.default.createFile(atPath: store + "/.storebackup/pages/App.sqlite", contents: Data("a file".utf8)))
+        _ = try await helper().createBackup()
+        let again = try SQLiteConnection(path: store + "/.storebackup/Inner.sqlite", mode: .readWrite)
+        try again.execute("INSERT INTO t VALUES (2);", operation: "inner")
+        again.close()
+        let next = try await helper().createBackup()
+        XCTAssertEqual(next.kind, "incremental")
+        let seen = try inspect(backups + "/" + next.name)
+        let names = try XCTUnwrap(seen["names"] as? [String])
+        let deltas = try XCTUnwrap(seen["deltas"] as? [String: [String: Any]])
+        XCTAssertGreaterThan(deltas[".storebackup/store/.storebackup/Inner.sqlite"]?["records"] as? Int ?? 0, 0, "\(names)")
+        XCTAssertTrue(names.contains(".storebackup/pagemap/.storebackup/store/.storebackup/Inner.sqlite"), "\(names)")
+        let manifest = try XCTUnwrap(seen["manifest"] as? [String: Any])
+        XCTAssertEqual(file(manifest, ".storebackup/Inner.sqlite")?["source"] as? String, "pages")
+        XCTAssertEqual(file(manifest, ".storebackup/pages/App.sqlite")?["source"] as? String, "base")
+        XCTAssertEqual(file(manifest, ".storebackup/pages/App.sqlite")?["type"] as? String, "file")
+    }
 }
