@@ -136,8 +136,9 @@ final class ChainBuild: @unchecked Sendable {
             databases.append(.init(path: item.relativePath, pageSize: snapshot.pageSize, pages: snapshot.pageCount, map: ""))
             let entryName = ArchiveChainParts.entryName(for: item.relativePath)
             let previous = base?.state.databases.first { $0.path == item.relativePath && $0.pageSize == snapshot.pageSize }
-            let baseMap = try previous.map { try PageMapFile(path: folder.path + "/" + $0.map) }
-            guard let baseMap, baseMap.hashKind == hasher.kind else {
+            // A map that cannot be read now (it was checked when the state was loaded): stored whole.
+            let baseMap = previous.flatMap { try? PageMapFile(path: folder.path + "/" + $0.map) }
+            guard let baseMap, baseMap.hashKind == hasher.kind, baseMap.pageSize == snapshot.pageSize else {
                 // A full, or a database new to the chain or with a new page size: stored whole.
                 _ = try scan.scan(snapshot, mapPath: mapPath, delta: nil, wholeFileSHA256: false)
                 deltaBytes += snapshot.size
