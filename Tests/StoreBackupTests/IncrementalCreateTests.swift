@@ -624,4 +624,24 @@ final class IncrementalCreateTests: XCTestCase {
             XCTAssertEqual(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines), "", "night \(night)")
         }
     }
+
+    /// `full-every`: a chain whose full is older than the policy's period gets a full.
+    func testAFullOnceTheChainsFullIsOlderThanFullEvery() async throws {
+        _ = try await helper().createBackup()
+        addBlob("a", bytes: 1_000)
+        let kept = try await helper().createBackup()
+        XCTAssertEqual(kept.kind, "incremental")
+        let key = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: stateRoot).first)
+        let statePath = stateRoot + "/" + key + "/state.json"
+        var state = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: statePath))) as? [String: Any])
+        let eightDaysAgo = Date().addingTimeInterval(-8 * 86_400)
+        state["fullCreatedAt"] = ISO8601DateFormatter().string(from: eightDaysAgo)
+        try JSONSerialization.data(withJSONObject: state).write(to: URL(fileURLWithPath: statePath))
+        addBlob("b", bytes: 1_000)
+        let longer = try await helper(policy: IncrementalPolicy(fullEvery: 9 * 86_400)).createBackup()
+        XCTAssertEqual(longer.kind, "incremental", "within a 9-day period")
+        addBlob("c", bytes: 1_000)
+        let renewed = try await helper().createBackup()
+        XCTAssertEqual(renewed.kind, "full", "the chain's full is 8 days old; the default is 7")
+    }
 }

@@ -57,7 +57,7 @@ enum IncrementalPlan {
             return .full(reason: "the chain holds \(state.chainLength) incrementals (at most \(policy.maxChainLength))")
         }
         guard now.timeIntervalSince(state.fullCreatedAt) < policy.fullEvery else {
-            return .full(reason: "the chain's full backup is older than \(Int(policy.fullEvery / 86_400)) days")
+            return .full(reason: "the chain's full backup is older than \(DurationText.format(policy.fullEvery)) (full-every)")
         }
         let hasher: PageHasher
         if let password {
