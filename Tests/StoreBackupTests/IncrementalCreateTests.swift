@@ -644,4 +644,42 @@ final class IncrementalCreateTests: XCTestCase {
         let renewed = try await helper().createBackup()
         XCTAssertEqual(renewed.kind, "full", "the chain's full is 8 days old; the default is 7")
     }
+
+    /// Over the delta share in an encrypted chain: the full starts a new chain with a new
+    /// salt (its maps hashed again under the new key), and the next incremental builds on it.
+    func testAnEncryptedChainOverTheDeltaShareStartsAgainWithANewSalt() async throws {
+        let first = try await helper(encrypted: true).createBackup()
+        addBlob("big", bytes: 300_000)
+        let over = try await helper(policy: IncrementalPolicy(maxDeltaShare: 0.01), encrypted: true).createBackup()
+        XCTAssertEqual(over.kind, "full")
+        let salt = try XCTUnwrap(over.manifest.hashSalt)
+        XCTAssertNotEqual(salt, first.manifest.hashSalt)
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try app.execute("UPDATE accounts SET balance = 0 WHERE id = 9", operation: "update")
+        app.close()
+        let next = try await helper(encrypted: true).createBackup()
+        XCTAssertEqual(next.kind, "incremental")
+        XCTAssertEqual(next.base, over.name)
+        XCTAssertEqual(next.manifest.hashSalt, salt)
+        let delta = try XCTUnwrap(next.manifest.files.first { $0.path == "App.sqlite" })
+        XCTAssertEqual(delta.source, "pages", "the new chain's maps match the new key: only changed pages")
+        let stored = try XCTUnwrap(try inspect(backups + "/" + next.name)["names"] as? [String])
+        XCTAssertFalse(stored.contains("App.sqlite"))
+    }
+
+    func testCommandLineMirroredIncrementalJSON() throws {
+        let arguments = ["create", store, "--to", backups, "--to", work + "/mirror", "--incremental", "--json"]
+        let first = try runStoreBackup(arguments)
+        XCTAssertEqual(first.status, 0, first.stderr)
+        let full = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(full["kind"] as? String, "full")
+        addBlob("mirrored", bytes: 8_000)
+        let second = try runStoreBackup(arguments)
+        XCTAssertEqual(second.status, 0, second.stderr)
+        let incremental = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(second.stdout.utf8)) as? [String: Any])
+        XCTAssertEqual(incremental["kind"] as? String, "incremental")
+        XCTAssertEqual(incremental["base"] as? String, full["name"] as? String)
+        XCTAssertEqual(
+            (incremental["destinations"] as? [[String: Any]])?.compactMap { $0["status"] as? String }, ["published", "published"])
+    }
 }
