@@ -59,7 +59,11 @@ extension StoreHelper {
                 ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
             let hostIndex = host?.index
             let order = reachable
-            outcomes = try await withBuiltArchive(at: archivePath, password: password, progress: progress) { archive in
+            // Chains (``incremental``): an incremental only when every reachable destination holds the base.
+            let chain = try await chainBuild(for: reachable.sorted().map { destinations[$0] }, password: password)
+            defer { chain?.discard() }
+            outcomes = try await withBuiltArchive(at: archivePath, password: password, progress: progress, chain: chain) { archive in
+                let baseName = chain?.baseName
                 var published = outcomes
                 // Every destination but the in-place host at once; the host last, because
                 // publishing there moves the archive away by rename.
@@ -70,7 +74,12 @@ extension StoreHelper {
                         let target = destinations[index]
                         group.addTask {
                             do {
-                                return (index, .success(try await publish(archive, to: target, progress: shared.handler(for: index))))
+                                return (
+                                    index,
+                                    .success(
+                                        try await publish(
+                                            archive, to: target, progress: shared.handler(for: index), baseName: baseName))
+                                )
                             } catch StoreBackupError.cancelled {
                                 throw StoreBackupError.cancelled
                             } catch {
@@ -89,7 +98,9 @@ extension StoreHelper {
                     if Task.isCancelled { throw StoreBackupError.cancelled }
                     do {
                         all[index] = .success(
-                            try await publish(archive, to: destinations[index], progress: shared.handler(for: index), start: start))
+                            try await publish(
+                                archive, to: destinations[index], progress: shared.handler(for: index), start: start,
+                                baseName: baseName))
                     } catch StoreBackupError.cancelled {
                         throw StoreBackupError.cancelled
                     } catch {
@@ -102,11 +113,12 @@ extension StoreHelper {
                         published[index].backup = backup
                         BackupMetrics.recordBackup(
                             store: metricsStoreName, destination: backup.destination, size: backup.size,
-                            seconds: backup.archiveSeconds + backup.uploadSeconds, at: Date())
+                            seconds: backup.archiveSeconds + backup.uploadSeconds, at: Date(), kind: backup.kind)
                     case .failure(let error):
                         published[index].error = StoreBackupError.wrapping(error)
                     }
                 }
+                if let chain { saveChainState(chain, published: published.compactMap(\.backup)) }
                 archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
                 return published
             }
@@ -119,6 +131,21 @@ extension StoreHelper {
         }
         recordFailures()
         return outcomes
+    }
+}
+
+extension StoreHelper {
+    /// With ``incremental``, the chain build for a backup published to `destinations` (the
+    /// reachable ones; the first one's chain state decides, the others must hold the same).
+    fileprivate func chainBuild(for destinations: [any BackupDestination], password: BackupPassword?) async throws -> ChainBuild? {
+        guard let incremental, let first = destinations.first else { return nil }
+        var listed: [(folder: ChainFolder, listing: [BackupListing]?)] = []
+        for target in destinations {
+            listed.append((chainFolder(for: target.displayName), try? await target.sortedBackups()))
+        }
+        return ChainBuild(
+            folder: chainFolder(for: first.displayName), policy: incremental, password: password, listing: listed[0].listing,
+            mirrors: Array(listed.dropFirst()))
     }
 }
 

@@ -42,6 +42,11 @@ public struct BackupResult: Sendable {
     /// Seconds spent publishing the archive at the destination (upload, or rename for a local folder).
     public var uploadSeconds: Double = 0
 
+    /// "full" or "incremental" (format 3; every earlier backup is a full one).
+    public var kind: String { manifest.kind ?? "full" }
+    /// An incremental backup's base (the backup it applies onto); nil for a full one.
+    public var base: String? { manifest.base?.name }
+
     /// Links that point outside the stores directory (escaped paths): the backup holds
     /// them, and restore makes them only with ``StoreHelper/allowOutsideLinks``.
     public var outsideLinks: [String] { manifest.outsideLinks ?? [] }
@@ -145,6 +150,11 @@ public struct StoreHelper: Sendable {
     /// runs in a session of its own (docs/performance.md).
     public var threads: Int? = nil
 
+    /// Make backups in chains (docs/incremental-backups.md): a full one, then incremental
+    /// ones holding only what changed, by this policy. Nil (the default): every backup is a
+    /// standalone full one (format 2), as before.
+    public var incremental: IncrementalPolicy? = nil
+
     /// The `store` dimension of the metrics this helper reports (see ``BackupMetrics``), e.g.
     /// the store's name in a configuration; nil reports the stores directory's path.
     public var metricsName: String? = nil
@@ -202,7 +212,7 @@ public struct StoreHelper: Sendable {
             let result = try await createBackupUnmeasured(progress: progress)
             BackupMetrics.recordBackup(
                 store: metricsStoreName, destination: destination.displayName, size: result.size,
-                seconds: Self.seconds(ContinuousClock.now - started), at: Date())
+                seconds: Self.seconds(ContinuousClock.now - started), at: Date(), kind: result.kind)
             return result
         } catch {
             BackupMetrics.recordBackup(
@@ -216,6 +226,7 @@ public struct StoreHelper: Sendable {
     var metricsStoreName: String { metricsName ?? storesDirectory }
 
     private func createBackupUnmeasured(progress: ProgressHandler?) async throws -> BackupResult {
+        if let incremental { return try await createChainedBackup(policy: incremental, progress: progress) }
         let progress = ProgressPlan.stamping(ProgressPlan.create, progress)
         let password = try archivePassword()
         try requireStoresDirectory()
@@ -259,7 +270,7 @@ public struct StoreHelper: Sendable {
     /// Locks the store, snapshots and archives it into `archivePath`, then runs `publish`
     /// (still under the lock); the archive file is removed afterwards, whatever happens.
     func withBuiltArchive<T: Sendable>(
-        at archivePath: String, password: BackupPassword?, progress: ProgressHandler?,
+        at archivePath: String, password: BackupPassword?, progress: ProgressHandler?, chain: ChainBuild? = nil,
         _ publish: (BuiltArchive) async throws -> T
     ) async throws -> T {
         try requireStoresDirectory()
@@ -320,6 +331,11 @@ public struct StoreHelper: Sendable {
                     compressionLevel: level, sourcePath: storesDirectory,
                     createdAt: createdAt, password: password)
                 if let threads { settings.workers = min(max(1, threads), WorkerPool.maximumWidth) }
+                if let chain {
+                    settings.chain = try chain.prepare(
+                        items: scan.items, snapshots: snapshots, scratchDirectory: scratch, workers: settings.workers,
+                        cancel: cancel)
+                }
                 let writer = ArchiveWriter(settings: settings, cancel: cancel, progress: throttle)
                 return try writer.write(
                     items: scan.items, snapshots: snapshots, outsideLinks: outsideLinks,
@@ -344,19 +360,23 @@ public struct StoreHelper: Sendable {
     /// sharing the destination has taken it.
     func publish(
         _ archive: BuiltArchive, to destination: any BackupDestination, progress: ProgressHandler?,
-        start: Date? = nil
+        start: Date? = nil, baseName: String? = nil
     ) async throws -> BackupResult {
         let clock = ContinuousClock()
         let uploadStarted = clock.now
         let first = await Self.firstFreeSecond(from: start ?? archive.createdAt, at: destination)
-        var name = BackupName.make(for: first)
+        // An incremental's name says which backup it applies onto.
+        func nameAt(_ date: Date) -> String {
+            baseName.flatMap { BackupName.makeIncremental(for: date, base: $0) } ?? BackupName.make(for: date)
+        }
+        var name = nameAt(first)
         for attempt in 1...10 {
             do {
                 try Task.checkCancellation()
                 try await destination.upload(file: archive.path, as: name, progress: progress)
                 break
             } catch StoreBackupError.backupExists where attempt < 10 {
-                name = BackupName.make(for: first.addingTimeInterval(TimeInterval(attempt)))
+                name = nameAt(first.addingTimeInterval(TimeInterval(attempt)))
             } catch is CancellationError {
                 throw StoreBackupError.cancelled
             }

@@ -15,6 +15,15 @@ struct CreateCommand: AsyncParsableCommand {
             Several --to: the archive is built once and published to every destination at once; \
             each one's outcome is reported (and in --json), and the exit status is non-zero if any \
             failed. With --store, the given --to replace the configured destinations.
+
+            --incremental: backups in chains. The first is a full backup (a standalone ZIP, as \
+            without it); the next ones are incremental, "<date> incremental on <base date> \
+            Stores.zip", holding only the database pages and files that changed since the previous \
+            backup at that destination; restoring one reads its chain back to the full. A full \
+            starts a new chain every --full-every (7d), after --max-chain incrementals (14), when \
+            the changes exceed --max-delta-share of the store (0.5), with --full, and whenever \
+            the chain state kept beside the store (.<name>.storebackup-chains) or the base at the \
+            destination is missing or does not match. See docs/incremental-backups.md.
             """)
 
     @Argument(help: ArgumentHelp("The stores directory to back up (or --store NAME from the configuration).", valueName: "stores-dir"))
@@ -35,6 +44,26 @@ struct CreateCommand: AsyncParsableCommand {
     var encrypt = false
 
     @OptionGroup var password: PasswordOption
+
+    @Flag(
+        help:
+            "Make backups in chains: an incremental backup (only what changed) on the previous one when the policy allows, else a full one."
+    )
+    var incremental = false
+
+    @Flag(help: "With --incremental: make a full backup now (it starts a new chain).")
+    var full = false
+
+    @Option(help: ArgumentHelp("With --incremental: a full backup at least this often (e.g. 7d, 24h).", valueName: "duration"))
+    var fullEvery: String?
+
+    @Option(help: ArgumentHelp("With --incremental: a full backup once the chain has this many incrementals.", valueName: "n"))
+    var maxChain: Int?
+
+    @Option(
+        help: ArgumentHelp(
+            "With --incremental: a full backup when the changes exceed this share of the store's bytes (0-1).", valueName: "share"))
+    var maxDeltaShare: Double?
 
     @Flag(help: "Print the result as JSON.")
     var json = false
@@ -68,6 +97,31 @@ struct CreateCommand: AsyncParsableCommand {
         if password.passwordFile != nil && !encrypt {
             throw ValidationError("--password-file is only used with --encrypt")
         }
+        if !incremental && (full || fullEvery != nil || maxChain != nil || maxDeltaShare != nil) {
+            throw ValidationError("--full, --full-every, --max-chain and --max-delta-share are used with --incremental")
+        }
+        _ = try incrementalPolicy()
+    }
+
+    /// The chain policy of `--incremental` and its options; nil without it.
+    func incrementalPolicy() throws -> IncrementalPolicy? {
+        guard incremental else { return nil }
+        var policy = IncrementalPolicy(forceFull: full)
+        if let fullEvery {
+            guard let seconds = try? DurationText.parseSeconds(fullEvery), seconds > 0 else {
+                throw ValidationError("--full-every must be a duration such as 7d, 24h or 90m")
+            }
+            policy.fullEvery = seconds
+        }
+        if let maxChain {
+            guard maxChain >= 0 else { throw ValidationError("--max-chain must be 0 or more") }
+            policy.maxChainLength = maxChain
+        }
+        if let maxDeltaShare {
+            guard (0...1).contains(maxDeltaShare) else { throw ValidationError("--max-delta-share must be from 0 to 1") }
+            policy.maxDeltaShare = maxDeltaShare
+        }
+        return policy
     }
 
     func run() async throws {
@@ -90,6 +144,7 @@ struct CreateCommand: AsyncParsableCommand {
             storesDirectory: storesDirectory, destination: try destination.resolve(),
             compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords, logger: Terminal.logger)
         configured.threads = threads
+        configured.incremental = try incrementalPolicy()
         let helper = configured
         let printer = ProgressPrinter.shared
         // Before the backup: its own reading of the store is this process, never listed.
@@ -103,8 +158,9 @@ struct CreateCommand: AsyncParsableCommand {
                 "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
                 "archiveSeconds": result.archiveSeconds, "uploadSeconds": result.uploadSeconds,
                 "outsideLinks": result.outsideLinks, "leftOut": result.leftOut, "leftOutCount": result.leftOut.count,
-                "warnings": result.warnings,
+                "warnings": result.warnings, "kind": result.kind,
             ]
+            if let base = result.base { summary["base"] = base }
             if let usage {
                 summary["openBy"] = usage.users.map { ["file": $0.file, "pid": Int($0.pid), "command": $0.command] as [String: Any] }
                 if !usage.blindSpots.isEmpty { summary["openByUnseen"] = usage.blindSpots }

@@ -37,6 +37,7 @@ extension CreateCommand {
         }
         if level != "default", let parsed = CompressionLevel.parse(level) { adjusted.compressionLevel = parsed }
         if let threads { adjusted.threads = threads }
+        if let policy = try incrementalPolicy() { adjusted.incremental = policy }
         if encrypt {
             // The configured path reads the password from a file (no prompt: it is for cron and timers).
             guard let file = password.passwordFile ?? job.passwordFile else {
@@ -59,10 +60,12 @@ extension CreateCommand {
         let outcome = await Terminal.runCancellable { try await service.backUpNow(storeName) }
         guard let result = outcome.backup else { return }
         if json {
-            let summary: [String: Any] = [
+            var summary: [String: Any] = [
                 "name": result.name, "encrypted": adjusted.passwordFile != nil, "size": result.size, "destination": result.destination,
                 "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path), "pruned": outcome.pruned,
+                "kind": result.kind,
             ]
+            if let base = result.base { summary["base"] = base }
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
             Terminal.output(String(decoding: data, as: UTF8.self))
         } else {

@@ -11,6 +11,7 @@ extension CreateCommand {
             storesDirectory: storesDirectory, destination: targets[0],
             compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords, logger: Terminal.logger)
         configured.threads = threads
+        configured.incremental = try incrementalPolicy()
         let helper = configured
         let printer = ProgressPrinter.shared
         let outcomes = await Terminal.runCancellable {
@@ -36,6 +37,8 @@ extension CreateCommand {
                 summary["files"] = first.manifest.files.count
                 summary["databases"] = first.manifest.databases.map(\.path)
                 summary["archiveSeconds"] = first.archiveSeconds
+                summary["kind"] = first.kind
+                if let base = first.base { summary["base"] = base }
             }
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
             Terminal.output(String(decoding: data, as: UTF8.self))

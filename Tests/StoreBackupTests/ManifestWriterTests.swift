@@ -65,4 +65,24 @@ final class ManifestWriterTests: XCTestCase {
         XCTAssertNotNil(ours)
         XCTAssertEqual(ours, theirs)
     }
+
+    /// The format-3 fields (incremental backups) round-trip and read as JSONEncoder's do.
+    func testFormat3FieldsMatchJSONEncoder() throws {
+        var manifest = sample(fileCount: 9)
+        manifest.format = 3
+        manifest.kind = "incremental"
+        manifest.base = .init(
+            name: "2026-11-27 020000 Stores.zip", manifestSHA256: String(repeating: "c", count: 64),
+            createdAt: Date(timeIntervalSince1970: 1_764_200_000))
+        manifest.chainLength = 2
+        manifest.hashSalt = "00112233445566778899aabbccddeeff"
+        manifest.pageMaps = [.init(path: "App.sqlite", hash: "hmac-sha256-128", complete: false)]
+        manifest.files[2].source = "pages"
+        manifest.files[3].source = "base"
+        XCTAssertEqual(try Manifest.decode(try manifest.encoded()), manifest)
+        let ours = try JSONSerialization.jsonObject(with: try manifest.encoded()) as? NSDictionary
+        let theirs = try JSONSerialization.jsonObject(with: try manifest.encodedByFoundation()) as? NSDictionary
+        XCTAssertNotNil(ours)
+        XCTAssertEqual(ours, theirs)
+    }
 }

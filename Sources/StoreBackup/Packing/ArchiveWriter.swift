@@ -17,6 +17,8 @@ struct ArchiveWriter {
         var createdAt: Date
         /// When set, every entry is encrypted with WinZip AES-256 under this password.
         var password: BackupPassword? = nil
+        /// Set for a format-3 archive (a backup in an incremental chain); nil: format 2.
+        var chain: ArchiveChainParts? = nil
     }
 
     let settings: Settings
@@ -56,8 +58,10 @@ struct ArchiveWriter {
         defer { writeback.stop() }
         pipeline.writeback = writeback
 
+        // The store's jobs only: an extra entry's name may equal a store path.
+        let storeJobCount = jobs.count - (settings.chain?.extraEntries.count ?? 0)
         var jobIndexByPath: [String: Int] = [:]
-        for (index, job) in jobs.enumerated() { jobIndexByPath[job.item.relativePath] = index }
+        for (index, job) in jobs.prefix(storeJobCount).enumerated() { jobIndexByPath[job.item.relativePath] = index }
 
         // Names are the path's raw bytes; ZIP_FL_ENC_GUESS keeps bytes that are not UTF-8 as they
         // are (libzip marks UTF-8 names as such and leaves the others unmarked).
@@ -71,23 +75,9 @@ struct ArchiveWriter {
                 guard index >= 0 else { throw libzipError(archive, "add folder \(item.relativePath)") }
                 try setAttributes(archive, index, type: UnixMode.directory, item: item)
             case .file, .database:
-                let jobIndex = jobIndexByPath[item.relativePath]!
-                let source = try PipelineEntrySource(pipeline: pipeline, jobIndex: jobIndex, password: settings.password)
-                    .makeSource(in: archive)
-                index = zip_file_add(archive, name, source, nameFlags)
-                guard index >= 0 else {
-                    zip_source_free(source)
-                    throw libzipError(archive, "add \(item.relativePath)")
-                }
-                if jobs[jobIndex].method == .store {
-                    zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
-                }
-                if settings.password != nil {
-                    // Already encrypted by the pipeline: no password here, so libzip copies it as it is.
-                    guard zip_file_set_encryption(archive, zip_uint64_t(index), UInt16(ZIP_EM_AES_256), nil) == 0 else {
-                        throw libzipError(archive, "encrypt \(item.relativePath)")
-                    }
-                }
+                // In an incremental, an unchanged file or a page-patched database has no entry.
+                guard let jobIndex = jobIndexByPath[item.relativePath] else { continue }
+                index = try addPipelineEntry(archive, name: name, jobIndex: jobIndex, jobs: jobs, pipeline: pipeline)
                 try setAttributes(archive, index, type: UnixMode.regular, item: item)
             case .symlink:
                 let target = Data(EscapedName.bytes(item.linkTarget ?? ""))
@@ -114,10 +104,18 @@ struct ArchiveWriter {
             }
         }
 
-        let markerText = Data(ArchiveNames.formatMarkerText.utf8)
+        for (number, extra) in (settings.chain?.extraEntries ?? []).enumerated() {
+            let jobIndex = storeJobCount + number
+            let index = try addPipelineEntry(
+                archive, name: extra.name.map { CChar(bitPattern: $0) } + [0], jobIndex: jobIndex, jobs: jobs, pipeline: pipeline)
+            try setAttributes(archive, index, type: UnixMode.regular, item: jobs[jobIndex].item)
+        }
+
+        let markerText = Data((settings.chain == nil ? ArchiveNames.formatMarkerText : ArchiveChainParts.formatMarkerText).utf8)
+        let markerName = settings.chain == nil ? ArchiveNames.formatMarker : ArchiveChainParts.formatMarker
         let markerSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) { markerText }
             .makeSource(in: archive)
-        let markerIndex = zip_file_add(archive, ArchiveNames.formatMarker, markerSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
+        let markerIndex = zip_file_add(archive, markerName, markerSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
         guard markerIndex >= 0 else {
             zip_source_free(markerSource)
             throw libzipError(archive, "add the format marker")
@@ -166,8 +164,39 @@ struct ArchiveWriter {
         return manifest
     }
 
+    /// Adds the pipeline's entry `jobIndex` (a file, database or extra entry) under `name`.
+    private func addPipelineEntry(
+        _ archive: OpaquePointer, name: [CChar], jobIndex: Int, jobs: [CompressionPipeline.Job], pipeline: CompressionPipeline
+    ) throws -> Int64 {
+        let what = jobs[jobIndex].item.relativePath
+        let source = try PipelineEntrySource(pipeline: pipeline, jobIndex: jobIndex, password: settings.password)
+            .makeSource(in: archive)
+        let index = zip_file_add(archive, name, source, zip_flags_t(ZIP_FL_ENC_GUESS))
+        guard index >= 0 else {
+            zip_source_free(source)
+            throw libzipError(archive, "add \(what)")
+        }
+        if jobs[jobIndex].method == .store {
+            zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
+        }
+        if settings.password != nil {
+            // Already encrypted by the pipeline: no password here, so libzip copies it as it is.
+            guard zip_file_set_encryption(archive, zip_uint64_t(index), UInt16(ZIP_EM_AES_256), nil) == 0 else {
+                throw libzipError(archive, "encrypt \(what)")
+            }
+        }
+        return index
+    }
+
     private func planJobs(items: [StoreItem], snapshots: [String: DatabaseSnapshot]) -> [CompressionPipeline.Job] {
-        let files = items.filter { $0.kind == .file || $0.kind == .database }
+        let notStored = settings.chain?.notStored ?? [:]
+        let extras = (settings.chain?.extraEntries ?? []).map { extra in
+            StoreItem(
+                relativePath: String(decoding: extra.name, as: UTF8.self), absolutePath: EscapedName.escapedRoot(extra.path),
+                kind: .file, permissions: 0o644, modificationTime: Int64(settings.createdAt.timeIntervalSince1970),
+                size: extra.size, linkTarget: nil)
+        }
+        let files = items.filter { ($0.kind == .file || $0.kind == .database) && notStored[$0.relativePath] == nil } + extras
         // Sampled on every core: a blob store's thousands of files take tens of
         // milliseconds on one, while nothing else can start.
         let sampled = settings.compressionLevel == 0 ? [] : files.filter { snapshots[$0.relativePath] == nil && $0.size > 0 }
@@ -242,6 +271,10 @@ struct ArchiveWriter {
                     file.deflateBlockSize = CompressionPipeline.blockSize
                     file.deflateBlocks = blocks
                 }
+            } else if let kept = settings.chain?.notStored[item.relativePath] {
+                file.size = kept.size
+                file.sha256 = kept.sha256
+                file.source = kept.source
             } else if item.kind == .directory {
                 file.size = 0
             }
@@ -254,12 +287,21 @@ struct ArchiveWriter {
                 journalMode: snapshot.journalMode, snapshotMethod: snapshot.method.rawValue)
         }
         let root = try? FileSystem.lstatInfo(settings.sourcePath)
-        return Manifest(
-            format: Manifest.currentFormat, tool: "storebackup", toolVersion: StoreBackupVersion.current,
+        var manifest = Manifest(
+            format: ArchiveNames.plainFormat, tool: "storebackup", toolVersion: StoreBackupVersion.current,
             hostName: settings.hostName, sourcePath: settings.sourcePath, createdAt: settings.createdAt,
             compressionLevel: settings.compressionLevel,
             rootMode: root.map { UInt32($0.st_mode) & 0o7777 }, rootMtime: root.map { Int64($0.st_mtim.tv_sec) },
             files: files, databases: databases)
+        if let chain = settings.chain {
+            manifest.format = ArchiveChainParts.format
+            manifest.kind = chain.kind
+            manifest.base = chain.base
+            manifest.chainLength = chain.chainLength
+            manifest.hashSalt = chain.hashSalt
+            manifest.pageMaps = chain.pageMaps
+        }
+        return manifest
     }
 
     private func libzipError(_ archive: OpaquePointer, _ what: String) -> StoreBackupError {

@@ -229,6 +229,7 @@ public final class BackupService: Service, Sendable {
             encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
         helper.metricsName = job.name
         helper.threads = job.threads
+        helper.incremental = job.incremental
         helper.logger = logger.with(store: job.name)
         return helper
     }

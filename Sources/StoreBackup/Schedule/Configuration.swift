@@ -21,6 +21,10 @@ import Yams
 ///     stop-timeout: 60s
 ///     verify: {schedule: "30 4 * * *", pick: rotate}   # restore drills: newest | rotate | all-within 7d
 ///     verify-after-create: true           # the default: check each backup right after it is made
+///     incremental: true                   # chains: a full, then only what changed (docs/incremental-backups.md)
+///     full-every: 7d                      # with incremental: the defaults shown
+///     max-chain: 14
+///     max-delta-share: 0.5
 /// hooks:
 ///   on-failure: {url: "https://example.test/alert", timeout: 10s}
 /// metrics: {file: /var/lib/prometheus/node-exporter/storebackup.prom}
@@ -130,7 +134,8 @@ private struct ConfigurationReader {
 
     static let storeKeys: Set<String> = [
         "name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks",
-        "verify", "verify-after-create", "stop-command", "start-command", "stop-timeout",
+        "verify", "verify-after-create", "stop-command", "start-command", "stop-timeout", "incremental", "full-every",
+        "max-chain", "max-delta-share",
     ]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path", "stop-command", "start-command", "stop-timeout"]).union(
         [
@@ -312,7 +317,48 @@ private struct ConfigurationReader {
             default: throw fail(flagNode, flagKey, "must be true or false")
             }
         }
+        job.incremental = try readIncremental(setting)
         return job
+    }
+
+    /// `incremental: true` and its policy keys; nil when off. The policy keys without
+    /// `incremental: true` are an error (they would silently do nothing).
+    func readIncremental(_ setting: (String) -> (Node, String)?) throws -> IncrementalPolicy? {
+        var enabled = false
+        if let (flagNode, flagKey) = setting("incremental") {
+            switch try string(flagNode, at: flagKey).lowercased() {
+            case "true", "yes", "on": enabled = true
+            case "false", "no", "off": enabled = false
+            default: throw fail(flagNode, flagKey, "must be true or false")
+            }
+        }
+        var policy = IncrementalPolicy()
+        var policyKey: (Node, String)?
+        if let (node, key) = setting("full-every") {
+            policyKey = (node, key)
+            do { policy.fullEvery = try DurationText.parseSeconds(try string(node, at: key)) } catch StoreBackupError.invalidSchedule(
+                let reason)
+            {
+                throw fail(node, key, reason)
+            }
+            guard policy.fullEvery > 0 else { throw fail(node, key, "must be longer than 0") }
+        }
+        if let (node, key) = setting("max-chain") {
+            policyKey = (node, key)
+            guard let value = Int(try string(node, at: key)), value >= 0 else { throw fail(node, key, "must be a number, 0 or more") }
+            policy.maxChainLength = value
+        }
+        if let (node, key) = setting("max-delta-share") {
+            policyKey = (node, key)
+            guard let value = Double(try string(node, at: key)), (0...1).contains(value) else {
+                throw fail(node, key, "must be a number from 0 to 1, e.g. 0.5")
+            }
+            policy.maxDeltaShare = value
+        }
+        if setting("incremental") == nil, let (node, key) = policyKey {
+            throw fail(node, key, "is used only with incremental: true")
+        }
+        return enabled ? policy : nil
     }
 
     /// `stop-command`, `start-command`, `stop-timeout`: how `restore` stops and starts this

@@ -30,6 +30,9 @@ public struct StoreJob: Sendable, Equatable {
     /// a database already damaged in the live store then fails the run instead of becoming
     /// a backup reported good. On by default for scheduled and configured runs.
     public var verifyAfterCreate = true
+    /// Backups in chains (`incremental: true`, with `full-every`, `max-chain`,
+    /// `max-delta-share`): see ``StoreHelper/incremental``; nil: every backup a full one.
+    public var incremental: IncrementalPolicy? = nil
 
     public init(
         name: String, storesDirectory: String, destination: String? = nil, schedule: Schedule,

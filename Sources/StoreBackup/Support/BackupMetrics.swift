@@ -15,6 +15,7 @@ import Metrics
 /// | `storebackup_backup_duration_seconds` | gauge | how long the last backup took |
 /// | `storebackup_backup_size_bytes` | gauge | the last successful backup's archive size |
 /// | `storebackup_uploaded_bytes_total` | counter | bytes published to the destination |
+/// | `storebackup_uploaded_bytes_by_kind_total` | counter, `kind` = full/incremental | the same, by kind of backup |
 /// | `storebackup_last_success_timestamp_seconds` | gauge | Unix time of the last successful backup |
 /// | `storebackup_last_failure_timestamp_seconds` | gauge | Unix time of the last failed backup |
 /// | `storebackup_retention_removed_total` | counter | backups removed by retention |
@@ -35,6 +36,8 @@ public enum BackupMetrics {
     public static let archiveSize = "storebackup_backup_size_bytes"
     /// Bytes published to the destination.
     public static let uploadedBytes = "storebackup_uploaded_bytes_total"
+    /// Bytes published, by `kind` of backup (full or incremental, docs/incremental-backups.md).
+    public static let uploadedBytesByKind = "storebackup_uploaded_bytes_by_kind_total"
     /// Unix time of the last successful backup.
     public static let lastSuccess = "storebackup_last_success_timestamp_seconds"
     /// Unix time of the last failed backup.
@@ -64,7 +67,7 @@ public enum BackupMetrics {
         }
     }
 
-    static func recordBackup(store: String, destination: String, size: Int64?, seconds: Double, at date: Date) {
+    static func recordBackup(store: String, destination: String, size: Int64?, seconds: Double, at date: Date, kind: String = "full") {
         let where_ = [("store", store), ("destination", destination)]
         let succeeded = size != nil
         Counter(label: backups, dimensions: where_ + [("outcome", succeeded ? "success" : "failure")]).increment()
@@ -72,6 +75,7 @@ public enum BackupMetrics {
         if let size {
             Gauge(label: archiveSize, dimensions: where_).record(Double(size))
             Counter(label: uploadedBytes, dimensions: where_).increment(by: Int(clamping: size))
+            Counter(label: uploadedBytesByKind, dimensions: where_ + [("kind", kind)]).increment(by: Int(clamping: size))
             Gauge(label: lastSuccess, dimensions: where_).record(date.timeIntervalSince1970)
         } else {
             Gauge(label: lastFailure, dimensions: where_).record(date.timeIntervalSince1970)

@@ -17,6 +17,10 @@ enum ArchiveNames {
     static let formatMarker = StoreScanner.reservedFolder + "/format-2"
     /// What the marker holds.
     static let formatMarkerText = "storebackup archive format 2: see docs/FORMAT.md\n"
+    /// The format plain `create` writes (the marker's): 2, whatever the newest format this
+    /// build reads (``Manifest/currentFormat``), so that teaching the readers a newer format
+    /// never changes what plain `create` writes. Chains write format 3 (``ArchiveChainParts``).
+    static let plainFormat = 2
 
     /// Whether `path` (a store's path) is the store's own `.storebackup` or beneath it.
     static func isInReservedFolder(_ path: String) -> Bool {

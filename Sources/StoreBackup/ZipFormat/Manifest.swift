@@ -34,6 +34,41 @@ public struct Manifest: Codable, Sendable, Equatable {
         public var deflateBlockSize: Int?
         /// The compressed size of each block, in order.
         public var deflateBlocks: [Int]?
+        /// (Format 3, incrementals.) Where the content is: nil in this archive, "base" the
+        /// base's content at the same path, "pages" a page delta in this archive.
+        public var source: String? = nil
+    }
+
+    /// (Format 3.) The backup an incremental applies onto.
+    public struct Base: Codable, Sendable, Equatable {
+        /// The base's file name at the destination.
+        public var name: String
+        /// Hex SHA-256 of the base's `manifest.json` bytes (decrypted).
+        public var manifestSHA256: String
+        /// The base's `createdAt`.
+        public var createdAt: Date
+
+        public init(name: String, manifestSHA256: String, createdAt: Date) {
+            self.name = name
+            self.manifestSHA256 = manifestSHA256
+            self.createdAt = createdAt
+        }
+    }
+
+    /// (Format 3.) The page map an archive holds for one database.
+    public struct PageMap: Codable, Sendable, Equatable {
+        /// The database's path, escaped as in ``File/path``.
+        public var path: String
+        /// "sha256-128" or "hmac-sha256-128".
+        public var hash: String
+        /// True when the map has a hash for every page (a full), false for changed pages only.
+        public var complete: Bool
+
+        public init(path: String, hash: String, complete: Bool) {
+            self.path = path
+            self.hash = hash
+            self.complete = complete
+        }
     }
 
     /// How one database was snapshotted.
@@ -78,6 +113,16 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var outsideLinks: [String]? = nil
     /// (Format 2.) Sockets and device files that were left out, each as "path (what it is)".
     public var leftOut: [String]? = nil
+    /// (Format 3.) "full" or "incremental"; nil in formats 1 and 2 (always a full).
+    public var kind: String? = nil
+    /// (Format 3, incrementals only.) The backup this one applies onto.
+    public var base: Base? = nil
+    /// (Format 3.) 0 for a full, the base's chainLength + 1 for an incremental.
+    public var chainLength: Int? = nil
+    /// (Format 3, encrypted chains.) Hex salt of the keyed page hashes.
+    public var hashSalt: String? = nil
+    /// (Format 3.) The page map the archive holds for each database.
+    public var pageMaps: [PageMap]? = nil
 
     /// The JSON text, written row by row (``ManifestWriter``) rather than through
     /// `JSONEncoder`, whose value tree of the whole document costs memory per row.

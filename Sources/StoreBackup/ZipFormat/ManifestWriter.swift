@@ -26,17 +26,25 @@ struct ManifestWriter {
 
     private mutating func write(_ m: Manifest) {
         append("{\n")
-        var fields: [(String, (inout ManifestWriter) -> Void)] = [
+        var fields: [(String, (inout ManifestWriter) -> Void)] = []
+        if let base = m.base { fields.append(("base", { $0.base(base) })) }
+        if let chainLength = m.chainLength { fields.append(("chainLength", { $0.append(String(chainLength)) })) }
+        fields += [
             ("compressionLevel", { $0.append(String(m.compressionLevel)) }),
             ("createdAt", { $0.string(Self.timestamp(m.createdAt)) }),
             ("databases", { w in w.array(m.databases, indent: 2) { w, d in w.database(d) } }),
             ("files", { w in w.array(m.files, indent: 2) { w, f in w.file(f) } }),
             ("format", { $0.append(String(m.format)) }),
-            ("hostName", { $0.string(m.hostName) }),
         ]
+        if let hashSalt = m.hashSalt { fields.append(("hashSalt", { $0.string(hashSalt) })) }
+        fields.append(("hostName", { $0.string(m.hostName) }))
+        if let kind = m.kind { fields.append(("kind", { $0.string(kind) })) }
         if let leftOut = m.leftOut { fields.append(("leftOut", { w in w.array(leftOut, indent: 2) { w, x in w.string(x) } })) }
         if let outside = m.outsideLinks {
             fields.append(("outsideLinks", { w in w.array(outside, indent: 2) { w, x in w.string(x) } }))
+        }
+        if let pageMaps = m.pageMaps {
+            fields.append(("pageMaps", { w in w.array(pageMaps, indent: 2) { w, p in w.pageMap(p) } }))
         }
         if let rootMode = m.rootMode { fields.append(("rootMode", { $0.append(String(rootMode)) })) }
         if let rootMtime = m.rootMtime { fields.append(("rootMtime", { $0.append(String(rootMtime)) })) }
@@ -62,7 +70,9 @@ struct ManifestWriter {
             ("path", { $0.string(f.path) }),
         ]
         if let sha256 = f.sha256 { fields.append(("sha256", { $0.string(sha256) })) }
-        fields += [("size", { $0.append(String(f.size)) }), ("type", { $0.string(f.type) })]
+        fields.append(("size", { $0.append(String(f.size)) }))
+        if let source = f.source { fields.append(("source", { $0.string(source) })) }
+        fields.append(("type", { $0.string(f.type) }))
         append("{\n")
         object(fields, indent: 6)
         append("    }")
@@ -77,6 +87,28 @@ struct ManifestWriter {
                 ("pageSize", { $0.append(String(d.pageSize)) }),
                 ("path", { $0.string(d.path) }),
                 ("snapshotMethod", { $0.string(d.snapshotMethod) }),
+            ], indent: 6)
+        append("    }")
+    }
+
+    private mutating func base(_ b: Manifest.Base) {
+        append("{\n")
+        object(
+            [
+                ("createdAt", { $0.string(Self.timestamp(b.createdAt)) }),
+                ("manifestSHA256", { $0.string(b.manifestSHA256) }),
+                ("name", { $0.string(b.name) }),
+            ], indent: 4)
+        append("  }")
+    }
+
+    private mutating func pageMap(_ p: Manifest.PageMap) {
+        append("{\n")
+        object(
+            [
+                ("complete", { $0.append(p.complete ? "true" : "false") }),
+                ("hash", { $0.string(p.hash) }),
+                ("path", { $0.string(p.path) }),
             ], indent: 6)
         append("    }")
     }

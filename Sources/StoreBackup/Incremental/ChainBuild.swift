@@ -1,0 +1,245 @@
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// One backup in a chain, from the decision to the saved state: ``prepare(items:snapshots:scratchDirectory:workers:cancel:)``
+/// scans the store against the chain state and gives ``ArchiveWriter`` the parts of a
+/// format-3 full or incremental; ``commit(name:manifest:archiveSize:)`` saves the new state
+/// once the backup is published; ``discard()`` removes what a failed run made.
+///
+/// Used by one thread at a time (create's blocking thread, then the publishing task).
+final class ChainBuild: @unchecked Sendable {
+    let folder: ChainFolder
+    let policy: IncrementalPolicy
+    let password: BackupPassword?
+    /// The destination's backups, listed before the store was locked (nil: it cannot list).
+    let listing: [BackupListing]?
+    /// Further destinations the same archive is published to, with their listings: an
+    /// incremental only when each holds the same chain.
+    let mirrors: [(folder: ChainFolder, listing: [BackupListing]?)]
+    /// Made by ``prepare`` under the store's lock, from the chain state.
+    private(set) var decision: IncrementalPlan.Decision = .full(reason: "not prepared")
+
+    /// Set by ``prepare``: the new complete page maps (scratch files in the state folder)
+    /// by database path, the files' stats, the chain fields, the scratch files to remove.
+    private var maps: [String: String] = [:]
+    private var databases: [ChainState.Database] = []
+    private var stats: [String: FileStat] = [:]
+    private var scratch: [String] = []
+    private var hasher = PageHasher.plain
+    private var hashSalt: String?
+
+    init(
+        folder: ChainFolder, policy: IncrementalPolicy, password: BackupPassword?, listing: [BackupListing]?,
+        mirrors: [(folder: ChainFolder, listing: [BackupListing]?)] = []
+    ) {
+        self.folder = folder
+        self.mirrors = mirrors
+        self.policy = policy
+        self.password = password
+        self.listing = listing
+    }
+
+    /// Whether the backup being built is an incremental one (known after ``prepare``).
+    var isIncremental: Bool {
+        if case .incremental = decision { return true }
+        return false
+    }
+
+    /// Why this backup is a full one (nil for an incremental).
+    var fullReason: String? {
+        if case .full(let reason) = decision { return reason }
+        return nil
+    }
+
+    /// The base's name (incrementals).
+    var baseName: String? {
+        if case .incremental(let state, _, _) = decision { return state.backupName }
+        return nil
+    }
+
+    func prepare(
+        items: [StoreItem], snapshots: [String: DatabaseSnapshot], scratchDirectory: String, workers: Int,
+        cancel: CancellationFlag
+    ) throws -> ArchiveChainParts {
+        try folder.prepare()
+        decision = IncrementalPlan.decide(policy: policy, loaded: folder.load(), password: password, listing: listing, now: Date())
+        if case .incremental(let state, _, _) = decision {
+            for mirror in mirrors {
+                // Simple and safe: the same base, checked the same way, at every destination.
+                let held: Bool
+                if case .state(let theirs, _) = mirror.folder.load() {
+                    held =
+                        theirs.backupName == state.backupName && theirs.manifestSHA256 == state.manifestSHA256
+                        && mirror.listing?.contains { $0.name == state.backupName && $0.size == theirs.archiveSize } == true
+                } else {
+                    held = false
+                }
+                if !held {
+                    decision = .full(reason: "\(mirror.folder.destination) does not hold the base \(state.backupName)")
+                    break
+                }
+            }
+        }
+        let parts = try buildParts(
+            items: items, snapshots: snapshots, scratchDirectory: scratchDirectory, workers: workers, cancel: cancel)
+        TestPausePoint.reach("chain-scanned")
+        return parts
+    }
+
+    private func buildParts(
+        items: [StoreItem], snapshots: [String: DatabaseSnapshot], scratchDirectory: String, workers: Int,
+        cancel: CancellationFlag
+    ) throws -> ArchiveChainParts {
+        var base: (state: ChainState, files: [String: FileRecord])?
+        switch decision {
+        case .incremental(let state, let files, let chainHasher):
+            hasher = chainHasher
+            hashSalt = state.hashSalt
+            base = (state, files)
+        case .full:
+            if let password {
+                let salt = PageHasher.newSalt()
+                hasher = PageHasher.keyed(password: password, salt: salt)
+                hashSalt = FileDigest.hex(salt)
+            }
+        }
+
+        let files = items.filter { $0.kind == .file }
+        let changes = try ChangeDetector.detect(files: files, known: base?.files, workers: workers, cancel: cancel)
+        stats = changes.stats
+
+        var parts = ArchiveChainParts(kind: "full", base: nil, chainLength: 0, hashSalt: hashSalt, pageMaps: [])
+        var deltaBytes: Int64 = 0
+        var storeBytes: Int64 = 0
+        for item in files {
+            storeBytes += item.size
+            if let sha256 = changes.unchanged[item.relativePath] {
+                parts.notStored[item.relativePath] = .init(size: item.size, sha256: sha256, source: "base")
+            } else {
+                deltaBytes += item.size
+            }
+        }
+
+        let scan = DatabasePageScan(hasher: hasher, workers: workers, cancel: cancel)
+        var fullMaps: [ArchiveChainParts.ExtraEntry] = []
+        var patched: [DatabaseSnapshot] = []
+        for item in items where item.kind == .database {
+            guard let snapshot = snapshots[item.relativePath] else { continue }
+            storeBytes += snapshot.size
+            let mapPath = folder.scratchPath(purpose: "pagemap")
+            maps[item.relativePath] = mapPath
+            scratch.append(mapPath)
+            databases.append(.init(path: item.relativePath, pageSize: snapshot.pageSize, pages: snapshot.pageCount, map: ""))
+            let entryName = ArchiveChainParts.entryName(for: item.relativePath)
+            let previous = base?.state.databases.first { $0.path == item.relativePath && $0.pageSize == snapshot.pageSize }
+            // A map that cannot be read now (it was checked when the state was loaded): stored whole.
+            let baseMap = previous.flatMap { try? PageMapFile(path: folder.path + "/" + $0.map) }
+            guard let baseMap, baseMap.hashKind == hasher.kind, baseMap.pageSize == snapshot.pageSize else {
+                // A full, or a database new to the chain or with a new page size: stored whole.
+                _ = try scan.scan(snapshot, mapPath: mapPath, delta: nil, wholeFileSHA256: false)
+                deltaBytes += snapshot.size
+                let size = try FileSystem.lstatInfo(mapPath).st_size
+                fullMaps.append(.init(name: Self.pageMapPrefix + entryName, path: mapPath, size: Int64(size)))
+                parts.pageMaps.append(.init(path: item.relativePath, hash: hasher.kind.manifestName, complete: true))
+                continue
+            }
+            let deltaPath = ScratchFiles.path(in: scratchDirectory, purpose: "pages")
+            let changedMapPath = ScratchFiles.path(in: scratchDirectory, purpose: "pagemap")
+            scratch += [deltaPath, changedMapPath]
+            let result = try scan.scan(
+                snapshot, mapPath: mapPath,
+                delta: .init(base: baseMap, deltaPath: deltaPath, changedMapPath: changedMapPath), wholeFileSHA256: true)
+            patched.append(snapshot)
+            deltaBytes += result.deltaSize ?? 0
+            parts.notStored[item.relativePath] = .init(size: snapshot.size, sha256: result.sha256 ?? "", source: "pages")
+            parts.extraEntries.append(.init(name: Self.pagesPrefix + entryName, path: deltaPath, size: result.deltaSize ?? 0))
+            parts.extraEntries.append(
+                .init(name: Self.pageMapPrefix + entryName, path: changedMapPath, size: result.changedMapSize ?? 0))
+            parts.pageMaps.append(.init(path: item.relativePath, hash: hasher.kind.manifestName, complete: false))
+        }
+        parts.extraEntries += fullMaps
+
+        if base != nil, Double(deltaBytes) > policy.maxDeltaShare * Double(max(storeBytes, 1)) {
+            // Not worth a link in the chain: the maps are complete already, so make a full.
+            decision = .full(
+                reason: "the changes (\(deltaBytes) bytes) exceed \(Int(policy.maxDeltaShare * 100)) % of the store (\(storeBytes) bytes)")
+            if password != nil {
+                // A full starts a chain with its own salt: the maps must be hashed again.
+                discard()
+                maps = [:]
+                databases = []
+                return try buildParts(
+                    items: items, snapshots: snapshots, scratchDirectory: scratchDirectory, workers: workers, cancel: cancel)
+            }
+            var full = ArchiveChainParts(kind: "full", base: nil, chainLength: 0, hashSalt: hashSalt, pageMaps: [])
+            for database in databases {
+                let mapPath = maps[database.path]!
+                let size = try FileSystem.lstatInfo(mapPath).st_size
+                full.extraEntries.append(
+                    .init(
+                        name: Self.pageMapPrefix + ArchiveChainParts.entryName(for: database.path), path: mapPath,
+                        size: Int64(size)))
+                full.pageMaps.append(.init(path: database.path, hash: hasher.kind.manifestName, complete: true))
+            }
+            return full
+        }
+        if let base {
+            // Read once, and not again by the archive: let writers and checkpoints go on.
+            for snapshot in patched { snapshot.finish() }
+            parts.kind = "incremental"
+            parts.chainLength = base.state.chainLength + 1
+            parts.base = Manifest.Base(
+                name: base.state.backupName, manifestSHA256: base.state.manifestSHA256, createdAt: base.state.createdAt)
+        } else {
+            parts.notStored = [:]
+        }
+        return parts
+    }
+
+    static let pagesPrefix = Array((StoreScanner.reservedFolder + "/pages/").utf8)
+    static let pageMapPrefix = Array((StoreScanner.reservedFolder + "/pagemap/").utf8)
+
+    /// Saves the chain state at each destination the backup was published to (its name and
+    /// size there); destinations it did not reach keep their state (their next backup is a full).
+    func commit(manifest: Manifest, published: [(folder: ChainFolder, name: String, size: Int64)]) throws {
+        guard let first = published.first else { return }
+        let saved = try commit(to: first.folder, name: first.name, manifest: manifest, archiveSize: first.size)
+        for other in published.dropFirst() {
+            try other.folder.saveCopy(of: saved, from: first.folder, name: other.name, size: other.size)
+        }
+    }
+
+    private func commit(to folder: ChainFolder, name: String, manifest: Manifest, archiveSize: Int64) throws -> ChainState {
+        let manifestSHA256 = FileDigest.hex(SHA256.hash(data: try manifest.encoded()))
+        var fullCreatedAt = manifest.createdAt
+        if case .incremental(let state, _, _) = decision { fullCreatedAt = state.fullCreatedAt }
+        var files: [(path: String, record: FileRecord)] = []
+        for file in manifest.files where file.type == "file" {
+            guard let stat = stats[file.path], let sha256 = file.sha256 else { continue }
+            files.append((file.path, FileRecord(stat: stat, sha256: sha256)))
+        }
+        let state = ChainState(
+            destination: folder.destination, backupName: name, manifestSHA256: manifestSHA256, createdAt: manifest.createdAt,
+            archiveSize: archiveSize, chainLength: manifest.chainLength ?? 0, fullCreatedAt: fullCreatedAt,
+            encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases)
+        try folder.prepare()
+        return try folder.save(state, files: files, maps: maps)
+    }
+
+    /// Removes the scratch files this build made (the page maps not yet saved, the deltas).
+    func discard() {
+        for path in scratch { unlink(path) }
+        scratch = []
+    }
+}
+
+extension ArchiveChainParts {
+    /// A store path's entry name as raw bytes (without the NUL libzip wants).
+    static func entryName(for path: String) -> [UInt8] {
+        ArchiveNames.entryName(for: path).dropLast().map { UInt8(bitPattern: $0) }
+    }
+}
