@@ -56,6 +56,11 @@ struct Extractor {
     var acceptDamagedDatabases = false
     /// The databases found damaged at the source so far: relative path and SQLite's answer.
     let damagedDatabases = Locked<[String: String]>([:])
+    /// Applying an incremental backup of a chain (format 3): the target exists and holds the
+    /// tree as its base left it (the caller removed what this backup replaces), and the files
+    /// the manifest marks with a `source` have no entry here. Without it, an incremental
+    /// backup is refused: alone it is only part of a store.
+    var applyingIncremental = false
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
     static let unverifiedWarning =
@@ -64,10 +69,22 @@ struct Extractor {
     /// Extracts into `target`, which must not exist yet. Returns the databases checked.
     @discardableResult
     func extract(into target: String) throws -> [String] {
+        if let manifest = reader.manifest, manifest.isIncremental != applyingIncremental {
+            throw applyingIncremental
+                ? StoreBackupError.corruptArchive(
+                    name: reader.backupName, reason: "it is a full backup where its chain needs an incremental")
+                : StoreBackupError.brokenChain(
+                    name: reader.backupName,
+                    reason: "it holds only what changed since \(manifest.base?.name ?? "its base"), and was read without its chain")
+        }
         let manifestByPath = try crossCheckManifest()
         let links = try readLinks(manifestByPath: manifestByPath)
+        var kinds: [String: ArchiveEntry.Kind] = [:]
+        for entry in reader.entries { kinds[entry.path] = entry.kind }
+        // Files whose content is in the base are in the tree too: nothing may sit beneath them.
+        for file in reader.manifest?.files ?? [] where file.source != nil { kinds[file.path] = .file }
         var tree = ArchiveTree(
-            entries: reader.entries, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
+            kinds: kinds, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
             backupName: reader.backupName)
         try tree.check(recordedOutside: Set(reader.manifest?.outsideLinks ?? []), allowOutside: allowOutsideLinks)
         if reader.manifest == nil && !allowUnverified {
@@ -80,7 +97,7 @@ struct Extractor {
             needed: Self.diskUsage(of: written, entryCount: reader.entries.count),
             in: FileSystem.parentDirectory(of: target), backupName: reader.backupName)
 
-        let root = try ConfinedTree(creating: target)
+        let root = try applyingIncremental ? ConfinedTree(opening: target) : ConfinedTree(creating: target)
         let directories = reader.entries.filter { $0.kind == .directory && isSelected($0.path) }
         for directory in directories.sorted(by: { $0.path < $1.path }) {
             try root.makeDirectories(directory.path)
@@ -224,7 +241,17 @@ struct Extractor {
             }
         }
         let present = Set(reader.entries.map(\.path))
-        if let missing = manifest.files.first(where: { !present.contains($0.path) }) {
+        // A file whose content is elsewhere in the chain (`source`) has no entry, and one
+        // that has an entry must not claim to be elsewhere.
+        if let misplaced = manifest.files.first(where: { $0.source != nil && present.contains($0.path) }) {
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(misplaced.path) has an entry although its manifest says its content is in the base")
+        }
+        if let unknown = manifest.files.first(where: { $0.source.map { $0 != "base" && $0 != "pages" } ?? false }) {
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(unknown.path) has an unknown source \"\(unknown.source ?? "")\"")
+        }
+        if let missing = manifest.files.first(where: { $0.source == nil && !present.contains($0.path) }) {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(missing.path) is missing")
         }
         if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type != "file" && $0.type != "database" } ?? true }) {
@@ -509,7 +536,11 @@ struct Extractor {
     /// The manifest names the databases; an archive without one (made by another tool)
     /// is searched by header instead.
     private func databasePaths(in target: String, files: [ArchiveEntry]) throws -> [String] {
-        if let manifest = reader.manifest { return manifest.databases.map(\.path).filter(isSelected) }
+        if let manifest = reader.manifest {
+            // In an incremental, only the databases stored whole here were unpacked (and checked).
+            let unpacked = applyingIncremental ? Set(files.map(\.path)) : nil
+            return manifest.databases.map(\.path).filter { path in isSelected(path) && (unpacked?.contains(path) ?? true) }
+        }
         // Only files on disk can be databases (verify writes nothing else); none is a link.
         let escapedTarget = EscapedName.escapedRoot(target)
         return files.map(\.path).filter { path in

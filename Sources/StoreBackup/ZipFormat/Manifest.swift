@@ -11,6 +11,9 @@ public struct Manifest: Codable, Sendable, Equatable {
     /// `.storebackup` under `.storebackup/store/`, ``outsideLinks``, and the marker entry
     /// `.storebackup/format-2`.
     public static let currentFormat = 2
+    /// The newest manifest format this version reads (format 3: fulls of a chain and
+    /// incremental backups, see docs/FORMAT.md). Readers refuse anything newer.
+    public static let newestReadableFormat = 3
 
     /// One entry of the archive: a file, folder, link or database snapshot.
     public struct File: Codable, Sendable, Equatable {
@@ -34,6 +37,29 @@ public struct Manifest: Codable, Sendable, Equatable {
         public var deflateBlockSize: Int?
         /// The compressed size of each block, in order.
         public var deflateBlocks: [Int]?
+        /// (Format 3, incremental backups.) Where the content is: nil, in this archive;
+        /// "base", the base's file at the same path; "pages", a page delta on the base's database.
+        public var source: String? = nil
+    }
+
+    /// (Format 3.) The backup an incremental applies to.
+    public struct Base: Codable, Sendable, Equatable {
+        /// The base's file name.
+        public var name: String
+        /// Hex SHA-256 of the base's `manifest.json` bytes (decrypted).
+        public var manifestSHA256: String
+        /// When the base was made.
+        public var createdAt: Date
+    }
+
+    /// (Format 3.) One database's page map entry, `.storebackup/pagemap/<entry name>`.
+    public struct PageMap: Codable, Sendable, Equatable {
+        /// The database's path, escaped like ``File/path``.
+        public var path: String
+        /// "sha256-128" or "hmac-sha256-128".
+        public var hash: String
+        /// True for a map of every page (a full), false for the changed pages only.
+        public var complete: Bool
     }
 
     /// How one database was snapshotted.
@@ -78,6 +104,22 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var outsideLinks: [String]? = nil
     /// (Format 2.) Sockets and device files that were left out, each as "path (what it is)".
     public var leftOut: [String]? = nil
+    /// (Format 3.) "full" or "incremental".
+    public var kind: String? = nil
+    /// (Format 3, incremental only.) The backup this one applies to.
+    public var base: Manifest.Base? = nil
+    /// (Format 3.) 0 for a full, the base's plus one for an incremental.
+    public var chainLength: Int? = nil
+    /// (Format 3, encrypted chains.) Hex salt of the keyed page hashes.
+    public var hashSalt: String? = nil
+    /// (Format 3.) The page maps this archive holds, one per database.
+    public var pageMaps: [Manifest.PageMap]? = nil
+
+    /// Whether this manifest describes an incremental backup, which restores only on top of
+    /// its chain (its base named, or some content left in earlier backups).
+    var isIncremental: Bool {
+        kind == "incremental" || base != nil || files.contains { $0.source != nil }
+    }
 
     /// The JSON text, written row by row (``ManifestWriter``) rather than through
     /// `JSONEncoder`, whose value tree of the whole document costs memory per row.
