@@ -260,13 +260,14 @@ def write_archive(archive, store, created, base=None, mutate=None):
     with zipfile.ZipFile(archive, "w") as out:
         for entry in files:
             path, kind = entry["path"], entry["type"]
-            full = store + "/" + path
-            mode = os.lstat(full).st_mode
+            if "source" in entry:
+                continue
+            mode = os.lstat(store + "/" + path).st_mode
             if kind == "directory":
                 out.writestr(zip_info(path + "/", mode, entry["mtime"]), b"")
             elif kind == "symlink":
                 out.writestr(zip_info(path, mode, entry["mtime"]), entry["linkTarget"].encode())
-            elif "source" not in entry:
+            else:
                 out.writestr(zip_info(path, mode, entry["mtime"]), contents[path])
         for path, (size, pages, records) in sorted(deltas.items()):
             out.writestr(zip_info(".storebackup/pages/" + path, 0o100600, 0), mutate_delta(size, pages, records, mutate))

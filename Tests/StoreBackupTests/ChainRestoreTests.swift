@@ -1,0 +1,188 @@
+import Foundation
+import XCTest
+
+@testable import StoreBackup
+
+/// Restoring incremental backups (format 3, docs/FORMAT.md): chains written by an
+/// independent writer (Fixtures/make_incremental.py, Python's zipfile and sqlite3), so that
+/// restore is checked against the format rather than against storebackup's own create.
+/// Every backup of a chain restores to exactly the store as it was that night; a broken
+/// chain and a hostile delta are refused before the live store is touched.
+final class ChainRestoreTests: XCTestCase {
+    var work = ""
+
+    override func setUpWithError() throws {
+        work = try TestEnvironment.temporaryDirectory("chain")
+    }
+
+    override func tearDownWithError() throws {
+        // The fixture's read-only folders must be writable to be removed by a non-root user.
+        _ = try? runTool("/bin/chmod", ["-R", "u+w", work])
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    /// Writes a chain of `nights` backups into `<work>/<label>`; returns that folder and the
+    /// backups' names, the full first.
+    private func makeChain(_ label: String, nights: Int = 4, mutate: String? = nil) throws -> (folder: String, names: [String]) {
+        let folder = work + "/" + label
+        let script = Bundle.module.resourceURL!.appendingPathComponent("Fixtures/make_incremental.py").path
+        let made = try runTool(
+            "/usr/bin/env", ["python3", script, folder, "--nights", "\(nights)"] + (mutate.map { ["--mutate", $0] } ?? []))
+        XCTAssertEqual(made.status, 0, made.stderr)
+        let chain = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: folder + "/chain.json"))) as! [String: Any]
+        return (folder, chain["backups"] as! [String])
+    }
+
+    /// The tree (independent walk: type, mode, time, content) and the databases' rows.
+    private func snapshot(_ store: String) throws -> String {
+        var text = try StoreFixture.describe(store).sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: "\n")
+        for database in ["App.sqlite", "Other.sqlite", "Added.sqlite"] where FileManager.default.fileExists(atPath: store + "/" + database)
+        {
+            let table = database == "App.sqlite" ? "items" : database == "Other.sqlite" ? "notes" : "t"
+            text += "\n\(database): " + (try StoreFixture.query(store + "/" + database, "SELECT count(*) FROM \(table)"))
+            if database == "App.sqlite" {
+                text +=
+                    " "
+                    + (try StoreFixture.query(
+                        store + "/" + database, "SELECT group_concat(id || ':' || name || ':' || hex(payload), ',') FROM items"))
+            }
+        }
+        return text
+    }
+
+    private func restore(_ name: String, from folder: String, into store: String) throws -> CommandResult {
+        try runStoreBackup(["restore", name, store, "--from", folder + "/backups", "--yes"])
+    }
+
+    func testEveryBackupOfAChainRestoresToTheStoreAsItWas() throws {
+        let chain = try makeChain("good")
+        for (night, name) in chain.names.enumerated() {
+            let store = work + "/restored-\(night)/Stores"
+            let restored = try restore(name, from: chain.folder, into: store)
+            XCTAssertEqual(restored.status, 0, restored.stderr)
+            XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-\(night)"), "night \(night)")
+        }
+        // Onto an existing store (the swap path), and by `latest`.
+        let live = work + "/live/Stores"
+        XCTAssertEqual(try restore(chain.names[1], from: chain.folder, into: live).status, 0)
+        let latest = try restore("latest", from: chain.folder, into: live)
+        XCTAssertEqual(latest.status, 0, latest.stderr)
+        XCTAssertTrue(latest.stderr.contains(chain.names[3]), latest.stderr)
+        XCTAssertEqual(try snapshot(live), try snapshot(chain.folder + "/stores/night-3"))
+        // No download or scratch folder is left beside the store.
+        XCTAssertEqual(try leftBeside(work + "/live"), [])
+    }
+
+    /// A refused restore onto a live store: the error names the backup and the link, the
+    /// store is as it was, nothing is left beside it.
+    private func assertRefused(
+        _ name: String, from folder: String, saying expected: String, file: StaticString = #filePath, line: UInt = #line
+    ) throws {
+        let live = work + "/refused-\(UUID().uuidString.prefix(6))/Stores"
+        // The live store: the chain's full, restored.
+        let full = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: folder + "/backups").sorted().first)
+        XCTAssertEqual(try restore(full, from: folder, into: live).status, 0, file: file, line: line)
+        let before = try snapshot(live)
+        let refused = try restore(name, from: folder, into: live)
+        XCTAssertNotEqual(refused.status, 0, file: file, line: line)
+        XCTAssertTrue(refused.stderr.contains(expected), refused.stderr, file: file, line: line)
+        XCTAssertEqual(
+            refused.stderr.split(separator: "\n").filter { $0.contains("error:") }.count, 1, refused.stderr, file: file, line: line)
+        XCTAssertEqual(try snapshot(live), before, file: file, line: line)
+        XCTAssertEqual(try leftBeside(FileSystem.parentDirectory(of: live)), [], file: file, line: line)
+    }
+
+    /// What a restore left in the store's parent folder besides the store and its lock file.
+    private func leftBeside(_ parent: String) throws -> [String] {
+        try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0 != "Stores" && $0 != ".Stores.storebackup-lock" }.sorted()
+    }
+
+    func testBrokenChainsAreRefusedBeforeAnythingIsWritten() throws {
+        // A missing base.
+        let missing = try makeChain("missing")
+        try FileManager.default.removeItem(atPath: missing.folder + "/backups/" + missing.names[1])
+        try assertRefused(
+            missing.names[3], from: missing.folder,
+            saying: "\"\(missing.names[2])\" is an incremental backup whose chain is broken: its base \"\(missing.names[1])\" is missing")
+
+        // An altered base: its manifest is not the one the next backup was made on.
+        let altered = try makeChain("altered")
+        try rewriteManifest(altered.folder + "/backups/" + altered.names[2], change: "manifest['hostName'] = 'elsewhere'")
+        try assertRefused(
+            altered.names[3], from: altered.folder,
+            saying: "its base \"\(altered.names[2])\" is not the backup it was made on")
+
+        // A foreign base: the incremental names another manifest's hash.
+        let foreign = try makeChain("foreign", mutate: "foreign-base")
+        try assertRefused(foreign.names[3], from: foreign.folder, saying: "is not the backup it was made on")
+
+        // A file marked as the base's that the base does not hold.
+        let absent = try makeChain("absent", mutate: "base-missing-file")
+        try assertRefused(absent.names[3], from: absent.folder, saying: "docs/never-there.txt is marked as unchanged, but its base")
+
+        // A patched database whose page size differs from the base's.
+        let pageSize = try makeChain("pagesize", mutate: "manifest-page-size")
+        try assertRefused(pageSize.names[3], from: pageSize.folder, saying: "App.sqlite is patched by pages of 8192 bytes")
+    }
+
+    func testHostilePageDeltasAreRefused() throws {
+        let cases = [
+            "delta-beyond-pages": "is beyond its",
+            "delta-unsorted": "records must ascend",
+            "delta-page-size": "its page size is 8192, the database's is 4096",
+            "delta-larger": "do not fill its",
+        ]
+        for (mutation, expected) in cases.sorted(by: { $0.key < $1.key }) {
+            let chain = try makeChain(mutation, nights: 2, mutate: mutation)
+            try assertRefused(chain.names[1], from: chain.folder, saying: "the page delta of App.sqlite is unusable: ")
+            try assertRefused(chain.names[1], from: chain.folder, saying: expected)
+        }
+    }
+
+    /// Library level: the Extractor alone refuses an incremental (it would be a partial store),
+    /// and a format-2 archive may not hold format 3's reserved entries.
+    func testIncrementalIsNeverUnpackedAlone() throws {
+        let chain = try makeChain("alone", nights: 2)
+        let path = chain.folder + "/backups/" + chain.names[1]
+        let reader = try ArchiveReader(path: path, backupName: chain.names[1])
+        let extractor = Extractor(reader: reader, cancel: CancellationFlag(), progress: ProgressThrottle(nil))
+        XCTAssertThrowsError(try extractor.extract(into: work + "/alone-out")) { error in
+            guard case .brokenChain(let name, _)? = error as? StoreBackupError else { return XCTFail("\(error)") }
+            XCTAssertEqual(name, chain.names[1])
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/alone-out"))
+
+        // The same archive announcing format 2: its page delta is an unknown, unsafe entry.
+        try rewriteManifest(path, change: "manifest['format'] = 2", renaming: [".storebackup/format-3": ".storebackup/format-2"])
+        XCTAssertThrowsError(try ArchiveReader(path: path, backupName: chain.names[1])) { error in
+            guard case .unsafeArchiveEntry(_, let entry)? = error as? StoreBackupError else { return XCTFail("\(error)") }
+            XCTAssertTrue(entry.hasPrefix(".storebackup/pagemap/") || entry.hasPrefix(".storebackup/pages/"), entry)
+        }
+    }
+
+    /// Rewrites an archive through Python's zipfile with `change` applied to its manifest's
+    /// JSON and entries renamed; every other entry is copied as it is.
+    private func rewriteManifest(_ archive: String, change: String, renaming: [String: String] = [:]) throws {
+        let renames = String(decoding: try JSONSerialization.data(withJSONObject: renaming), as: UTF8.self)
+        let result = try runTool(
+            "/usr/bin/env",
+            [
+                "python3", "-c",
+                """
+                import json, shutil, sys, zipfile
+                source, renames = sys.argv[1], json.loads(sys.argv[2])
+                with zipfile.ZipFile(source) as old, zipfile.ZipFile(source + ".new", "w") as new:
+                    for info in old.infolist():
+                        data = old.read(info)
+                        if info.filename == ".storebackup/manifest.json":
+                            manifest = json.loads(data)
+                            \(change)
+                            data = json.dumps(manifest, indent=2, sort_keys=True).encode()
+                        info.filename = renames.get(info.filename, info.filename)
+                        new.writestr(info, data)
+                shutil.move(source + ".new", source)
+                """, archive, renames,
+            ])
+        XCTAssertEqual(result.status, 0, result.stderr)
+    }
+}
