@@ -139,6 +139,49 @@ final class ChainRestoreTests: XCTestCase {
         }
     }
 
+    func testVerifyLsAndExtractFollowTheChain() throws {
+        let chain = try makeChain("doors")
+        let backups = chain.folder + "/backups"
+        let newest = chain.names[3]
+        let verified = try runStoreBackup(["verify", newest, "--from", backups])
+        XCTAssertEqual(verified.status, 0, verified.stderr)
+        XCTAssertTrue(verified.stdout.hasPrefix("ok"), verified.stdout)
+
+        // ls: the whole tree, each entry saying which backup's archive holds its content.
+        let listed = try runStoreBackup(["ls", newest, "--from", backups, "--json"])
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        let json = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as! [String: Any]
+        let entries = Dictionary(
+            uniqueKeysWithValues: (json["entries"] as! [[String: Any]]).map { ($0["path"] as! String, $0["in"] as? String) })
+        let expected = try StoreFixture.describe(chain.folder + "/stores/night-3")
+        XCTAssertEqual(Set(entries.keys), Set(expected.keys))
+        XCTAssertEqual(entries["docs/readme.txt"], .some(chain.names[0]))
+        XCTAssertEqual(entries["Other.sqlite"], .some(chain.names[2]))
+        XCTAssertEqual(entries["App.sqlite"], .some(nil))
+        XCTAssertEqual(entries["current/z.txt"], .some(nil))
+
+        // extract: a patched database rebuilt from the chain, and a file from an earlier backup.
+        let target = work + "/extracted"
+        let extracted = try runStoreBackup(["extract", newest, "App.sqlite", "ro", "--from", backups, "--into", target])
+        XCTAssertEqual(extracted.status, 0, extracted.stderr)
+        let night3 = chain.folder + "/stores/night-3"
+        for path in ["App.sqlite", "ro/f.txt"] {
+            XCTAssertEqual(
+                try Data(contentsOf: URL(fileURLWithPath: target + "/" + path)),
+                try Data(contentsOf: URL(fileURLWithPath: night3 + "/" + path)), path)
+        }
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: target).sorted(), ["App.sqlite", "ro"])
+        XCTAssertEqual(try leftBeside(work).filter { $0.contains("storebackup-tmp") }, [])
+
+        // verify of a broken chain fails, naming the link.
+        try rewriteManifest(backups + "/" + chain.names[1], change: "manifest['hostName'] = 'elsewhere'")
+        let broken = try runStoreBackup(["verify", newest, "--from", backups])
+        XCTAssertNotEqual(broken.status, 0)
+        XCTAssertTrue(
+            (broken.stdout + broken.stderr).contains("its base \"\(chain.names[1])\" is not the backup it was made on"),
+            broken.stdout + broken.stderr)
+    }
+
     /// Library level: the Extractor alone refuses an incremental (it would be a partial store),
     /// and a format-2 archive may not hold format 3's reserved entries.
     func testIncrementalIsNeverUnpackedAlone() throws {

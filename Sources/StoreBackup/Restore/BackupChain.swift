@@ -78,6 +78,52 @@ struct BackupChain: Sendable {
         return BackupChain(links: fetched.reversed() + [newest])
     }
 
+    /// ``fetch(newest:destination:stage:open:)`` for verify, ls and extract: a base is read in
+    /// place when the destination keeps it on this machine, else downloaded into `folder`
+    /// under the scratch policy (``removeDownloads()`` removes it; a sweep, if killed).
+    static func fetch(
+        newest: ChainLink, destination: any BackupDestination, passwords: PasswordProvider?,
+        downloadingInto folder: String, progress: ProgressHandler?
+    ) async throws -> BackupChain {
+        try await fetch(
+            newest: newest, destination: destination,
+            stage: { name in
+                if let local = destination.localPath(of: name) { return (local, false) }
+                let target = ScratchFiles.path(in: folder, purpose: "download", suffix: ".zip")
+                do { try await destination.download(name, to: target, progress: progress) } catch {
+                    unlink(target)
+                    throw error
+                }
+                return (target, true)
+            },
+            open: { path, name in try await open(path, name: name, passwords: passwords) })
+    }
+
+    /// Opens one archive on a thread of its own (reading its directory and manifest blocks).
+    static func open(_ path: String, name: String, passwords: PasswordProvider?) async throws -> ArchiveReader {
+        try await runBlocking(name: "storebackup-chain") { _ in try ArchiveReader(path: path, backupName: name, passwords: passwords) }
+    }
+
+    /// For each path of the newest backup's tree: the backup whose archive holds its content
+    /// (the newest that stored it whole or patched it with a page delta), and whether the
+    /// content is rebuilt from page deltas.
+    func contentHolders() -> [String: (backup: String, patched: Bool)] {
+        var holders: [String: (backup: String, patched: Bool)] = [:]
+        for link in links {
+            guard let manifest = link.manifest else { continue }
+            var next: [String: (backup: String, patched: Bool)] = [:]
+            for file in manifest.files {
+                switch file.source {
+                case "base": next[file.path] = holders[file.path] ?? (link.name, false)
+                case "pages": next[file.path] = (link.name, true)
+                default: next[file.path] = (link.name, false)
+                }
+            }
+            holders = next
+        }
+        return holders
+    }
+
     /// Removes the archives downloaded for the chain's bases.
     func removeDownloads() {
         for link in links.dropLast() where link.downloaded { unlink(link.path) }

@@ -20,6 +20,9 @@ struct ChainApplier {
     let progress: ProgressThrottle
     var allowOutsideLinks = false
     var acceptDamagedDatabases = false
+    /// Build only the paths this accepts (`extract` of a few files: the selected paths and
+    /// the folders on their way); nil builds the whole tree.
+    var selection: (@Sendable (String) -> Bool)? = nil
     /// Damaged-at-the-source databases found (path: SQLite's answer), as the Extractor's.
     let damagedDatabases = Locked<[String: String]>([:])
 
@@ -46,8 +49,10 @@ struct ChainApplier {
         let newest = chain.newest
         guard let manifest = newest.manifest else { return databases.sorted() }
         try finish(root, manifest: manifest, unchecked: unchecked, backupName: newest.name)
-        return manifest.databases.map(\.path)
+        return manifest.databases.map(\.path).filter(isSelected)
     }
+
+    private func isSelected(_ path: String) -> Bool { selection?(path) ?? true }
 
     /// Unpacks one backup of the chain with the Extractor; returns the databases it checked.
     private func extract(_ link: ChainLink, applying: Bool, into target: String) throws -> [String] {
@@ -55,6 +60,7 @@ struct ChainApplier {
         extractor.applyingIncremental = applying
         extractor.allowOutsideLinks = allowOutsideLinks
         extractor.acceptDamagedDatabases = acceptDamagedDatabases
+        extractor.selection = selection
         let databases = try extractor.extract(into: target)
         let damaged = extractor.damagedDatabases.current
         damagedDatabases.withLock { $0.merge(damaged) { _, new in new } }
@@ -67,14 +73,14 @@ struct ChainApplier {
     private func makeRoom(in root: ConfinedTree, from previous: Manifest, for manifest: Manifest) throws -> Set<String> {
         // Folders keep their final mode only at the end of each step: a read-only one must
         // take the removals and new entries first.
-        for folder in previous.files where folder.type == "directory" {
+        for folder in previous.files where folder.type == "directory" && isSelected(folder.path) {
             try root.setDirectoryAttributes(folder.path, permissions: 0o700, modificationTime: folder.mtime)
         }
         try root.setDirectoryAttributes(nil, permissions: 0o700, modificationTime: previous.rootMtime ?? 0)
         var next: [String: Manifest.File] = [:]
         for file in manifest.files { next[file.path] = file }
         var removed = Set<String>()
-        for old in previous.files.sorted(by: { $0.path.utf8.count > $1.path.utf8.count }) {
+        for old in previous.files.sorted(by: { $0.path.utf8.count > $1.path.utf8.count }) where isSelected(old.path) {
             let keep: Bool
             if let new = next[old.path] {
                 switch new.type {
@@ -96,7 +102,7 @@ struct ChainApplier {
     private func applyPageDeltas(of link: ChainLink, in root: ConfinedTree) throws {
         guard let manifest = link.manifest else { return }
         let pageSizes = Dictionary(manifest.databases.map { ($0.path, $0.pageSize) }) { first, _ in first }
-        for file in manifest.files where file.source == "pages" {
+        for file in manifest.files where file.source == "pages" && isSelected(file.path) {
             try cancel.throwIfCancelled()
             guard let entry = link.reader.pageDeltas[file.path], let pageSize = pageSizes[file.path] else {
                 throw StoreBackupError.corruptArchive(name: link.name, reason: "the page delta of \(file.path) is missing")
@@ -116,7 +122,7 @@ struct ChainApplier {
     /// then gives every file carried over from a base its newest mode and time.
     private func finish(_ root: ConfinedTree, manifest: Manifest, unchecked: Set<String>, backupName: String) throws {
         let databases = Set(manifest.databases.map(\.path))
-        for file in manifest.files where unchecked.contains(file.path) {
+        for file in manifest.files where unchecked.contains(file.path) && isSelected(file.path) {
             try cancel.throwIfCancelled()
             progress.report(BackupProgress(phase: .checking, currentFile: file.path), force: true)
             let descriptor = try root.openFileForReading(file.path)
@@ -143,7 +149,7 @@ struct ChainApplier {
                 }
             }
         }
-        for file in manifest.files where file.source != nil {
+        for file in manifest.files where file.source != nil && isSelected(file.path) {
             try root.setFileAttributes(file.path, permissions: file.mode & 0o7777, modificationTime: file.mtime)
         }
     }
