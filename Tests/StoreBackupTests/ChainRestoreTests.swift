@@ -182,6 +182,68 @@ final class ChainRestoreTests: XCTestCase {
             broken.stdout + broken.stderr)
     }
 
+    /// kill -9 at each step of a chain restore (before the chain is applied, between two
+    /// incrementals, once `_New` is synced, before the swap): the next command puts the old
+    /// store back exactly and leaves nothing beside it; the restore then completes.
+    func testKillDuringAChainRestoreLeavesTheOldStore() throws {
+        let chain = try makeChain("crash")
+        let store = work + "/crash-live/Stores"
+        XCTAssertEqual(try restore(chain.names[0], from: chain.folder, into: store).status, 0)
+        let before = try snapshot(store)
+        let scratch = work + "/crash-tmp"
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        for step in ["extracting", "chain-applied", "synced", "before-swap"] {
+            let restore = try BackgroundCommand(
+                ["restore", chain.names[3], store, "--from", chain.folder + "/backups", "--yes"],
+                environment: ["STOREBACKUP_TEST_PAUSE_AT": step, "TMPDIR": scratch])
+            XCTAssertTrue(restore.waitForLine(containing: "test pause at \(step)"), "\(step): never reached; \(restore.stderrSoFar)")
+            restore.kill9()
+            let recovered = try runStoreBackup(["recover", store], environment: ["TMPDIR": scratch])
+            XCTAssertEqual(recovered.status, 0, recovered.stderr)
+            XCTAssertEqual(try snapshot(store), before, "after a kill at \(step)")
+            XCTAssertEqual(try leftBeside(FileSystem.parentDirectory(of: store)), [], step)
+        }
+        XCTAssertEqual(try restore(chain.names[3], from: chain.folder, into: store).status, 0)
+        XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-3"))
+    }
+
+    /// From a remote destination (a real WebDAV server): each base is downloaded beside the
+    /// store, and every download is gone afterwards, after a success and after a refusal.
+    func testChainFromARemoteDestinationIsDownloadedAndCleanedUp() async throws {
+        let chain = try makeChain("remote")
+        let servers = try TestServers(label: "chain-webdav")
+        defer { servers.stop() }
+        let server = try servers.start("webdav")
+        let remote = (server["data_dir"] as! String) + "/backups"
+        try FileManager.default.createDirectory(atPath: remote, withIntermediateDirectories: true)
+        for name in chain.names {
+            try FileManager.default.copyItem(atPath: chain.folder + "/backups/" + name, toPath: remote + "/" + name)
+        }
+        let options = DestinationOptions(
+            retry: WebDAVDestinationTests.retry,
+            environment: [
+                "HOME": work, "STOREBACKUP_WEBDAV_USER": server["user"] as! String,
+                "STOREBACKUP_WEBDAV_PASSWORD": server["password"] as! String,
+            ])
+        let destination = try WebDAVDestination.make(url: "webdav://127.0.0.1:\(server["port"] as! Int)/dav/backups", options: options)
+        let store = work + "/remote-live/Stores"
+        let helper = StoreHelper(storesDirectory: store, destination: destination)
+        let result = try await helper.restore("latest")
+        XCTAssertEqual(result.backupName, chain.names[3])
+        XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-3"))
+        XCTAssertEqual(try leftBeside(FileSystem.parentDirectory(of: store)), [])
+
+        try FileManager.default.removeItem(atPath: remote + "/" + chain.names[0])
+        do {
+            _ = try await helper.restore(chain.names[2])
+            XCTFail("a chain without its full must be refused")
+        } catch let error as StoreBackupError {
+            XCTAssertTrue(error.description.contains("its base \"\(chain.names[0])\" is missing from"), error.description)
+        }
+        XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-3"))
+        XCTAssertEqual(try leftBeside(FileSystem.parentDirectory(of: store)), [])
+    }
+
     /// Library level: the Extractor alone refuses an incremental (it would be a partial store),
     /// and a format-2 archive may not hold format 3's reserved entries.
     func testIncrementalIsNeverUnpackedAlone() throws {

@@ -247,6 +247,10 @@ struct Extractor {
             throw StoreBackupError.corruptArchive(
                 name: reader.backupName, reason: "\(misplaced.path) has an entry although its manifest says its content is in the base")
         }
+        // Such a file's path is no entry name ArchiveReader checked: check it here, as one.
+        if let unsafe = manifest.files.first(where: { $0.source != nil && !ArchiveReader.isSafeRelativePath($0.path) }) {
+            throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: unsafe.path)
+        }
         if let unknown = manifest.files.first(where: { $0.source.map { $0 != "base" && $0 != "pages" } ?? false }) {
             throw StoreBackupError.corruptArchive(
                 name: reader.backupName, reason: "\(unknown.path) has an unknown source \"\(unknown.source ?? "")\"")

@@ -45,6 +45,7 @@ struct ChainApplier {
             for file in manifest.files where file.source == nil { unchecked.remove(file.path) }
             try applyPageDeltas(of: link, in: root)
             for file in manifest.files where file.source == "pages" { unchecked.insert(file.path) }
+            TestPausePoint.reach("chain-applied")
         }
         let newest = chain.newest
         guard let manifest = newest.manifest else { return databases.sorted() }
