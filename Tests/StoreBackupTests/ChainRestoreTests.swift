@@ -23,11 +23,14 @@ final class ChainRestoreTests: XCTestCase {
 
     /// Writes a chain of `nights` backups into `<work>/<label>`; returns that folder and the
     /// backups' names, the full first.
-    private func makeChain(_ label: String, nights: Int = 4, mutate: String? = nil) throws -> (folder: String, names: [String]) {
+    private func makeChain(_ label: String, nights: Int = 4, seed: UInt64 = 35, mutate: String? = nil) throws -> (
+        folder: String, names: [String]
+    ) {
         let folder = work + "/" + label
         let script = Bundle.module.resourceURL!.appendingPathComponent("Fixtures/make_incremental.py").path
         let made = try runTool(
-            "/usr/bin/env", ["python3", script, folder, "--nights", "\(nights)"] + (mutate.map { ["--mutate", $0] } ?? []))
+            "/usr/bin/env",
+            ["python3", script, folder, "--nights", "\(nights)", "--seed", "\(seed)"] + (mutate.map { ["--mutate", $0] } ?? []))
         XCTAssertEqual(made.status, 0, made.stderr)
         let chain = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: folder + "/chain.json"))) as! [String: Any]
         return (folder, chain["backups"] as! [String])
@@ -36,9 +39,9 @@ final class ChainRestoreTests: XCTestCase {
     /// The tree (independent walk: type, mode, time, content) and the databases' rows.
     private func snapshot(_ store: String) throws -> String {
         var text = try StoreFixture.describe(store).sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: "\n")
-        for database in ["App.sqlite", "Other.sqlite", "Added.sqlite"] where FileManager.default.fileExists(atPath: store + "/" + database)
+        let tables = ["App.sqlite": "items", "Other.sqlite": "notes", "Added.sqlite": "t", "Extra.sqlite": "t"]
+        for (database, table) in tables.sorted(by: { $0.key < $1.key }) where FileManager.default.fileExists(atPath: store + "/" + database)
         {
-            let table = database == "App.sqlite" ? "items" : database == "Other.sqlite" ? "notes" : "t"
             text += "\n\(database): " + (try StoreFixture.query(store + "/" + database, "SELECT count(*) FROM \(table)"))
             if database == "App.sqlite" {
                 text +=
@@ -180,6 +183,25 @@ final class ChainRestoreTests: XCTestCase {
         XCTAssertTrue(
             (broken.stdout + broken.stderr).contains("its base \"\(chain.names[1])\" is not the backup it was made on"),
             broken.stdout + broken.stderr)
+    }
+
+    /// Seeded nights of random work after the scripted ones (VACUUM, page size changes, a
+    /// database added and removed, blobs, folders, a link, modes and times): every backup of
+    /// the chain restores to its night's store. STOREBACKUP_CHAIN_NIGHTS (default 10) and
+    /// STOREBACKUP_CHAIN_SEED (default random, printed) make a longer or replayed run.
+    func testSeededNightsEachRestoreToTheirStore() throws {
+        let environment = ProcessInfo.processInfo.environment
+        let nights = max(5, Int(environment["STOREBACKUP_CHAIN_NIGHTS"] ?? "") ?? 10)
+        let seed = UInt64(environment["STOREBACKUP_CHAIN_SEED"] ?? "") ?? UInt64.random(in: 1...999_999)
+        print("ChainRestoreTests: \(nights) nights, STOREBACKUP_CHAIN_SEED=\(seed)")
+        let chain = try makeChain("seeded", nights: nights, seed: seed)
+        for (night, name) in chain.names.enumerated() {
+            let store = work + "/seeded-\(night)/Stores"
+            let restored = try restore(name, from: chain.folder, into: store)
+            XCTAssertEqual(restored.status, 0, "seed \(seed), night \(night): \(restored.stderr)")
+            XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-\(night)"), "seed \(seed), night \(night)")
+            try? FileSystem.removeTree(work + "/seeded-\(night)")
+        }
     }
 
     /// kill -9 at each step of a chain restore (before the chain is applied, between two

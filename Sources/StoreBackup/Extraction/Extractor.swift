@@ -61,6 +61,10 @@ struct Extractor {
     /// the manifest marks with a `source` have no entry here. Without it, an incremental
     /// backup is refused: alone it is only part of a store.
     var applyingIncremental = false
+    /// Databases whose `PRAGMA integrity_check` waits for their final content: a later backup
+    /// of the chain patches, replaces or removes them (their SHA-256 is still checked here).
+    /// The check is the longest step of a restore; a chain makes it once per database.
+    var deferredChecks: Set<String> = []
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
     static let unverifiedWarning =
@@ -347,7 +351,8 @@ struct Extractor {
                 }
                 let path = EscapedName.escapedRoot(root.root) + "/" + database.path
                 let expected = manifestByPath[database.path]
-                let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
+                let deferred = deferredChecks.contains(database.path)
+                let followed = !deferred && expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
                 let digest = try extractFile(
                     database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
@@ -356,7 +361,9 @@ struct Extractor {
                     },
                     onBytes: onBytes)
                 digests += digest.map { [$0] } ?? []
-                if unpacking == nil { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: nil)) }
+                if unpacking == nil && !deferred {
+                    checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: nil))
+                }
                 flushes?.submit(database.path)
                 if digests.count >= pendingDigestLimit { try verifyDigests(&digests) }
             }

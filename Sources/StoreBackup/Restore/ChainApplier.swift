@@ -29,7 +29,7 @@ struct ChainApplier {
     /// Builds the newest backup's tree into `target` (which must not exist). Returns the
     /// databases of the newest manifest, each checked.
     func build(into target: String) throws -> [String] {
-        var databases = Set(try extract(chain.links[0], applying: false, into: target))
+        var databases = Set(try extract(chain.links[0], applying: false, deferring: changedLater(than: 0), into: target))
         // Files whose content changed since they were last checked against a SHA-256.
         var unchecked = Set<String>()
         let root = try ConfinedTree(opening: target)
@@ -40,7 +40,7 @@ struct ChainApplier {
             let removed = try makeRoom(in: root, from: previous, for: manifest)
             unchecked.subtract(removed)
             databases.subtract(removed)
-            let unpacked = try extract(link, applying: true, into: target)
+            let unpacked = try extract(link, applying: true, deferring: changedLater(than: index), into: target)
             databases.formUnion(unpacked)
             for file in manifest.files where file.source == nil { unchecked.remove(file.path) }
             try applyPageDeltas(of: link, in: root)
@@ -56,9 +56,10 @@ struct ChainApplier {
     private func isSelected(_ path: String) -> Bool { selection?(path) ?? true }
 
     /// Unpacks one backup of the chain with the Extractor; returns the databases it checked.
-    private func extract(_ link: ChainLink, applying: Bool, into target: String) throws -> [String] {
+    private func extract(_ link: ChainLink, applying: Bool, deferring: Set<String>, into target: String) throws -> [String] {
         var extractor = Extractor(reader: link.reader, cancel: cancel, progress: progress)
         extractor.applyingIncremental = applying
+        extractor.deferredChecks = deferring
         extractor.allowOutsideLinks = allowOutsideLinks
         extractor.acceptDamagedDatabases = acceptDamagedDatabases
         extractor.selection = selection
@@ -66,6 +67,24 @@ struct ChainApplier {
         let damaged = extractor.damagedDatabases.current
         damagedDatabases.withLock { $0.merge(damaged) { _, new in new } }
         return databases
+    }
+
+    /// The paths a backup after `index` patches, stores anew or drops: checking their
+    /// content as backup `index` leaves it would be done again (or for nothing) later.
+    private func changedLater(than index: Int) -> Set<String> {
+        guard let current = chain.links[index].manifest else { return [] }
+        var changed = Set<String>()
+        var present = Set(current.databases.map(\.path))
+        for link in chain.links[(index + 1)...] {
+            guard let manifest = link.manifest else { continue }
+            var next = Set<String>()
+            for file in manifest.files where present.contains(file.path) {
+                if file.source == "base" { next.insert(file.path) } else { changed.insert(file.path) }
+            }
+            changed.formUnion(present.subtracting(manifest.files.map(\.path)))
+            present = next
+        }
+        return changed
     }
 
     /// Opens every folder for writing, then removes each path of the tree as `previous` left

@@ -125,7 +125,7 @@ def night(store, number, rng, mtime):
         write(store + "/ro/f.txt", b"changed in a read-only folder\n", mtime)
         os.chmod(store + "/ro", 0o555)
         os.chmod(store + "/docs/readme.txt", 0o640)
-    elif number >= 3:
+    elif number == 3:
         connection = database(store + "/App.sqlite")
         connection.execute("DELETE FROM items WHERE id % 3 = 0")
         connection.execute("VACUUM")
@@ -136,9 +136,58 @@ def night(store, number, rng, mtime):
         write(store + "/current/z.txt", b"a folder where a link was\n", mtime)
         os.utime(blobs + "/blob-3", (mtime, mtime))
         write(blobs + f"/blob-n{number}", rng.randbytes(3000), mtime)
-    for name in ("App.sqlite", "Other.sqlite", "Added.sqlite"):
+    else:
+        random_night(store, number, rng, mtime)
+    for name in ("App.sqlite", "Other.sqlite", "Added.sqlite", "Extra.sqlite"):
         if os.path.exists(store + "/" + name):
             os.utime(store + "/" + name, (mtime, mtime))
+
+
+def random_night(store, number, rng, mtime):
+    """Nights after the fourth: a seeded mix of the same kinds of change."""
+    blobs = store + "/.App_SUPPORT/_EXTERNAL_DATA"
+    names = sorted(os.listdir(blobs))
+    for _ in range(rng.randint(0, 3)):
+        write(f"{blobs}/blob-r{number}-{rng.randint(0, 999)}", rng.randbytes(rng.randint(0, 20000)), mtime)
+    for name in rng.sample(names, min(len(names), rng.randint(0, 2))):
+        choice = rng.choice(["change", "remove", "chmod", "touch"])
+        path = blobs + "/" + name
+        if choice == "change":
+            write(path, rng.randbytes(rng.randint(0, 20000)), mtime)
+        elif choice == "remove":
+            os.unlink(path)
+        elif choice == "chmod":
+            os.chmod(path, rng.choice([0o600, 0o640, 0o644]))
+        else:
+            os.utime(path, (mtime, mtime))
+    if rng.random() < 0.3:
+        connection = database(store + "/App.sqlite")
+        connection.execute("VACUUM")
+        connection.close()
+    if rng.random() < 0.3:
+        other = database(store + "/Other.sqlite")
+        size = other.execute("PRAGMA page_size").fetchone()[0]
+        other.execute(f"PRAGMA page_size={4096 if size != 4096 else 8192}")
+        other.execute("VACUUM")
+        other.execute("INSERT INTO notes(text) VALUES (?)", (f"night {number}",))
+        other.close()
+    extra = store + "/Extra.sqlite"
+    if os.path.exists(extra) and rng.random() < 0.5:
+        os.unlink(extra)
+    elif rng.random() < 0.5:
+        connection = database(extra, 2048)
+        connection.execute("CREATE TABLE IF NOT EXISTS t(x)")
+        connection.execute("INSERT INTO t VALUES (?)", (rng.randbytes(rng.randint(10, 5000)),))
+        connection.close()
+    folder = f"{store}/folder-{rng.randint(0, 2)}"
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)
+    else:
+        write(folder + "/inside.txt", rng.randbytes(100), mtime)
+    link = store + "/link"
+    if os.path.lexists(link):
+        os.unlink(link)
+    os.symlink(rng.choice(["App.sqlite", "docs/readme.txt", "missing-target", "new"]), link)
 
 
 # ---------------------------------------------------------------- the archive
