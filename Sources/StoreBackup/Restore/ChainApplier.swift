@@ -29,7 +29,7 @@ struct ChainApplier {
     /// Builds the newest backup's tree into `target` (which must not exist). Returns the
     /// databases of the newest manifest, each checked.
     func build(into target: String) throws -> [String] {
-        var databases = Set(try extract(chain.links[0], applying: false, deferring: changedLater(than: 0), into: target))
+        try extract(chain.links[0], applying: false, deferring: changedLater(than: 0), into: target)
         // Files whose content changed since they were last checked against a SHA-256.
         var unchecked = Set<String>()
         let root = try ConfinedTree(opening: target)
@@ -37,36 +37,33 @@ struct ChainApplier {
             try cancel.throwIfCancelled()
             let link = chain.links[index]
             guard let previous = chain.links[index - 1].manifest, let manifest = link.manifest else { continue }
-            let removed = try makeRoom(in: root, from: previous, for: manifest)
-            unchecked.subtract(removed)
-            databases.subtract(removed)
-            let unpacked = try extract(link, applying: true, deferring: changedLater(than: index), into: target)
-            databases.formUnion(unpacked)
+            unchecked.subtract(try makeRoom(in: root, from: previous, for: manifest))
+            try extract(link, applying: true, deferring: changedLater(than: index), into: target)
             for file in manifest.files where file.source == nil { unchecked.remove(file.path) }
             try applyPageDeltas(of: link, in: root)
             for file in manifest.files where file.source == "pages" { unchecked.insert(file.path) }
             TestPausePoint.reach("chain-applied")
         }
         let newest = chain.newest
-        guard let manifest = newest.manifest else { return databases.sorted() }
+        guard let manifest = newest.manifest else { return [] }
         try finish(root, manifest: manifest, unchecked: unchecked, backupName: newest.name)
         return manifest.databases.map(\.path).filter(isSelected)
     }
 
     private func isSelected(_ path: String) -> Bool { selection?(path) ?? true }
 
-    /// Unpacks one backup of the chain with the Extractor; returns the databases it checked.
-    private func extract(_ link: ChainLink, applying: Bool, deferring: Set<String>, into target: String) throws -> [String] {
+    /// Unpacks one backup of the chain with the Extractor (the tree as the backup before it
+    /// left it is in `target`, less what ``makeRoom(in:from:for:)`` removed).
+    private func extract(_ link: ChainLink, applying: Bool, deferring: Set<String>, into target: String) throws {
         var extractor = Extractor(reader: link.reader, cancel: cancel, progress: progress)
         extractor.applyingIncremental = applying
         extractor.deferredChecks = deferring
         extractor.allowOutsideLinks = allowOutsideLinks
         extractor.acceptDamagedDatabases = acceptDamagedDatabases
         extractor.selection = selection
-        let databases = try extractor.extract(into: target)
+        try extractor.extract(into: target)
         let damaged = extractor.damagedDatabases.current
         damagedDatabases.withLock { $0.merge(damaged) { _, new in new } }
-        return databases
     }
 
     /// The paths a backup after `index` patches, stores anew or drops: checking their
@@ -138,9 +135,13 @@ struct ChainApplier {
         }
     }
 
-    /// Checks what was patched against the newest manifest (SHA-256, then `integrity_check`),
-    /// then gives every file carried over from a base its newest mode and time.
+    /// Gives every file carried over from a base its newest mode and time, then checks what
+    /// was patched against the newest manifest (SHA-256, then `integrity_check`; a database
+    /// that passes is recorded as it stays, so reload need not check it again).
     private func finish(_ root: ConfinedTree, manifest: Manifest, unchecked: Set<String>, backupName: String) throws {
+        for file in manifest.files where file.source != nil && isSelected(file.path) {
+            try root.setFileAttributes(file.path, permissions: file.mode & 0o7777, modificationTime: file.mtime)
+        }
         let databases = Set(manifest.databases.map(\.path))
         for file in manifest.files where unchecked.contains(file.path) && isSelected(file.path) {
             try cancel.throwIfCancelled()
@@ -149,10 +150,9 @@ struct ChainApplier {
             defer { close(descriptor) }
             let path = EscapedName.escapedRoot(root.root) + "/" + file.path
             var hasher = SHA256()
-            var size: Int64 = 0
             var info = stat()
             guard fstat(descriptor, &info) == 0 else { throw StoreBackupError.io(path: path, operation: "stat", errno: errno) }
-            size = Int64(info.st_size)
+            let size = Int64(info.st_size)
             guard size == file.size else { throw StoreBackupError.checksumMismatch(name: backupName, entry: file.path) }
             try FileDigest.read(descriptor: descriptor, path: path, offset: 0, length: size) { _, bytes in
                 hasher.update(bufferPointer: bytes)
@@ -168,9 +168,6 @@ struct ChainApplier {
                     throw StoreBackupError.databaseDamagedAtSource(name: backupName, databases: [file.path], result: answer)
                 }
             }
-        }
-        for file in manifest.files where file.source != nil && isSelected(file.path) {
-            try root.setFileAttributes(file.path, permissions: file.mode & 0o7777, modificationTime: file.mtime)
         }
     }
 }
