@@ -23,14 +23,17 @@ final class ChainRestoreTests: XCTestCase {
 
     /// Writes a chain of `nights` backups into `<work>/<label>`; returns that folder and the
     /// backups' names, the full first.
-    private func makeChain(_ label: String, nights: Int = 4, seed: UInt64 = 35, mutate: String? = nil) throws -> (
+    private func makeChain(
+        _ label: String, nights: Int = 4, seed: UInt64 = 35, mutate: String? = nil, encrypt password: String? = nil
+    ) throws -> (
         folder: String, names: [String]
     ) {
         let folder = work + "/" + label
         let script = Bundle.module.resourceURL!.appendingPathComponent("Fixtures/make_incremental.py").path
         let made = try runTool(
             "/usr/bin/env",
-            ["python3", script, folder, "--nights", "\(nights)", "--seed", "\(seed)"] + (mutate.map { ["--mutate", $0] } ?? []))
+            ["python3", script, folder, "--nights", "\(nights)", "--seed", "\(seed)"] + (mutate.map { ["--mutate", $0] } ?? [])
+                + (password.map { ["--encrypt", $0] } ?? []))
         XCTAssertEqual(made.status, 0, made.stderr)
         let chain = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: folder + "/chain.json"))) as! [String: Any]
         return (folder, chain["backups"] as! [String])
@@ -202,6 +205,33 @@ final class ChainRestoreTests: XCTestCase {
             XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-\(night)"), "seed \(seed), night \(night)")
             try? FileSystem.removeTree(work + "/seeded-\(night)")
         }
+    }
+
+    /// An encrypted chain (every archive AES-256, one password) restores, asking for the
+    /// password once (a prompt would not come once per backup); a wrong one is refused
+    /// before anything is written.
+    func testEncryptedChainAsksForThePasswordOnce() async throws {
+        let chain = try makeChain("encrypted", encrypt: "correct horse")
+        let store = work + "/encrypted-live/Stores"
+        let asked = Locked(0)
+        var helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: chain.folder + "/backups"))
+        helper.passwords = PasswordProvider {
+            asked.withLock { $0 += 1 }
+            return try BackupPassword("correct horse")
+        }
+        _ = try await helper.restore(chain.names[3])
+        XCTAssertEqual(asked.current, 1)
+        XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-3"))
+
+        helper.passwords = .fixed(try BackupPassword("wrong horse"))
+        do {
+            _ = try await helper.restore(chain.names[2])
+            XCTFail("a wrong password must be refused")
+        } catch let error as StoreBackupError {
+            XCTAssertEqual(error, .wrongPassword(name: chain.names[2]))
+        }
+        XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-3"))
+        XCTAssertEqual(try leftBeside(FileSystem.parentDirectory(of: store)), [])
     }
 
     /// kill -9 at each step of a chain restore (before the chain is applied, between two

@@ -32,12 +32,13 @@ struct BackupChain: Sendable {
     var newest: ChainLink { links[links.count - 1] }
 
     /// Fetches the chain of `newest` (already staged and opened): `stage` brings a backup of
-    /// `destination` onto this machine, `open` opens it. On any failure the downloads made so
-    /// far are removed (not `newest`'s: its caller owns it).
+    /// `destination` onto this machine. On any failure the downloads made so far are removed
+    /// (not `newest`'s: its caller owns it). An encrypted chain's bases are opened with the
+    /// password that opened `newest` (a chain keeps one), and `passwords` is asked only when
+    /// that one does not fit: a prompt comes once, not once per backup.
     static func fetch(
-        newest: ChainLink, destination: any BackupDestination,
-        stage: @Sendable (String) async throws -> (path: String, downloaded: Bool),
-        open: @Sendable (String, String) async throws -> ArchiveReader
+        newest: ChainLink, destination: any BackupDestination, passwords: PasswordProvider?,
+        stage: @Sendable (String) async throws -> (path: String, downloaded: Bool)
     ) async throws -> BackupChain {
         guard let manifest = newest.manifest, manifest.isIncremental else { return BackupChain(links: [newest]) }
         var fetched: [ChainLink] = []
@@ -62,7 +63,7 @@ struct BackupChain: Sendable {
                 }
                 let staged = try await stage(base.name)
                 let reader: ArchiveReader
-                do { reader = try await open(staged.path, base.name) } catch {
+                do { reader = try await openBase(staged.path, name: base.name, opened: newest.reader, passwords: passwords) } catch {
                     if staged.downloaded { unlink(staged.path) }
                     throw error
                 }
@@ -78,7 +79,20 @@ struct BackupChain: Sendable {
         return BackupChain(links: fetched.reversed() + [newest])
     }
 
-    /// ``fetch(newest:destination:stage:open:)`` for verify, ls and extract: a base is read in
+    /// Opens a base with the password of the chain's newest backup, then (when it does not
+    /// fit, or the newest had none) with `passwords`.
+    private static func openBase(
+        _ path: String, name: String, opened newest: ArchiveReader, passwords: PasswordProvider?
+    ) async throws -> ArchiveReader {
+        guard let known = newest.password else { return try await open(path, name: name, passwords: passwords) }
+        do {
+            return try await open(path, name: name, passwords: .fixed(known))
+        } catch StoreBackupError.wrongPassword {
+            return try await open(path, name: name, passwords: passwords)
+        }
+    }
+
+    /// ``fetch(newest:destination:passwords:stage:)`` for verify, ls and extract: a base is read in
     /// place when the destination keeps it on this machine, else downloaded into `folder`
     /// under the scratch policy (``removeDownloads()`` removes it; a sweep, if killed).
     static func fetch(
@@ -86,7 +100,7 @@ struct BackupChain: Sendable {
         downloadingInto folder: String, progress: ProgressHandler?
     ) async throws -> BackupChain {
         try await fetch(
-            newest: newest, destination: destination,
+            newest: newest, destination: destination, passwords: passwords,
             stage: { name in
                 if let local = destination.localPath(of: name) { return (local, false) }
                 let target = ScratchFiles.path(in: folder, purpose: "download", suffix: ".zip")
@@ -95,8 +109,7 @@ struct BackupChain: Sendable {
                     throw error
                 }
                 return (target, true)
-            },
-            open: { path, name in try await open(path, name: name, passwords: passwords) })
+            })
     }
 
     /// Opens one archive on a thread of its own (reading its directory and manifest blocks).

@@ -12,7 +12,7 @@ import Glibc
 /// deltas (``PageDeltaReader``), and sets modes and times from the manifest. Last, every file
 /// whose final content was not checked on the way (a patched database) is checked against
 /// the newest manifest's SHA-256, and each such database passes `PRAGMA integrity_check`.
-/// The chain's links were checked by ``BackupChain/fetch(newest:destination:stage:open:)``
+/// The chain's links were checked by ``BackupChain/fetch(newest:destination:passwords:stage:)``
 /// before this runs. Any failure throws; the caller removes the folder.
 struct ChainApplier {
     let chain: BackupChain

@@ -78,15 +78,12 @@ struct RestoreTransaction {
     private func fetchChain(
         newest name: String, staged: (path: String, downloaded: Bool), progress: ProgressHandler?
     ) async throws -> BackupChain {
-        let passwords = self.passwords
-        let open: @Sendable (String, String) async throws -> ArchiveReader = { path, name in
-            try await runBlocking(name: "storebackup-restore") { _ in try ArchiveReader(path: path, backupName: name, passwords: passwords)
-            }
-        }
-        let newest = ChainLink(name: name, path: staged.path, downloaded: staged.downloaded, reader: try await open(staged.path, name))
+        let reader = try await BackupChain.open(staged.path, name: name, passwords: passwords)
+        let newest = ChainLink(name: name, path: staged.path, downloaded: staged.downloaded, reader: reader)
         let transaction = self
         return try await BackupChain.fetch(
-            newest: newest, destination: source, stage: { try await transaction.stage($0, progress: progress) }, open: open)
+            newest: newest, destination: source, passwords: passwords,
+            stage: { try await transaction.stage($0, progress: progress) })
     }
 
     /// The backup as a file on this machine: the source's own file when it keeps one here

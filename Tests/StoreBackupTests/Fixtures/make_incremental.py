@@ -3,13 +3,16 @@
 Python's zipfile and sqlite3 only: a second writer, independent of storebackup's, so that
 restore is checked against the format and not against its own create.
 
-    make_incremental.py OUT [--nights N] [--seed S] [--mutate CASE]
+    make_incremental.py OUT [--nights N] [--seed S] [--mutate CASE] [--encrypt PASSWORD]
 
 OUT/backups/ gets one archive a night; OUT/stores/night-K/ keeps a copy of the store as it
 was when backup K was made (what restoring backup K must give back). A night's work on the
 store (seeded): rows of a database updated, inserted and deleted, blobs added, changed and
 removed, a database whose page size changes, a database added then removed, folders and a
 link changed, a mode and a time changed without the content.
+
+--encrypt encrypts every entry but the folders with WinZip AES-256 through libzip (Python's
+zipfile cannot write AES), as an encrypted storebackup archive is.
 
 --mutate writes the last incremental as a hostile or broken one instead:
   delta-beyond-pages   a page delta record numbered past the page count
@@ -357,12 +360,31 @@ def mutate_delta(size, pages, records, mutate):
     return data
 
 
+def encrypt(path, password):
+    """Every entry with content AES-256 encrypted, through libzip itself."""
+    import ctypes
+    libzip = ctypes.CDLL("libzip.so.4")
+    libzip.zip_open.restype = ctypes.c_void_p
+    libzip.zip_get_name.restype = ctypes.c_char_p
+    error = ctypes.c_int(0)
+    archive = libzip.zip_open(path.encode(), 0, ctypes.byref(error))
+    assert archive, error.value
+    for index in range(libzip.zip_get_num_entries(ctypes.c_void_p(archive), 0)):
+        name = libzip.zip_get_name(ctypes.c_void_p(archive), ctypes.c_uint64(index), 0)
+        if name.endswith(b"/"):
+            continue
+        assert libzip.zip_file_set_encryption(ctypes.c_void_p(archive), ctypes.c_uint64(index), ctypes.c_uint16(259),
+                                              password.encode()) == 0
+    assert libzip.zip_close(ctypes.c_void_p(archive)) == 0
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out")
     parser.add_argument("--nights", type=int, default=4, help="backups in the chain (the first is the full)")
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--mutate", default=None)
+    parser.add_argument("--encrypt", default=None, help="password for WinZip AES-256")
     arguments = parser.parse_args()
     rng = random.Random(arguments.seed)
     store = arguments.out + "/work/Stores"
@@ -382,6 +404,8 @@ def main():
         last = number == arguments.nights - 1
         base = write_archive(arguments.out + "/backups/" + name, store, created, base,
                              arguments.mutate if last and number > 0 else None)
+        if arguments.encrypt:
+            encrypt(arguments.out + "/backups/" + name, arguments.encrypt)
         shutil.copytree(store, f"{arguments.out}/stores/night-{number}", symlinks=True)
         names.append(name)
     json.dump({"backups": names}, open(arguments.out + "/chain.json", "w"), indent=2)
