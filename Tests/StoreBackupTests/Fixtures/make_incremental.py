@@ -37,6 +37,7 @@ import sys
 import zipfile
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+ROWS = 600  # rows of App.sqlite on the first night (--rows)
 START = datetime.datetime(2026, 11, 20, 2, 0, 0, tzinfo=datetime.timezone.utc)
 
 
@@ -71,7 +72,7 @@ def night_zero(store, rng, mtime):
     app = database(store + "/App.sqlite", 4096)
     app.execute("CREATE TABLE items(id INTEGER PRIMARY KEY, name TEXT, payload BLOB)")
     app.execute("BEGIN")
-    for number in range(600):
+    for number in range(ROWS):
         app.execute("INSERT INTO items(name, payload) VALUES (?, ?)", (f"item {number}", rng.randbytes(300)))
     app.execute("COMMIT")
     app.close()
@@ -385,7 +386,12 @@ def main():
     parser.add_argument("--seed", type=int, default=35)
     parser.add_argument("--mutate", default=None)
     parser.add_argument("--encrypt", default=None, help="password for WinZip AES-256")
+    parser.add_argument("--rows", type=int, default=600, help="rows of App.sqlite on the first night (a larger store)")
+    parser.add_argument("--full-last", action="store_true",
+                        help="also write the last night as a full backup (compare restore times)")
     arguments = parser.parse_args()
+    global ROWS
+    ROWS = arguments.rows
     rng = random.Random(arguments.seed)
     store = arguments.out + "/work/Stores"
     os.makedirs(arguments.out + "/backups")
@@ -406,6 +412,9 @@ def main():
                              arguments.mutate if last and number > 0 else None)
         if arguments.encrypt:
             encrypt(arguments.out + "/backups/" + name, arguments.encrypt)
+        if last and arguments.full_last:
+            os.makedirs(arguments.out + "/full-last")
+            write_archive(arguments.out + "/full-last/" + compact(created) + " Stores.zip", store, created)
         shutil.copytree(store, f"{arguments.out}/stores/night-{number}", symlinks=True)
         names.append(name)
     json.dump({"backups": names}, open(arguments.out + "/chain.json", "w"), indent=2)
