@@ -126,6 +126,16 @@ final class ChainRestoreTests: XCTestCase {
         let absent = try makeChain("absent", mutate: "base-missing-file")
         try assertRefused(absent.names[3], from: absent.folder, saying: "docs/never-there.txt is marked as unchanged, but its base")
 
+        // A patched database without its delta, and a delta for a database not patched.
+        let noDelta = try makeChain("nodelta", nights: 2, mutate: "delta-missing")
+        try assertRefused(noDelta.names[1], from: noDelta.folder, saying: "the page delta of App.sqlite is missing")
+        let stray = try makeChain("stray", nights: 2, mutate: "delta-stray")
+        try assertRefused(stray.names[1], from: stray.folder, saying: "a page delta for Other.sqlite, which its manifest does not patch")
+
+        // Files left in the base beneath what the incremental makes a link: never written through it.
+        let underLink = try makeChain("underlink", nights: 2, mutate: "base-file-under-link")
+        try assertRefused(underLink.names[1], from: underLink.folder, saying: "(beneath the link docs)")
+
         // A patched database whose page size differs from the base's.
         let pageSize = try makeChain("pagesize", mutate: "manifest-page-size")
         try assertRefused(pageSize.names[3], from: pageSize.folder, saying: "App.sqlite is patched by pages of 8192 bytes")

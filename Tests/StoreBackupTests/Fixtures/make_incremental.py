@@ -22,6 +22,9 @@ zipfile cannot write AES), as an encrypted storebackup archive is.
   base-missing-file    a file marked "source": "base" that its base does not hold
   foreign-base         base.manifestSHA256 names another manifest
   manifest-page-size   the manifest gives a patched database another page size than the base's
+  delta-missing        a database marked "source": "pages" without its page delta
+  delta-stray          a page delta for a database the manifest does not patch
+  base-file-under-link the folder docs/ replaced by a link while its files stay "source": "base"
 """
 import argparse
 import datetime
@@ -310,19 +313,29 @@ def write_archive(archive, store, created, base=None, mutate=None):
         manifest["base"] = {"name": base["name"], "manifestSHA256": hashlib.sha256(base["manifestBytes"]).hexdigest(),
                             "createdAt": base["manifest"]["createdAt"]}
     mutate_manifest(manifest, deltas, mutate)
+    if mutate == "base-file-under-link":
+        for entry in files:
+            if entry["path"] == "docs":
+                entry.update(type="symlink", size=3, linkTarget="new")
     with zipfile.ZipFile(archive, "w") as out:
         for entry in files:
             path, kind = entry["path"], entry["type"]
             if "source" in entry:
                 continue
             mode = os.lstat(store + "/" + path).st_mode
+            if kind == "symlink" and not stat.S_ISLNK(mode):
+                mode = 0o120777
             if kind == "directory":
                 out.writestr(zip_info(path + "/", mode, entry["mtime"]), b"")
             elif kind == "symlink":
                 out.writestr(zip_info(path, mode, entry["mtime"]), entry["linkTarget"].encode())
             else:
                 out.writestr(zip_info(path, mode, entry["mtime"]), contents[path])
+        if mutate == "delta-stray":
+            out.writestr(zip_info(".storebackup/pages/Other.sqlite", 0o100600, 0), page_delta(4096, 1, []))
         for path, (size, pages, records) in sorted(deltas.items()):
+            if mutate == "delta-missing":
+                continue
             out.writestr(zip_info(".storebackup/pages/" + path, 0o100600, 0), mutate_delta(size, pages, records, mutate))
         for path, data in sorted(maps.items()):
             out.writestr(zip_info(".storebackup/pagemap/" + path, 0o100600, 0), data)
