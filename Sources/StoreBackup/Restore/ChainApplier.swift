@@ -143,7 +143,12 @@ struct ChainApplier {
             try root.setFileAttributes(file.path, permissions: file.mode & 0o7777, modificationTime: file.mtime)
         }
         let databases = Set(manifest.databases.map(\.path))
-        for file in manifest.files where unchecked.contains(file.path) && isSelected(file.path) {
+        let patched = manifest.files.filter { unchecked.contains($0.path) && isSelected($0.path) }
+        let cancel = self.cancel, progress = self.progress, damagedDatabases = self.damagedDatabases
+        let acceptDamagedDatabases = self.acceptDamagedDatabases
+        // One database per thread: each is read once for its SHA-256, then checked.
+        try WorkerPool.forEach(patched, name: "storebackup-check", width: min(max(1, patched.count), WorkerPool.cores), cancel: cancel) {
+            file in
             try cancel.throwIfCancelled()
             progress.report(BackupProgress(phase: .checking, currentFile: file.path), force: true)
             let descriptor = try root.openFileForReading(file.path)
@@ -160,7 +165,7 @@ struct ChainApplier {
             guard FileDigest.hex(hasher.finalize()) == file.sha256 else {
                 throw StoreBackupError.checksumMismatch(name: backupName, entry: file.path)
             }
-            guard databases.contains(file.path) else { continue }
+            guard databases.contains(file.path) else { return }
             do { try Extractor.checkDatabase(path) } catch let error as StoreBackupError where Extractor.DamageJudge.isDamage(error) {
                 let answer = Extractor.DamageJudge.sqliteAnswer(error)
                 damagedDatabases.withLock { $0[file.path] = answer }

@@ -22,6 +22,7 @@ zipfile cannot write AES), as an encrypted storebackup archive is.
   base-missing-file    a file marked "source": "base" that its base does not hold
   foreign-base         base.manifestSHA256 names another manifest
   manifest-page-size   the manifest gives a patched database another page size than the base's
+  final-sha            a patched database's final SHA-256 in the manifest is not what the delta makes
   delta-missing        a database marked "source": "pages" without its page delta
   delta-stray          a page delta for a database the manifest does not patch
   base-file-under-link the folder docs/ replaced by a link while its files stay "source": "base"
@@ -355,6 +356,10 @@ def mutate_manifest(manifest, deltas, mutate):
         manifest["files"].sort(key=lambda entry: entry["path"])
     elif mutate == "foreign-base":
         manifest["base"]["manifestSHA256"] = hashlib.sha256(b"another backup's manifest").hexdigest()
+    elif mutate == "final-sha":
+        for entry in manifest["files"]:
+            if entry.get("source") == "pages":
+                entry["sha256"] = hashlib.sha256(b"something else").hexdigest()
     elif mutate == "manifest-page-size":
         for database in manifest["databases"]:
             if database["path"] in deltas:
