@@ -132,6 +132,10 @@ final class ChainRestoreTests: XCTestCase {
         let stray = try makeChain("stray", nights: 2, mutate: "delta-stray")
         try assertRefused(stray.names[1], from: stray.folder, saying: "a page delta for Other.sqlite, which its manifest does not patch")
 
+        // A chain that loops.
+        let loop = try makeChain("loop", nights: 2, mutate: "self-base")
+        try assertRefused(loop.names[1], from: loop.folder, saying: "is already in its chain (the chain loops)")
+
         // Files left in the base beneath what the incremental makes a link: never written through it.
         let underLink = try makeChain("underlink", nights: 2, mutate: "base-file-under-link")
         try assertRefused(underLink.names[1], from: underLink.folder, saying: "(beneath the link docs)")

@@ -52,10 +52,12 @@ struct BackupChain: Sendable {
                 guard fetched.count + 1 < maxLength else {
                     throw StoreBackupError.brokenChain(name: newest.name, reason: "it is more than \(maxLength) backups long")
                 }
-                guard (try? BackupName.validate(base.name)) != nil, base.name != current.name,
-                    !fetched.contains(where: { $0.name == base.name }), base.name != newest.name
-                else {
-                    throw StoreBackupError.brokenChain(name: current.name, reason: "its base \"\(base.name)\" is not a usable backup name")
+                guard (try? BackupName.validate(base.name)) != nil else {
+                    throw StoreBackupError.brokenChain(name: current.name, reason: "its base \"\(base.name)\" is not a backup's name")
+                }
+                guard base.name != newest.name, !fetched.contains(where: { $0.name == base.name }) else {
+                    throw StoreBackupError.brokenChain(
+                        name: current.name, reason: "its base \"\(base.name)\" is already in its chain (the chain loops)")
                 }
                 guard available.contains(base.name) else {
                     throw StoreBackupError.brokenChain(

@@ -23,6 +23,7 @@ zipfile cannot write AES), as an encrypted storebackup archive is.
   foreign-base         base.manifestSHA256 names another manifest
   manifest-page-size   the manifest gives a patched database another page size than the base's
   final-sha            a patched database's final SHA-256 in the manifest is not what the delta makes
+  self-base            the incremental names itself as its base (a chain that loops)
   delta-missing        a database marked "source": "pages" without its page delta
   delta-stray          a page delta for a database the manifest does not patch
   base-file-under-link the folder docs/ replaced by a link while its files stay "source": "base"
@@ -314,6 +315,8 @@ def write_archive(archive, store, created, base=None, mutate=None):
         manifest["base"] = {"name": base["name"], "manifestSHA256": hashlib.sha256(base["manifestBytes"]).hexdigest(),
                             "createdAt": base["manifest"]["createdAt"]}
     mutate_manifest(manifest, deltas, mutate)
+    if mutate == "self-base":
+        manifest["base"]["name"] = os.path.basename(archive)
     if mutate == "base-file-under-link":
         for entry in files:
             if entry["path"] == "docs":
