@@ -313,6 +313,55 @@ final class ChainRestoreTests: XCTestCase {
         XCTAssertEqual(try leftBeside(FileSystem.parentDirectory(of: store)), [])
     }
 
+    /// PageDeltaReader alone: pages land at their offsets and the file is cut to the page
+    /// count; a short stream, a wrong version and a size that does not fit are refused.
+    func testPageDeltaReaderAppliesAndRefuses() throws {
+        let pageSize = 512
+        func delta(version: UInt8 = 1, pages: UInt32, records: [(UInt32, UInt8)]) -> [UInt8] {
+            func le(_ value: UInt32) -> [UInt8] { (0..<4).map { UInt8(truncatingIfNeeded: value >> (8 * $0)) } }
+            var bytes = Array("SBPD".utf8) + [version, 0, 0, 0] + le(UInt32(pageSize)) + le(pages) + le(UInt32(records.count))
+            for (page, fill) in records { bytes += le(page) + [UInt8](repeating: fill, count: pageSize) }
+            return bytes
+        }
+        func apply(_ bytes: [UInt8], declared: Int? = nil, pages: Int) throws -> [UInt8] {
+            let path = work + "/delta-\(UUID().uuidString.prefix(6))"
+            FileManager.default.createFile(atPath: path, contents: Data(repeating: 7, count: 4 * pageSize))
+            let descriptor = open(path, O_RDWR)
+            defer { close(descriptor) }
+            var offset = 0
+            try PageDeltaReader(backupName: "b", databasePath: "App.sqlite").apply(
+                entrySize: Int64(declared ?? bytes.count), pageSize: pageSize, finalSize: Int64(pages * pageSize),
+                to: descriptor, path: path
+            ) { buffer in
+                let count = min(buffer.count, bytes.count - offset)
+                buffer.copyMemory(from: UnsafeRawBufferPointer(rebasing: bytes.withUnsafeBytes { $0 }[offset..<offset + count]))
+                offset += count
+                return count
+            }
+            return Array(try Data(contentsOf: URL(fileURLWithPath: path)))
+        }
+        // Pages 2 and 3 of 3: page 1 stays, page 4 is cut off.
+        let patched = try apply(delta(pages: 3, records: [(2, 1), (3, 2)]), pages: 3)
+        XCTAssertEqual(
+            patched,
+            [UInt8](repeating: 7, count: pageSize) + [UInt8](repeating: 1, count: pageSize) + [UInt8](repeating: 2, count: pageSize))
+        // Growing to 5 pages, only page 5 in the delta: the file is 5 pages long.
+        XCTAssertEqual(try apply(delta(pages: 5, records: [(5, 9)]), pages: 5).count, 5 * pageSize)
+
+        let refusals: [(bytes: [UInt8], declared: Int?, pages: Int, saying: String)] = [
+            (Array(delta(pages: 3, records: [(2, 1)]).dropLast(10)), delta(pages: 3, records: [(2, 1)]).count, 3, "ends before"),
+            (delta(version: 2, pages: 3, records: []), nil, 3, "its version is 2"),
+            (delta(pages: 3, records: [(2, 1)]), nil, 4, "not the manifest's"),
+            (delta(pages: 3, records: [(2, 1)]) + [0], nil, 3, "do not fill"),
+            (delta(pages: 3, records: [(2, 1)]) + [0], delta(pages: 3, records: [(2, 1)]).count, 3, "more than its declared"),
+        ]
+        for refusal in refusals {
+            XCTAssertThrowsError(try apply(refusal.bytes, declared: refusal.declared, pages: refusal.pages), refusal.saying) { error in
+                XCTAssertTrue("\(error)".contains(refusal.saying), "\(error)")
+            }
+        }
+    }
+
     /// Library level: the Extractor alone refuses an incremental (it would be a partial store),
     /// and a format-2 archive may not hold format 3's reserved entries.
     func testIncrementalIsNeverUnpackedAlone() throws {
