@@ -35,16 +35,31 @@ package struct BackupBrowser: Sendable {
             let backup = try await destination.resolve(nameOrLatest)
             ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
             let passwords = self.passwords
+            let destination = self.destination
             return try await withArchive(of: backup.name, downloadingInto: ScratchFiles.temporaryDirectory, progress: nil) { archive in
-                try await runBlocking(name: "storebackup-ls") { _ in
-                    let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
-                    let entries = Self.contents(of: reader)
-                    try selection.requireMatches(in: entries.map(\.path), backupName: backup.name)
-                    return BackupContents(
-                        backupName: backup.name, hasManifest: reader.manifest != nil, createdAt: reader.manifest?.createdAt,
-                        hostName: reader.manifest?.hostName, sourcePath: reader.manifest?.sourcePath,
-                        entries: entries.filter { selection.contains($0.path) })
+                let reader = try await BackupChain.open(archive, name: backup.name, passwords: passwords)
+                // An incremental's manifest lists its whole tree; the chain says where each
+                // file's content is (its links are checked as for a restore).
+                var holders: [String: (backup: String, patched: Bool)] = [:]
+                if reader.manifest?.isIncremental == true {
+                    let chain = try await BackupChain.fetch(
+                        newest: ChainLink(name: backup.name, path: archive, downloaded: false, reader: reader),
+                        destination: destination, passwords: passwords, downloadingInto: ScratchFiles.temporaryDirectory,
+                        progress: nil)
+                    holders = chain.contentHolders()
+                    chain.removeDownloads()
                 }
+                var entries = Self.contents(of: reader)
+                for index in entries.indices {
+                    guard let holder = holders[entries[index].path] else { continue }
+                    entries[index].storedIn = holder.backup == backup.name ? nil : holder.backup
+                    entries[index].patchedByPages = holder.patched
+                }
+                try selection.requireMatches(in: entries.map(\.path), backupName: backup.name)
+                return BackupContents(
+                    backupName: backup.name, hasManifest: reader.manifest != nil, createdAt: reader.manifest?.createdAt,
+                    hostName: reader.manifest?.hostName, sourcePath: reader.manifest?.sourcePath,
+                    entries: entries.filter { selection.contains($0.path) })
             }
         } catch is CancellationError {
             throw StoreBackupError.cancelled
@@ -68,9 +83,18 @@ package struct BackupBrowser: Sendable {
             let passwords = self.passwords, allowUnverified = self.allowUnverified
             let allowOutsideLinks = self.allowOutsideLinks
             let throttle = ProgressThrottle(progress)
+            let destination = self.destination
             return try await withArchive(of: backup.name, downloadingInto: parent, progress: progress) { archive in
-                try await runBlocking(name: "storebackup-extract") { cancel in
-                    let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
+                let reader = try await BackupChain.open(archive, name: backup.name, passwords: passwords)
+                if reader.manifest?.isIncremental == true {
+                    let chain = try await BackupChain.fetch(
+                        newest: ChainLink(name: backup.name, path: archive, downloaded: false, reader: reader),
+                        destination: destination, passwords: passwords, downloadingInto: parent, progress: progress)
+                    defer { chain.removeDownloads() }
+                    return try await Self.extractChain(
+                        chain, selection: selection, into: target, allowOutsideLinks: allowOutsideLinks, throttle: throttle)
+                }
+                return try await runBlocking(name: "storebackup-extract") { cancel in
                     try selection.requireMatches(in: reader.entries.map(\.path), backupName: backup.name)
                     var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                     extractor.allowUnverified = allowUnverified
@@ -106,6 +130,43 @@ package struct BackupBrowser: Sendable {
             }
         } catch is CancellationError {
             throw StoreBackupError.cancelled
+        }
+    }
+
+    /// Extract from an incremental backup: its chain built into a scratch folder beside the
+    /// target with only the selected paths (a patched database rebuilt from the chain's
+    /// deltas and checked), synced, then renamed into place.
+    private static func extractChain(
+        _ chain: BackupChain, selection: EntrySelection, into target: String, allowOutsideLinks: Bool,
+        throttle: ProgressThrottle
+    ) async throws -> ExtractResult {
+        let newest = chain.newest
+        let files = newest.manifest?.files ?? []
+        try selection.requireMatches(in: files.map(\.path), backupName: newest.name)
+        let parent = FileSystem.parentDirectory(of: target)
+        return try await runBlocking(name: "storebackup-extract") { cancel in
+            var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
+            applier.acceptDamagedDatabases = true
+            applier.allowOutsideLinks = allowOutsideLinks
+            if !selection.selectsEverything { applier.selection = { selection.needs($0) } }
+            let scratch = ScratchFiles.path(in: parent, purpose: "extract")
+            let databases: [String]
+            do {
+                databases = try applier.build(into: scratch)
+                try TreeSync.sync(scratch)
+                try cancel.throwIfCancelled()
+                try FileSystem.rename(from: scratch, to: target)
+            } catch {
+                try? FileSystem.removeTree(scratch)
+                throw error
+            }
+            try FileSystem.fsync(path: parent)
+            throttle.report(BackupProgress(phase: .done), force: true)
+            let written = files.filter { selection.needs($0.path) }
+            return ExtractResult(
+                backupName: newest.name, directory: target, entryCount: written.count,
+                byteCount: written.filter { BackupChain.isRegular($0.type) }.reduce(0) { $0 + $1.size },
+                databasesChecked: databases, warning: damageWarning(applier.damagedDatabases.current))
         }
     }
 

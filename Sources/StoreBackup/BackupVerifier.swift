@@ -81,6 +81,33 @@ package struct BackupVerifier: Sendable {
         return results
     }
 
+    /// An incremental backup: its whole chain fetched and checked link by link, then built
+    /// in the scratch folder as restore builds it (every file's final SHA-256, every database's
+    /// `integrity_check`).
+    private func verifyChain(_ newest: ChainLink, scratch: String, progress: ProgressHandler?) async throws -> VerificationResult {
+        let chain = try await BackupChain.fetch(
+            newest: newest, destination: destination, passwords: passwords, downloadingInto: scratch, progress: progress)
+        defer { chain.removeDownloads() }
+        let throttle = ProgressThrottle(progress)
+        let allowOutsideLinks = self.allowOutsideLinks
+        let name = newest.name
+        return try await runBlocking(name: "storebackup-verify") { cancel in
+            var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
+            applier.acceptDamagedDatabases = true
+            applier.allowOutsideLinks = allowOutsideLinks
+            let databases = try applier.build(into: scratch + "/store")
+            let files = newest.manifest?.files.count ?? 0
+            let damaged = applier.damagedDatabases.current
+            if let first = damaged.keys.sorted().first {
+                let error = StoreBackupError.databaseDamagedAtSource(name: name, databases: damaged.keys.sorted(), result: damaged[first]!)
+                return VerificationResult(
+                    name: name, ok: false, problem: error.description, files: files,
+                    databases: databases.count - damaged.count, damagedDatabases: damaged.keys.sorted())
+            }
+            return VerificationResult(name: name, ok: true, problem: nil, files: files, databases: databases.count)
+        }
+    }
+
     private func verifyOne(_ name: String, progress: ProgressHandler?) async -> VerificationResult {
         // Under the one scratch policy, so the next command removes it if this one is killed.
         ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
@@ -98,8 +125,12 @@ package struct BackupVerifier: Sendable {
             let throttle = ProgressThrottle(progress)
             let passwords = self.passwords
             let allowUnverified = self.allowUnverified, allowOutsideLinks = self.allowOutsideLinks
+            let reader = try await BackupChain.open(path, name: name, passwords: passwords)
+            if reader.manifest?.isIncremental == true {
+                let newest = ChainLink(name: name, path: path, downloaded: false, reader: reader)
+                return try await verifyChain(newest, scratch: scratch, progress: progress)
+            }
             return try await runBlocking(name: "storebackup-verify") { cancel in
-                let reader = try ArchiveReader(path: path, backupName: name, passwords: passwords)
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.verifyOnly = true
                 extractor.allowUnverified = allowUnverified

@@ -20,6 +20,12 @@ public struct BackupContents: Sendable, Equatable {
         public var linkTarget: String?
         /// Hex SHA-256 of the content, as the manifest records it; nil without a manifest.
         public var sha256: String?
+        /// (Incremental backups.) The earlier backup of the chain whose archive holds the
+        /// content (the file is unchanged since then); nil when it is in this backup's archive.
+        public var storedIn: String? = nil
+        /// (Incremental backups.) A database rebuilt from page deltas: the newest delta is in
+        /// ``storedIn`` (or this backup), the rest in earlier backups of the chain.
+        public var patchedByPages = false
     }
 
     /// The backup's name (the resolved one when `latest` was asked for).

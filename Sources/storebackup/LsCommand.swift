@@ -26,7 +26,10 @@ struct LsCommand: AsyncParsableCommand {
             storesDirectory (from the manifest, else null), and entries: an array of \
             {path (escaped as described in docs/names-and-metadata.md), type ("file", "directory", "symlink", "database" or "fifo"), size (bytes), mode \
             (permission bits as an octal string, e.g. "0644"), modified (ISO 8601 UTC), \
-            linkTarget (links only, else null), sha256 (hex, null without a manifest)}.
+            linkTarget (links only, else null), sha256 (hex, null without a manifest), in (for an \
+            incremental backup: the earlier backup of its chain whose archive holds the content, \
+            or null when this backup's archive holds it)}. The text lines of such entries end in \
+            [in <backup>]; a database rebuilt from page deltas is marked "patched".
             """)
 
     @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
@@ -64,9 +67,10 @@ struct LsCommand: AsyncParsableCommand {
             switch entry.type {
             case "directory": line += "/"
             case "symlink": line += " -> " + Self.visible(entry.linkTarget ?? "?")
-            case "database": line += "  (database)"
+            case "database": line += entry.patchedByPages ? "  (database, patched)" : "  (database)"
             default: break
             }
+            if let holder = entry.storedIn { line += "  [in \(Self.visible(holder))]" }
             Terminal.output(line)
         }
         let total = contents.entries.filter { $0.type != "directory" }.reduce(Int64(0)) { $0 + $1.size }
@@ -112,6 +116,7 @@ struct LsCommand: AsyncParsableCommand {
                 "path": entry.path, "type": entry.type, "size": entry.size, "mode": String(format: "0%o", entry.mode),
                 "modified": formatter.string(from: entry.modified),
                 "linkTarget": entry.linkTarget ?? NSNull(), "sha256": entry.sha256 ?? NSNull(),
+                "in": entry.storedIn ?? NSNull(),
             ]
         }
         let object: [String: Any] = [

@@ -10,7 +10,14 @@ the current build is then given to it:
 Whatever the current format, an archive of format 1 with an extra `.storebackup/format-2`
 entry (the marker later formats carry, docs/FORMAT.md) must be refused by 0.1.0.
 
-STOREBACKUP_OLD_BINARY=PATH uses a 0.1.0 binary built elsewhere.
+Format 3 (fulls of a chain and incremental backups, written here by the independent writer
+Tests/StoreBackupTests/Fixtures/make_incremental.py) must be refused by 0.1.0 and by the last
+format-2 build (commit 66e93f1, cached in .build-v-format2/), which must say that the backup
+"was made by a newer storebackup (format 3)": an incremental restored by a binary that does
+not know chains would be a partial store.
+
+STOREBACKUP_OLD_BINARY=PATH uses a 0.1.0 binary built elsewhere, STOREBACKUP_FORMAT2_BINARY=PATH
+a format-2 one.
 """
 import json
 import os
@@ -26,6 +33,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OLD_COMMIT = "7d867db"
 CACHE = os.path.join(ROOT, ".build-v0.1.0")
+# The last commit whose build writes and reads format 2 only.
+FORMAT2_COMMIT = "66e93f1"
+FORMAT2_CACHE = os.path.join(ROOT, ".build-v-format2")
+MAKE_INCREMENTAL = os.path.join(ROOT, "Tests", "StoreBackupTests", "Fixtures", "make_incremental.py")
 sys.path.insert(0, os.path.join(ROOT, "Tests", "StoreBackupTests", "Fixtures", "golden"))
 import tree_listing  # noqa: E402
 
@@ -47,17 +58,30 @@ def old_binary():
     given = os.environ.get("STOREBACKUP_OLD_BINARY")
     if given:
         return given
-    binary = os.path.join(CACHE, "storebackup")
-    stamp = os.path.join(CACHE, "commit")
-    full = run(["git", "-C", ROOT, "rev-parse", "--verify", OLD_COMMIT + "^{commit}"])
+    return build_old_binary(OLD_COMMIT, CACHE, "STOREBACKUP_OLD_BINARY")
+
+
+@pytest.fixture(scope="module")
+def format2_binary():
+    given = os.environ.get("STOREBACKUP_FORMAT2_BINARY")
+    if given:
+        return given
+    return build_old_binary(FORMAT2_COMMIT, FORMAT2_CACHE, "STOREBACKUP_FORMAT2_BINARY")
+
+
+def build_old_binary(old_commit, cache, variable):
+    """The storebackup binary of `old_commit`, built once into `cache` (gitignored) and reused."""
+    binary = os.path.join(cache, "storebackup")
+    stamp = os.path.join(cache, "commit")
+    full = run(["git", "-C", ROOT, "rev-parse", "--verify", old_commit + "^{commit}"])
     assert full.returncode == 0, (
-        "commit %s (storebackup 0.1.0) is not in this clone's history; fetch it (git fetch --unshallow) "
-        "or set STOREBACKUP_OLD_BINARY: %s" % (OLD_COMMIT, full.stderr))
+        "commit %s is not in this clone's history; fetch it (git fetch --unshallow) "
+        "or set %s: %s" % (old_commit, variable, full.stderr))
     commit = full.stdout.strip()
     if os.path.isfile(binary) and os.path.isfile(stamp) and open(stamp).read().strip() == commit:
         return binary
     # The sources at a fixed place, so that SwiftPM's scratch folder stays valid between runs.
-    source = os.path.join(CACHE, "src")
+    source = os.path.join(cache, "src")
     shutil.rmtree(source, ignore_errors=True)
     os.makedirs(source)
     archive = subprocess.Popen(["git", "-C", ROOT, "archive", commit], stdout=subprocess.PIPE)
@@ -67,10 +91,10 @@ def old_binary():
     resolved = os.path.join(ROOT, "Package.resolved")
     if os.path.isfile(resolved):
         shutil.copy(resolved, os.path.join(source, "Package.resolved"))
-    built = run(["swift", "build", "--package-path", source, "--scratch-path", os.path.join(CACHE, "build"),
+    built = run(["swift", "build", "--package-path", source, "--scratch-path", os.path.join(cache, "build"),
                  "--product", "storebackup"], env=swift_environment())
-    assert built.returncode == 0, "building 0.1.0 failed:\n" + (built.stdout + built.stderr)[-4000:]
-    bin_path = run(["swift", "build", "--package-path", source, "--scratch-path", os.path.join(CACHE, "build"),
+    assert built.returncode == 0, "building %s failed:\n" % old_commit + (built.stdout + built.stderr)[-4000:]
+    bin_path = run(["swift", "build", "--package-path", source, "--scratch-path", os.path.join(cache, "build"),
                     "--show-bin-path"], env=swift_environment()).stdout.strip()
     shutil.copy(os.path.join(bin_path, "storebackup"), binary + ".tmp")
     os.rename(binary + ".tmp", binary)
@@ -143,6 +167,7 @@ def assert_refused_without_trace(old_binary, backups, name, work):
     make_store(store)
     before = tree_listing.listing(store)
     names_before = folder_names(parent)
+    backups_before = folder_names(backups)
     temporary = os.path.join(work, "tmp")
     os.makedirs(temporary)
     environment = dict(os.environ, TMPDIR=temporary)
@@ -153,7 +178,7 @@ def assert_refused_without_trace(old_binary, backups, name, work):
     verified = run([old_binary, "verify", name, "--from", backups], env=environment)
     assert verified.returncode != 0, "0.1.0 verified a newer backup as good:\n" + verified.stdout
     assert os.listdir(temporary) == [], "0.1.0's verify left temporary files"
-    assert folder_names(backups) == [name], "0.1.0 changed the backups folder"
+    assert folder_names(backups) == backups_before, "0.1.0 changed the backups folder"
     return restored.stderr + verified.stdout + verified.stderr
 
 
@@ -188,3 +213,26 @@ def test_old_binary_refuses_an_archive_marked_as_format_2(old_binary, current_bi
             info.create_system = 3
             archive.writestr(info, b"")
     assert_refused_without_trace(old_binary, backups, name, work)
+
+
+def make_chain(work):
+    """A format-3 full and an incremental on it, by the independent writer."""
+    folder = os.path.join(work, "chain")
+    made = run([sys.executable, MAKE_INCREMENTAL, folder, "--nights", "2"])
+    assert made.returncode == 0, made.stderr
+    with open(os.path.join(folder, "chain.json")) as handle:
+        names = json.load(handle)["backups"]
+    return os.path.join(folder, "backups"), names
+
+
+@pytest.mark.parametrize("which", ["full", "incremental"])
+def test_old_binary_refuses_format_3(old_binary, work, which):
+    backups, names = make_chain(work)
+    assert_refused_without_trace(old_binary, backups, names[0 if which == "full" else 1], work)
+
+
+@pytest.mark.parametrize("which", ["full", "incremental"])
+def test_format_2_binary_refuses_format_3_as_newer(format2_binary, work, which):
+    backups, names = make_chain(work)
+    said = assert_refused_without_trace(format2_binary, backups, names[0 if which == "full" else 1], work)
+    assert "made by a newer storebackup (format 3)" in said, said

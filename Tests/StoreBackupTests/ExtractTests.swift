@@ -124,7 +124,7 @@ final class ExtractTests: XCTestCase {
         let entries = try XCTUnwrap(json["entries"] as? [[String: Any]])
         XCTAssertEqual(entries.map { $0["path"] as? String }, expected.keys.sorted().map { Optional($0) })
         for entry in entries {
-            XCTAssertEqual(Set(entry.keys), ["path", "type", "size", "mode", "modified", "linkTarget", "sha256"], "\(entry)")
+            XCTAssertEqual(Set(entry.keys), ["path", "type", "size", "mode", "modified", "linkTarget", "sha256", "in"], "\(entry)")
             let path = try XCTUnwrap(entry["path"] as? String)
             let info = try FileSystem.lstatInfo(store + "/" + path)
             XCTAssertEqual(entry["mode"] as? String, String(format: "0%o", UInt32(info.st_mode) & 0o777), path)

@@ -4,7 +4,7 @@ import XCTest
 @testable import StoreBackup
 
 /// Every reader checks the archive's format first: a backup written in a newer format than
-/// this build reads (``Manifest/currentFormat``), by its manifest's `format` field or by a
+/// this build reads (``Manifest/newestReadableFormat``), by its manifest's `format` field or by a
 /// `.storebackup/format-N` entry, is refused with "made by a newer storebackup (format N)"
 /// by restore, verify, extract and ls, and nothing is changed.
 final class FormatVersionTests: XCTestCase {
@@ -22,7 +22,7 @@ final class FormatVersionTests: XCTestCase {
     }
 
     static let expectedRefusal =
-        "was made by a newer storebackup (format 99); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(Manifest.currentFormat): upgrade storebackup"
+        "was made by a newer storebackup (format 99); this is storebackup \(StoreBackupVersion.current), which reads formats up to \(Manifest.newestReadableFormat): upgrade storebackup"
 
     /// A golden format-1 archive copied into `backups`; returns its name.
     private func copyGolden(_ kind: String) throws -> (name: String, password: String?) {

@@ -26,7 +26,84 @@ final class ConfinedTree: Sendable {
         guard rootDescriptor >= 0 else { throw StoreBackupError.io(path: root, operation: "open", errno: errno) }
     }
 
+    /// Opens `root`, an existing folder this process made (an incremental backup is applied
+    /// onto the tree its base left there).
+    init(opening root: String) throws {
+        self.root = root
+        rootDescriptor = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard rootDescriptor >= 0 else { throw StoreBackupError.io(path: root, operation: "open", errno: errno) }
+    }
+
     deinit { close(rootDescriptor) }
+
+    /// Removes `relative` (a file, link, FIFO, or a folder with everything beneath it),
+    /// walking from the root without following links; nothing there is no error.
+    func remove(_ relative: String) throws {
+        let (parent, leaf) = try openParent(relative, create: false)
+        defer { if parent != rootDescriptor { close(parent) } }
+        try Self.removeEntry(leaf, in: parent, path: root + "/" + relative)
+    }
+
+    private static func removeEntry(_ leaf: String, in parent: Int32, path: String) throws {
+        if EscapedName.withSystemPath(leaf, { unlinkat(parent, $0, 0) }) == 0 || errno == ENOENT { return }
+        guard errno == EISDIR else { throw StoreBackupError.io(path: path, operation: "remove", errno: errno) }
+        let folder = EscapedName.withSystemPath(leaf) { openat(parent, $0, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) }
+        guard folder >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
+        // fdopendir owns the descriptor from here; closedir closes it.
+        guard let listing = fdopendir(folder) else {
+            close(folder)
+            throw StoreBackupError.io(path: path, operation: "list", errno: errno)
+        }
+        var names: [[UInt8]] = []
+        while let item = readdir(listing) {
+            let name = withUnsafeBytes(of: item.pointee.d_name) { Array($0.prefix(while: { $0 != 0 })) }
+            if name != [UInt8(ascii: ".")] && name != [UInt8(ascii: "."), UInt8(ascii: ".")] { names.append(name) }
+        }
+        defer { closedir(listing) }
+        for name in names {
+            let escaped = EscapedName.escape(name)
+            try removeEntry(escaped, in: dirfd(listing), path: path + "/" + escaped)
+        }
+        guard EscapedName.withSystemPath(leaf, { unlinkat(parent, $0, AT_REMOVEDIR) }) == 0 else {
+            throw StoreBackupError.io(path: path, operation: "remove", errno: errno)
+        }
+    }
+
+    /// Opens the regular file `relative` for reading and writing (it must not be a link):
+    /// a database patched by a page delta.
+    func openFileForPatching(_ relative: String) throws -> Int32 {
+        let (parent, leaf) = try openParent(relative, create: false)
+        defer { if parent != rootDescriptor { close(parent) } }
+        let fd = EscapedName.withSystemPath(leaf) { openat(parent, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
+        guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: errno) }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw StoreBackupError.io(path: root + "/" + relative, operation: "open (not a regular file)", errno: EINVAL)
+        }
+        return fd
+    }
+
+    /// Sets the mode and time of the regular file `relative` (not following links).
+    func setFileAttributes(_ relative: String, permissions: UInt32, modificationTime: Int64) throws {
+        let (parent, leaf) = try openParent(relative, create: false)
+        defer { if parent != rootDescriptor { close(parent) } }
+        let path = root + "/" + relative
+        try EscapedName.withSystemPath(leaf) { name in
+            // fchmodat follows links: make sure this is the regular file it should be.
+            var info = stat()
+            guard fstatat(parent, name, &info, AT_SYMLINK_NOFOLLOW) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                throw StoreBackupError.io(path: path, operation: "chmod (not a regular file)", errno: EINVAL)
+            }
+            guard fchmodat(parent, name, mode_t(permissions), 0) == 0 else {
+                throw StoreBackupError.io(path: path, operation: "chmod", errno: errno)
+            }
+            var times = [timespec(tv_sec: time_t(modificationTime), tv_nsec: 0), timespec(tv_sec: time_t(modificationTime), tv_nsec: 0)]
+            guard utimensat(parent, name, &times, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw StoreBackupError.io(path: path, operation: "set time", errno: errno)
+            }
+        }
+    }
 
     /// Creates the folder `relative` and any missing parents (mode 0700 until attributes
     /// are applied at the end).

@@ -56,6 +56,15 @@ struct Extractor {
     var acceptDamagedDatabases = false
     /// The databases found damaged at the source so far: relative path and SQLite's answer.
     let damagedDatabases = Locked<[String: String]>([:])
+    /// Applying an incremental backup of a chain (format 3): the target exists and holds the
+    /// tree as its base left it (the caller removed what this backup replaces), and the files
+    /// the manifest marks with a `source` have no entry here. Without it, an incremental
+    /// backup is refused: alone it is only part of a store.
+    var applyingIncremental = false
+    /// Databases whose `PRAGMA integrity_check` waits for their final content: a later backup
+    /// of the chain patches, replaces or removes them (their SHA-256 is still checked here).
+    /// The check is the longest step of a restore; a chain makes it once per database.
+    var deferredChecks: Set<String> = []
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
     static let unverifiedWarning =
@@ -64,10 +73,22 @@ struct Extractor {
     /// Extracts into `target`, which must not exist yet. Returns the databases checked.
     @discardableResult
     func extract(into target: String) throws -> [String] {
+        if let manifest = reader.manifest, manifest.isIncremental != applyingIncremental {
+            throw applyingIncremental
+                ? StoreBackupError.corruptArchive(
+                    name: reader.backupName, reason: "it is a full backup where its chain needs an incremental")
+                : StoreBackupError.brokenChain(
+                    name: reader.backupName,
+                    reason: "it holds only what changed since \(manifest.base?.name ?? "its base"), and was read without its chain")
+        }
         let manifestByPath = try crossCheckManifest()
         let links = try readLinks(manifestByPath: manifestByPath)
+        var kinds: [String: ArchiveEntry.Kind] = [:]
+        for entry in reader.entries { kinds[entry.path] = entry.kind }
+        // Files whose content is in the base are in the tree too: nothing may sit beneath them.
+        for file in reader.manifest?.files ?? [] where file.source != nil { kinds[file.path] = .file }
         var tree = ArchiveTree(
-            entries: reader.entries, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
+            kinds: kinds, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
             backupName: reader.backupName)
         try tree.check(recordedOutside: Set(reader.manifest?.outsideLinks ?? []), allowOutside: allowOutsideLinks)
         if reader.manifest == nil && !allowUnverified {
@@ -80,7 +101,7 @@ struct Extractor {
             needed: Self.diskUsage(of: written, entryCount: reader.entries.count),
             in: FileSystem.parentDirectory(of: target), backupName: reader.backupName)
 
-        let root = try ConfinedTree(creating: target)
+        let root = try applyingIncremental ? ConfinedTree(opening: target) : ConfinedTree(creating: target)
         let directories = reader.entries.filter { $0.kind == .directory && isSelected($0.path) }
         for directory in directories.sorted(by: { $0.path < $1.path }) {
             try root.makeDirectories(directory.path)
@@ -224,7 +245,21 @@ struct Extractor {
             }
         }
         let present = Set(reader.entries.map(\.path))
-        if let missing = manifest.files.first(where: { !present.contains($0.path) }) {
+        // A file whose content is elsewhere in the chain (`source`) has no entry, and one
+        // that has an entry must not claim to be elsewhere.
+        if let misplaced = manifest.files.first(where: { $0.source != nil && present.contains($0.path) }) {
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(misplaced.path) has an entry although its manifest says its content is in the base")
+        }
+        // Such a file's path is no entry name ArchiveReader checked: check it here, as one.
+        if let unsafe = manifest.files.first(where: { $0.source != nil && !ArchiveReader.isSafeRelativePath($0.path) }) {
+            throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: unsafe.path)
+        }
+        if let unknown = manifest.files.first(where: { $0.source.map { $0 != "base" && $0 != "pages" } ?? false }) {
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(unknown.path) has an unknown source \"\(unknown.source ?? "")\"")
+        }
+        if let missing = manifest.files.first(where: { $0.source == nil && !present.contains($0.path) }) {
             throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(missing.path) is missing")
         }
         if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type != "file" && $0.type != "database" } ?? true }) {
@@ -316,7 +351,8 @@ struct Extractor {
                 }
                 let path = EscapedName.escapedRoot(root.root) + "/" + database.path
                 let expected = manifestByPath[database.path]
-                let followed = expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
+                let deferred = deferredChecks.contains(database.path)
+                let followed = !deferred && expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
                 let digest = try extractFile(
                     database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
@@ -325,7 +361,9 @@ struct Extractor {
                     },
                     onBytes: onBytes)
                 digests += digest.map { [$0] } ?? []
-                if unpacking == nil { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: nil)) }
+                if unpacking == nil && !deferred {
+                    checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: nil))
+                }
                 flushes?.submit(database.path)
                 if digests.count >= pendingDigestLimit { try verifyDigests(&digests) }
             }
@@ -509,7 +547,11 @@ struct Extractor {
     /// The manifest names the databases; an archive without one (made by another tool)
     /// is searched by header instead.
     private func databasePaths(in target: String, files: [ArchiveEntry]) throws -> [String] {
-        if let manifest = reader.manifest { return manifest.databases.map(\.path).filter(isSelected) }
+        if let manifest = reader.manifest {
+            // In an incremental, only the databases stored whole here were unpacked (and checked).
+            let unpacked = applyingIncremental ? Set(files.map(\.path)) : nil
+            return manifest.databases.map(\.path).filter { path in isSelected(path) && (unpacked?.contains(path) ?? true) }
+        }
         // Only files on disk can be databases (verify writes nothing else); none is a link.
         let escapedTarget = EscapedName.escapedRoot(target)
         return files.map(\.path).filter { path in

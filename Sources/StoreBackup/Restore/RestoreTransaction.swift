@@ -68,7 +68,22 @@ struct RestoreTransaction {
         }
         let staged = try await stage(backup.name, progress: progress)
         defer { if staged.downloaded { unlink(staged.path) } }
-        return try await install(archive: staged.path, backupName: backup.name, throttle: ProgressThrottle(progress))
+        let chain = try await fetchChain(newest: backup.name, staged: staged, progress: progress)
+        defer { chain.removeDownloads() }
+        return try await install(chain: chain, throttle: ProgressThrottle(progress))
+    }
+
+    /// Opens the staged backup and, when it is incremental, fetches and checks its chain
+    /// down to a full (``BackupChain``): nothing is written before every link holds.
+    private func fetchChain(
+        newest name: String, staged: (path: String, downloaded: Bool), progress: ProgressHandler?
+    ) async throws -> BackupChain {
+        let reader = try await BackupChain.open(staged.path, name: name, passwords: passwords)
+        let newest = ChainLink(name: name, path: staged.path, downloaded: staged.downloaded, reader: reader)
+        let transaction = self
+        return try await BackupChain.fetch(
+            newest: newest, destination: source, passwords: passwords,
+            stage: { try await transaction.stage($0, progress: progress) })
     }
 
     /// The backup as a file on this machine: the source's own file when it keeps one here
@@ -86,9 +101,11 @@ struct RestoreTransaction {
         return (target, true)
     }
 
-    /// Unpacks, checks and swaps in the staged archive, then reloads and commits or rolls back.
-    private func install(archive: String, backupName: String, throttle: ProgressThrottle) async throws -> RestoreResult {
-        let layout = self.layout, passwords = self.passwords, allowUnverified = self.allowUnverified
+    /// Unpacks, checks and swaps in the staged chain (one full, or a full and the
+    /// incrementals on it), then reloads and commits or rolls back.
+    private func install(chain: BackupChain, throttle: ProgressThrottle) async throws -> RestoreResult {
+        let backupName = chain.newest.name
+        let layout = self.layout, allowUnverified = self.allowUnverified
         let acceptDamagedDatabases = self.acceptDamagedDatabases
         let allowOutsideLinks = self.allowOutsideLinks
         let hadLiveStore = FileSystem.fileExists(layout.live)
@@ -101,9 +118,19 @@ struct RestoreTransaction {
         let extracted: (databases: [String], files: Int, unverified: Bool, damaged: [String])
         do {
             extracted = try await runBlocking(name: "storebackup-restore") { cancel in
-                let reader = try ArchiveReader(path: archive, backupName: backupName, passwords: passwords)
+                let reader = chain.newest.reader
                 try journal(.extracting)
                 TestPausePoint.reach("extracting")
+                if chain.links.count > 1 {
+                    var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
+                    applier.acceptDamagedDatabases = acceptDamagedDatabases
+                    applier.allowOutsideLinks = allowOutsideLinks
+                    let databases = try applier.build(into: layout.new)
+                    try TreeSync.sync(layout.new)
+                    try cancel.throwIfCancelled()
+                    TestPausePoint.reach("synced")
+                    return (databases, reader.manifest?.files.count ?? 0, false, applier.damagedDatabases.current.keys.sorted())
+                }
                 var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                 extractor.allowUnverified = allowUnverified
                 extractor.acceptDamagedDatabases = acceptDamagedDatabases

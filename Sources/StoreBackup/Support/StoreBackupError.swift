@@ -39,6 +39,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// no manifest, wrong password); nothing was changed.
     case corruptArchive(name: String, reason: String)
     /// The backup holds a path that would land outside the stores directory; it is refused.
+    /// An incremental backup whose chain (its base, the base's base, … down to a full)
+    /// is incomplete or does not fit together; nothing was written.
+    case brokenChain(name: String, reason: String)
     case unsafeArchiveEntry(name: String, entry: String)
     /// The backup has no manifest, so its files cannot be checked against checksums (it was
     /// not made by storebackup, or was altered); ``StoreHelper/allowUnverified`` lets it through.
@@ -57,7 +60,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// while taking its snapshot); no backup was made.
     case databaseDamagedInStore(path: String, reason: String)
     /// The backup was written in a newer archive format than this version reads
-    /// (`newestReadable`, ``Manifest/currentFormat``); nothing was read beyond the format.
+    /// (`newestReadable`, ``Manifest/newestReadableFormat``); nothing was read beyond the format.
     case newerFormat(name: String, format: Int, newestReadable: Int)
     /// SQLite returned an error; `message` is SQLite's.
     case sqlite(path: String, operation: String, message: String)
@@ -178,6 +181,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return "\"\(name)\" is not a backup name (backups are named \"<date> Stores.zip\")"
         case .corruptArchive(let name, let reason):
             return "backup \"\(name)\" is damaged: \(reason)"
+        case .brokenChain(let name, let reason):
+            return "backup \"\(name)\" is an incremental backup whose chain is broken: \(reason); nothing was restored"
         case .unsafeArchiveEntry(let name, let entry):
             return
                 "backup \"\(name)\" contains an unsafe path \"\(entry)\" that would land outside the stores directory; refusing to restore it"

@@ -33,6 +33,11 @@ enum ArchiveLimits {
     static func maxManifestBytes(entries: Int, nameBytes: Int) -> Int64 {
         (16 << 20) + Int64(entries) * 512 + Int64(nameBytes) * 6
     }
+    /// (Format 3.) An incremental backup's manifest lists the whole tree while the archive
+    /// holds only what changed, so its size cannot be bounded by the entries: it may hold
+    /// this many rows (files plus databases) and this many bytes whatever the entry count.
+    static let maxChainManifestRows = 1_000_000
+    static let maxChainManifestBytes: Int64 = 512 << 20
     /// Bytes of a link's target (Linux's PATH_MAX). There is no limit on the number of
     /// links: each is resolved once, following at most ``maxLinkHops`` others.
     static let maxLinkTargetBytes = 4096

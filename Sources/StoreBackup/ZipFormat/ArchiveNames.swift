@@ -34,10 +34,18 @@ enum ArchiveNames {
         return EscapedName.bytes(mapped).map { CChar(bitPattern: $0) } + [0]
     }
 
+    /// (Format 3.) The marker of fulls of a chain and incremental backups.
+    static let format3Marker = StoreScanner.reservedFolder + "/format-3"
+    /// (Format 3.) Page deltas: `<prefix><the database's entry name>`.
+    static let pageDeltaPrefix = StoreScanner.reservedFolder + "/pages/"
+    /// (Format 3.) Page maps: `<prefix><the database's entry name>`.
+    static let pageMapPrefix = StoreScanner.reservedFolder + "/pagemap/"
+
     /// The store path an escaped entry name stands for, or nil when the name is one of the
     /// archive's own (the manifest, the marker, the reserved folder) or not one this format
-    /// writes under `.storebackup/`.
-    static func storePath(forEntryName name: String) -> StorePathResult {
+    /// writes under `.storebackup/`. `format` is the one the archive's marker announces:
+    /// format 3's own entries (page deltas and maps) are unknown, so unsafe, in older archives.
+    static func storePath(forEntryName name: String, format: Int = 2) -> StorePathResult {
         guard name == StoreScanner.reservedFolder || name.hasPrefix(StoreScanner.reservedFolder + "/") else {
             return .store(name)
         }
@@ -45,6 +53,16 @@ enum ArchiveNames {
             || name == StoreScanner.reservedFolder + "/store"
         {
             return .own
+        }
+        if format >= 3 {
+            if name == format3Marker { return .own }
+            for prefix in [pageDeltaPrefix, pageMapPrefix] where name.hasPrefix(prefix) {
+                // The rest is a database's own entry name, itself mapped like any other.
+                guard case .store(let database) = storePath(forEntryName: String(name.dropFirst(prefix.count))) else {
+                    return .unknown
+                }
+                return prefix == pageDeltaPrefix ? .pageDelta(database) : .own
+            }
         }
         if name.hasPrefix(storePrefix) {
             let rest = String(name.dropFirst(storePrefix.count))
@@ -58,6 +76,8 @@ enum ArchiveNames {
         case store(String)
         /// One of the archive's own entries.
         case own
+        /// (Format 3.) The page delta of the database at this store path.
+        case pageDelta(String)
         /// Under `.storebackup/` but nothing this format writes there.
         case unknown
     }

@@ -1,4 +1,5 @@
 import CZip
+import Crypto
 import Foundation
 
 /// What can be learnt about a backup file without its password.
@@ -46,6 +47,14 @@ final class ArchiveReader: @unchecked Sendable {
     let backupName: String
     private(set) var entries: [ArchiveEntry] = []
     private(set) var manifest: Manifest?
+    /// Hex SHA-256 of the manifest entry's bytes (decrypted), which an incremental backup's
+    /// manifest names to tie itself to this one; nil without a manifest.
+    private(set) var manifestSHA256: String?
+    /// (Format 3.) The page delta entries, `.storebackup/pages/<entry name>`, by the store
+    /// path of the database each patches.
+    private(set) var pageDeltas: [String: ArchiveEntry] = [:]
+    /// The format the archive's marker entry announces (1 when it has none).
+    private(set) var markerFormat = 1
     /// The password, once checked; nil for an archive without encrypted entries.
     private(set) var password: BackupPassword?
     private let archive: OpaquePointer
@@ -106,7 +115,7 @@ final class ArchiveReader: @unchecked Sendable {
     private func readEntries(passwords: PasswordProvider?) throws {
         let count = zip_get_num_entries(archive, 0)
         guard count >= 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot read the entry list") }
-        try checkFormatMarkers(count: UInt64(count))
+        markerFormat = try checkFormatMarkers(count: UInt64(count))
         var seen = Set<String>()
         var nameBytes = 0
         var manifestIndex: UInt64?
@@ -136,9 +145,18 @@ final class ArchiveReader: @unchecked Sendable {
                 throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
             }
             let path: String
-            switch ArchiveNames.storePath(forEntryName: entryName) {
+            switch ArchiveNames.storePath(forEntryName: entryName, format: markerFormat) {
             case .store(let storePath): path = storePath
             case .own: continue
+            case .pageDelta(let database):
+                guard !isDirectoryName, pageDeltas[database] == nil else {
+                    throw StoreBackupError.corruptArchive(name: backupName, reason: "the page delta of \(database) appears twice")
+                }
+                pageDeltas[database] = ArchiveEntry(
+                    index: index, path: database, kind: .file, permissions: 0o600, modificationTime: 0,
+                    size: Int64(clamping: stat.size), compressedSize: Int64(clamping: stat.comp_size),
+                    compressionMethod: Int32(stat.comp_method), crc: stat.crc, encryptionMethod: stat.encryption_method)
+                continue
             case .unknown: throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
             }
             guard seen.insert(path).inserted else {
@@ -174,7 +192,9 @@ final class ArchiveReader: @unchecked Sendable {
         }
         if let manifestIndex {
             var stat = zip_stat_t()
-            let manifestLimit = ArchiveLimits.maxManifestBytes(entries: Int(count), nameBytes: nameBytes)
+            var manifestLimit = ArchiveLimits.maxManifestBytes(entries: Int(count), nameBytes: nameBytes)
+            // A format-3 manifest may list files that live in earlier backups of its chain.
+            if markerFormat >= 3 { manifestLimit = max(manifestLimit, ArchiveLimits.maxChainManifestBytes) }
             guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0, stat.size <= UInt64(manifestLimit) else {
                 throw StoreBackupError.corruptArchive(
                     name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
@@ -182,15 +202,29 @@ final class ArchiveReader: @unchecked Sendable {
             let data = try readSmallEntry(index: manifestIndex, limit: Int(manifestLimit), expectedSize: Int(stat.size))
             // Decoding costs memory per row: bound the rows by the entries before decoding
             // (one row per entry, and one per database, each with a "path" key).
-            guard Self.occurrences(of: Array("\"path\"".utf8), in: data) <= 2 * entries.count + 2 else {
+            let rowLimit = markerFormat >= 3 ? max(entries.count, ArchiveLimits.maxChainManifestRows) : entries.count
+            guard Self.occurrences(of: Array("\"path\"".utf8), in: data) <= 2 * rowLimit + 2 else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest lists more files than the archive holds")
             }
             // The format first, alone: a newer manifest may not decode as this version's.
-            if let format = try? Manifest.decodeFormat(data), format > Manifest.currentFormat {
-                throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.currentFormat)
+            if let format = try? Manifest.decodeFormat(data), format > Manifest.newestReadableFormat {
+                throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.newestReadableFormat)
             }
             do { manifest = try Manifest.decode(data) } catch {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
+            }
+            manifestSHA256 = FileDigest.hex(SHA256.hash(data: data))
+            // Format 3's own entries (page deltas, page maps) are accepted only where the
+            // manifest says format 3 too, and a delta only for a database the manifest patches.
+            if !pageDeltas.isEmpty, let manifest {
+                let patched = Set(manifest.files.filter { $0.source == "pages" }.map(\.path))
+                if manifest.format < 3 || markerFormat < 3 {
+                    throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: ".storebackup/pages/")
+                }
+                if let stray = pageDeltas.keys.sorted().first(where: { !patched.contains($0) }) {
+                    throw StoreBackupError.corruptArchive(
+                        name: backupName, reason: "it holds a page delta for \(stray), which its manifest does not patch")
+                }
             }
         }
     }
@@ -199,15 +233,19 @@ final class ArchiveReader: @unchecked Sendable {
     /// manifest's `format` field (see docs/FORMAT.md): looked for among all names before any
     /// entry is judged, so that a newer archive is refused as newer, not as damaged or unsafe
     /// because of a name this version does not know.
-    private func checkFormatMarkers(count: UInt64) throws {
+    /// Returns the highest format announced (1 when no marker).
+    private func checkFormatMarkers(count: UInt64) throws -> Int {
+        var announced = 1
         for index in 0..<count {
             guard let raw = zip_get_name(archive, index, zip_flags_t(ZIP_FL_ENC_RAW)),
                 let format = Manifest.format(ofMarkerEntry: raw)
             else { continue }
-            if format > Manifest.currentFormat {
-                throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.currentFormat)
+            if format > Manifest.newestReadableFormat {
+                throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.newestReadableFormat)
             }
+            announced = max(announced, format)
         }
+        return announced
     }
 
     private func encrypted(_ index: UInt64) -> Bool {
@@ -248,6 +286,27 @@ final class ArchiveReader: @unchecked Sendable {
             return seconds
         }
         return Int64(stat.mtime)
+    }
+
+    /// Reads one entry as a stream, through a libzip handle of its own (password set):
+    /// `body` gets a function that fills the buffer it is given as far as it can and returns
+    /// the count, 0 at the end. Never holds the entry in memory.
+    func withEntryStream<T>(_ entry: ArchiveEntry, _ body: (_ read: (UnsafeMutableRawBufferPointer) throws -> Int) throws -> T) throws -> T
+    {
+        let handle = try openHandle()
+        defer { zip_discard(handle) }
+        guard let file = zip_fopen_index(handle, entry.index, 0) else {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path): \(String(cString: zip_strerror(handle)))")
+        }
+        defer { zip_fclose(file) }
+        return try body { buffer in
+            let got = zip_fread(file, buffer.baseAddress, zip_uint64_t(buffer.count))
+            guard got >= 0 else {
+                throw StoreBackupError.corruptArchive(
+                    name: backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
+            }
+            return Int(got)
+        }
     }
 
     /// Reads a whole entry of at most `limit` bytes. `expectedSize` (already checked against

@@ -11,6 +11,9 @@ public struct Manifest: Codable, Sendable, Equatable {
     /// `.storebackup` under `.storebackup/store/`, ``outsideLinks``, and the marker entry
     /// `.storebackup/format-2`.
     public static let currentFormat = 2
+    /// The newest manifest format this version reads (format 3: fulls of a chain and
+    /// incremental backups, see docs/FORMAT.md). Readers refuse anything newer.
+    public static let newestReadableFormat = 3
 
     /// One entry of the archive: a file, folder, link or database snapshot.
     public struct File: Codable, Sendable, Equatable {
@@ -123,6 +126,12 @@ public struct Manifest: Codable, Sendable, Equatable {
     public var hashSalt: String? = nil
     /// (Format 3.) The page map the archive holds for each database.
     public var pageMaps: [PageMap]? = nil
+
+    /// Whether this manifest describes an incremental backup, which restores only on top of
+    /// its chain (its base named, or some content left in earlier backups).
+    var isIncremental: Bool {
+        kind == "incremental" || base != nil || files.contains { $0.source != nil }
+    }
 
     /// The JSON text, written row by row (``ManifestWriter``) rather than through
     /// `JSONEncoder`, whose value tree of the whole document costs memory per row.

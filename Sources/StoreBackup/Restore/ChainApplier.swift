@@ -1,0 +1,178 @@
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Builds the tree of a chain's newest backup in a new folder: unpacks the full with the
+/// ``Extractor`` (every check of a restore), then applies each incremental in order: removes
+/// what its tree no longer holds or holds anew, unpacks its entries with the same Extractor
+/// (names, links, sizes and SHA-256 checked as for a full), patches databases from page
+/// deltas (``PageDeltaReader``), and sets modes and times from the manifest. Last, every file
+/// whose final content was not checked on the way (a patched database) is checked against
+/// the newest manifest's SHA-256, and each such database passes `PRAGMA integrity_check`.
+/// The chain's links were checked by ``BackupChain/fetch(newest:destination:passwords:stage:)``
+/// before this runs. Any failure throws; the caller removes the folder.
+struct ChainApplier {
+    let chain: BackupChain
+    let cancel: CancellationFlag
+    let progress: ProgressThrottle
+    var allowOutsideLinks = false
+    var acceptDamagedDatabases = false
+    /// Build only the paths this accepts (`extract` of a few files: the selected paths and
+    /// the folders on their way); nil builds the whole tree.
+    var selection: (@Sendable (String) -> Bool)? = nil
+    /// Damaged-at-the-source databases found (path: SQLite's answer), as the Extractor's.
+    let damagedDatabases = Locked<[String: String]>([:])
+
+    /// Builds the newest backup's tree into `target` (which must not exist). Returns the
+    /// databases of the newest manifest, each checked.
+    func build(into target: String) throws -> [String] {
+        try extract(chain.links[0], applying: false, deferring: changedLater(than: 0), into: target)
+        // Files whose content changed since they were last checked against a SHA-256.
+        var unchecked = Set<String>()
+        let root = try ConfinedTree(opening: target)
+        for index in chain.links.indices.dropFirst() {
+            try cancel.throwIfCancelled()
+            let link = chain.links[index]
+            guard let previous = chain.links[index - 1].manifest, let manifest = link.manifest else { continue }
+            unchecked.subtract(try makeRoom(in: root, from: previous, for: manifest))
+            try extract(link, applying: true, deferring: changedLater(than: index), into: target)
+            for file in manifest.files where file.source == nil { unchecked.remove(file.path) }
+            try applyPageDeltas(of: link, in: root)
+            for file in manifest.files where file.source == "pages" { unchecked.insert(file.path) }
+            TestPausePoint.reach("chain-applied")
+        }
+        let newest = chain.newest
+        guard let manifest = newest.manifest else { return [] }
+        try finish(root, manifest: manifest, unchecked: unchecked, backupName: newest.name)
+        return manifest.databases.map(\.path).filter(isSelected)
+    }
+
+    private func isSelected(_ path: String) -> Bool { selection?(path) ?? true }
+
+    /// Unpacks one backup of the chain with the Extractor (the tree as the backup before it
+    /// left it is in `target`, less what ``makeRoom(in:from:for:)`` removed).
+    private func extract(_ link: ChainLink, applying: Bool, deferring: Set<String>, into target: String) throws {
+        var extractor = Extractor(reader: link.reader, cancel: cancel, progress: progress)
+        extractor.applyingIncremental = applying
+        extractor.deferredChecks = deferring
+        extractor.allowOutsideLinks = allowOutsideLinks
+        extractor.acceptDamagedDatabases = acceptDamagedDatabases
+        extractor.selection = selection
+        try extractor.extract(into: target)
+        let damaged = extractor.damagedDatabases.current
+        damagedDatabases.withLock { $0.merge(damaged) { _, new in new } }
+    }
+
+    /// The paths a backup after `index` patches, stores anew or drops: checking their
+    /// content as backup `index` leaves it would be done again (or for nothing) later.
+    private func changedLater(than index: Int) -> Set<String> {
+        guard let current = chain.links[index].manifest else { return [] }
+        var changed = Set<String>()
+        var present = Set(current.databases.map(\.path))
+        for link in chain.links[(index + 1)...] {
+            guard let manifest = link.manifest else { continue }
+            var next = Set<String>()
+            for file in manifest.files where present.contains(file.path) {
+                if file.source == "base" { next.insert(file.path) } else { changed.insert(file.path) }
+            }
+            changed.formUnion(present.subtracting(manifest.files.map(\.path)))
+            present = next
+        }
+        return changed
+    }
+
+    /// Opens every folder for writing, then removes each path of the tree as `previous` left
+    /// it that `manifest` no longer holds, holds as another type, or writes anew (links,
+    /// FIFOs and files stored whole are entries of the incremental). Returns the paths removed.
+    private func makeRoom(in root: ConfinedTree, from previous: Manifest, for manifest: Manifest) throws -> Set<String> {
+        // Folders keep their final mode only at the end of each step: a read-only one must
+        // take the removals and new entries first.
+        for folder in previous.files where folder.type == "directory" && isSelected(folder.path) {
+            try root.setDirectoryAttributes(folder.path, permissions: 0o700, modificationTime: folder.mtime)
+        }
+        try root.setDirectoryAttributes(nil, permissions: 0o700, modificationTime: previous.rootMtime ?? 0)
+        var next: [String: Manifest.File] = [:]
+        for file in manifest.files { next[file.path] = file }
+        var removed = Set<String>()
+        for old in previous.files.sorted(by: { $0.path.utf8.count > $1.path.utf8.count }) where isSelected(old.path) {
+            let keep: Bool
+            if let new = next[old.path] {
+                switch new.type {
+                case "directory": keep = old.type == "directory"
+                case "symlink", "fifo": keep = false
+                default: keep = BackupChain.isRegular(old.type) && new.source != nil
+                }
+            } else {
+                keep = false
+            }
+            if keep { continue }
+            try root.remove(old.path)
+            removed.insert(old.path)
+        }
+        return removed
+    }
+
+    /// Patches each database the incremental marks `"pages"` from its page delta.
+    private func applyPageDeltas(of link: ChainLink, in root: ConfinedTree) throws {
+        guard let manifest = link.manifest else { return }
+        let pageSizes = Dictionary(manifest.databases.map { ($0.path, $0.pageSize) }) { first, _ in first }
+        for file in manifest.files where file.source == "pages" && isSelected(file.path) {
+            try cancel.throwIfCancelled()
+            guard let entry = link.reader.pageDeltas[file.path], let pageSize = pageSizes[file.path] else {
+                throw StoreBackupError.corruptArchive(name: link.name, reason: "the page delta of \(file.path) is missing")
+            }
+            progress.report(BackupProgress(phase: .extracting, currentFile: file.path))
+            let descriptor = try root.openFileForPatching(file.path)
+            defer { close(descriptor) }
+            let path = root.root + "/" + file.path
+            try link.reader.withEntryStream(entry) { read in
+                try PageDeltaReader(backupName: link.name, databasePath: file.path).apply(
+                    entrySize: entry.size, pageSize: pageSize, finalSize: file.size, to: descriptor, path: path, read: read)
+            }
+        }
+    }
+
+    /// Gives every file carried over from a base its newest mode and time, then checks what
+    /// was patched against the newest manifest (SHA-256, then `integrity_check`; a database
+    /// that passes is recorded as it stays, so reload need not check it again).
+    private func finish(_ root: ConfinedTree, manifest: Manifest, unchecked: Set<String>, backupName: String) throws {
+        for file in manifest.files where file.source != nil && isSelected(file.path) {
+            try root.setFileAttributes(file.path, permissions: file.mode & 0o7777, modificationTime: file.mtime)
+        }
+        let databases = Set(manifest.databases.map(\.path))
+        let patched = manifest.files.filter { unchecked.contains($0.path) && isSelected($0.path) }
+        let cancel = self.cancel, progress = self.progress, damagedDatabases = self.damagedDatabases
+        let acceptDamagedDatabases = self.acceptDamagedDatabases
+        // One database per thread: each is read once for its SHA-256, then checked.
+        try WorkerPool.forEach(patched, name: "storebackup-check", width: min(max(1, patched.count), WorkerPool.cores), cancel: cancel) {
+            file in
+            try cancel.throwIfCancelled()
+            progress.report(BackupProgress(phase: .checking, currentFile: file.path), force: true)
+            let descriptor = try root.openFileForReading(file.path)
+            defer { close(descriptor) }
+            let path = EscapedName.escapedRoot(root.root) + "/" + file.path
+            var hasher = SHA256()
+            var info = stat()
+            guard fstat(descriptor, &info) == 0 else { throw StoreBackupError.io(path: path, operation: "stat", errno: errno) }
+            let size = Int64(info.st_size)
+            guard size == file.size else { throw StoreBackupError.checksumMismatch(name: backupName, entry: file.path) }
+            try FileDigest.read(descriptor: descriptor, path: path, offset: 0, length: size) { _, bytes in
+                hasher.update(bufferPointer: bytes)
+            }
+            guard FileDigest.hex(hasher.finalize()) == file.sha256 else {
+                throw StoreBackupError.checksumMismatch(name: backupName, entry: file.path)
+            }
+            guard databases.contains(file.path) else { return }
+            do { try Extractor.checkDatabase(path) } catch let error as StoreBackupError where Extractor.DamageJudge.isDamage(error) {
+                let answer = Extractor.DamageJudge.sqliteAnswer(error)
+                damagedDatabases.withLock { $0[file.path] = answer }
+                guard acceptDamagedDatabases else {
+                    throw StoreBackupError.databaseDamagedAtSource(name: backupName, databases: [file.path], result: answer)
+                }
+            }
+        }
+    }
+}
