@@ -35,9 +35,9 @@ package struct BackupBrowser: Sendable {
             let backup = try await destination.resolve(nameOrLatest)
             ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
             let passwords = self.passwords
-            return try await withArchive(of: backup.name, downloadingInto: ScratchFiles.temporaryDirectory, progress: nil) { archive in
-                try await runBlocking(name: "storebackup-ls") { _ in
-                    let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
+            return try await withArchive(of: backup, downloadingInto: ScratchFiles.temporaryDirectory, progress: nil) { archive in
+                try await runBlocking(name: "storebackup-ls") { cancel in
+                    let reader = try archive.reader(backupName: backup.name, passwords: passwords, cancel: cancel)
                     let entries = Self.contents(of: reader)
                     try selection.requireMatches(in: entries.map(\.path), backupName: backup.name)
                     return BackupContents(
@@ -68,10 +68,11 @@ package struct BackupBrowser: Sendable {
             let passwords = self.passwords, allowUnverified = self.allowUnverified
             let allowOutsideLinks = self.allowOutsideLinks
             let throttle = ProgressThrottle(progress)
-            return try await withArchive(of: backup.name, downloadingInto: parent, progress: progress) { archive in
+            return try await withArchive(of: backup, downloadingInto: parent, progress: progress) { archive in
                 try await runBlocking(name: "storebackup-extract") { cancel in
-                    let reader = try ArchiveReader(path: archive, backupName: backup.name, passwords: passwords)
+                    let reader = try archive.reader(backupName: backup.name, passwords: passwords, cancel: cancel)
                     try selection.requireMatches(in: reader.entries.map(\.path), backupName: backup.name)
+                    try reader.checkLocalHeaders(of: reader.entries.filter { selection.needs($0.path) })
                     var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                     extractor.allowUnverified = allowUnverified
                     // Extract takes files out to look at: a database damaged before the backup
@@ -133,19 +134,23 @@ package struct BackupBrowser: Sendable {
         }
     }
 
-    /// Runs `body` on a local copy of the backup's archive: a local folder's file in place,
-    /// else a download into `folder` (under the scratch policy), removed afterwards.
+    /// Runs `body` on the backup's archive: a local folder's file in place, else the remote
+    /// backup read in ranges where the destination serves them (see
+    /// ``withRangedReads(of:_:)``), else a download into `folder` (under the scratch
+    /// policy), removed afterwards.
     private func withArchive<T: Sendable>(
-        of name: String, downloadingInto folder: String, progress: ProgressHandler?,
-        _ body: (String) async throws -> T
+        of backup: BackupListing, downloadingInto folder: String, progress: ProgressHandler?,
+        _ body: (BrowsedArchive) async throws -> T
     ) async throws -> T {
+        let name = backup.name
         if let local = destination.localPath(of: name) {
-            return try await body(local)
+            return try await body(.file(local))
         }
+        if let result = try await withRangedReads(of: backup, body) { return result }
         let download = ScratchFiles.path(in: folder, purpose: "download", suffix: ".zip")
         defer { unlink(download) }
         try await destination.download(name, to: download, progress: progress)
-        return try await body(download)
+        return try await body(.file(download))
     }
 
     /// The listing: the manifest's rows, or without a manifest the ZIP directory's entries.
