@@ -13,7 +13,9 @@ import XCTest
 final class RangedReadTests: XCTestCase {
     var work = ""
     var store: String { work + "/Stores" }
-    var local: String { work + "/local" }
+    var local: String { work + (passwords == nil ? "/local" : "/encrypted") }
+    /// For the encrypted backup.
+    var passwords: PasswordProvider?
     var backupName = ""
     /// The archive's layout, read from the local copy.
     var archiveSize: Int64 = 0
@@ -136,6 +138,45 @@ final class RangedReadTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(whole.bytes, archiveSize, "[dropbox] ignored ranges: downloaded")
     }
 
+    /// An encrypted backup: the password is checked on the manifest's verifier, read in
+    /// ranges like the rest; no password, or a wrong one, is refused as for a local backup.
+    func testEncryptedBackupOnWebDAV() async throws {
+        let servers = try TestServers(label: "ranged-encrypted")
+        defer { servers.stop() }
+        let passwordFile = work + "/password"
+        FileManager.default.createFile(
+            atPath: passwordFile, contents: Data("correct horse battery\n".utf8), attributes: [.posixPermissions: 0o600])
+        passwords = .file(passwordFile)
+        let created = try runStoreBackup(
+            ["create", store, "--to", local, "--encrypt", "--password-file", passwordFile], environment: ["HOME": work])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        backupName = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try readLayout(local + "/" + backupName)
+        let backend = ContractBackend.webDAV(try servers.start("webdav"), work: work)
+        try await upload(to: backend)
+        let proxy = try ContractProxy(servers: servers, backend: backend, rules: [], work: work)
+        let destination = try backend.make("ranged", proxy.port, Self.retry)
+        try await assertListing(destination)
+        try await assertExtract(destination, [smallBlob])
+        let zipEntries = proxy.entries().filter { ($0["request"] as? String)?.contains("Stores.zip") == true }
+        XCTAssertLessThanOrEqual(Self.downBytes(zipEntries), 2 * lsBound + spans[smallBlob]!)
+
+        let wrong = work + "/wrong"
+        FileManager.default.createFile(atPath: wrong, contents: Data("guess\n".utf8), attributes: [.posixPermissions: 0o600])
+        let cases: [(PasswordProvider?, StoreBackupError)] = [
+            (nil, StoreBackupError.passwordRequired(name: backupName)),
+            (PasswordProvider.file(wrong), .wrongPassword(name: backupName)),
+        ]
+        for (provider, expected) in cases {
+            do {
+                _ = try await BackupBrowser(destination: destination, passwords: provider).listContents(backupName)
+                XCTFail("listed without the right password")
+            } catch let error as StoreBackupError {
+                XCTAssertEqual(error, expected)
+            }
+        }
+    }
+
     // MARK: the scenarios over HTTP
 
     /// S3 and WebDAV through the HTTP fault proxy, which logs each answer's body bytes.
@@ -198,8 +239,9 @@ final class RangedReadTests: XCTestCase {
 
     /// `ls` through `destination` equals `ls` of the local copy.
     private func assertListing(_ destination: any BackupDestination, file: StaticString = #filePath, line: UInt = #line) async throws {
-        let remote = try await BackupBrowser(destination: destination).listContents(backupName)
-        let reference = try await BackupBrowser(destination: LocalFolderDestination(folder: local)).listContents(backupName)
+        let remote = try await BackupBrowser(destination: destination, passwords: passwords).listContents(backupName)
+        let reference = try await BackupBrowser(destination: LocalFolderDestination(folder: local), passwords: passwords)
+            .listContents(backupName)
         XCTAssertEqual(remote, reference, file: file, line: line)
         XCTAssertTrue(remote.hasManifest && remote.entries.contains { $0.path == bigBlob }, file: file, line: line)
     }
@@ -210,7 +252,7 @@ final class RangedReadTests: XCTestCase {
     ) async throws {
         let out = work + "/out-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: out) }
-        let result = try await BackupBrowser(destination: destination).extract(backupName, paths: paths, into: out)
+        let result = try await BackupBrowser(destination: destination, passwords: passwords).extract(backupName, paths: paths, into: out)
         let sizes = try paths.map { Int64(try FileSystem.lstatInfo(store + "/" + $0).st_size) }
         XCTAssertEqual(result.byteCount, sizes.reduce(0, +), file: file, line: line)
         for path in paths {
