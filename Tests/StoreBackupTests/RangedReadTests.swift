@@ -21,6 +21,7 @@ final class RangedReadTests: XCTestCase {
     var archiveSize: Int64 = 0
     var directoryBytes: Int64 = 0
     var spans: [String: Int64] = [:]
+    var offsets: [String: Int64] = [:]
     /// A small blob and the large one.
     var smallBlob = ""
     let bigBlob = ".App_SUPPORT/_EXTERNAL_DATA/big-blob"
@@ -177,6 +178,48 @@ final class RangedReadTests: XCTestCase {
         }
     }
 
+    /// The consistency check libzip makes of every local header when it opens a file
+    /// (`ZIP_CHECKCONS`) is made of each entry a remote read takes: a local header naming
+    /// another file, or claiming extra fields that run its data into the next entry, is
+    /// refused before anything is written.
+    func testInconsistentLocalHeadersAreRefused() async throws {
+        let servers = try TestServers(label: "ranged-hostile")
+        defer { servers.stop() }
+        let backend = ContractBackend.s3(try servers.start("s3"), work: work)
+        let original = try Data(contentsOf: URL(fileURLWithPath: local + "/" + backupName))
+        let header = Int(try XCTUnwrap(offsets[smallBlob]))
+        var renamed = original
+        renamed[header + 30 + smallBlob.utf8.count - 1] ^= 0x01
+        var overlapping = original
+        overlapping[header + 28] = 0xFF
+        overlapping[header + 29] = 0xFF
+        for (label, damaged, reason) in [
+            ("renamed", renamed, "names another file than the central directory"),
+            ("overlapping", overlapping, "two entries share the same bytes"),
+        ] {
+            try damaged.write(to: URL(fileURLWithPath: local + "/" + backupName))
+            let folder = "hostile-" + label
+            let copy = work + "/upload.zip"
+            try damaged.write(to: URL(fileURLWithPath: copy))
+            let destination = try backend.make(folder, nil, Self.retry)
+            try await destination.upload(file: copy, as: backupName, progress: nil)
+            let out = work + "/out-" + label
+            do {
+                _ = try await BackupBrowser(destination: destination).extract(backupName, paths: [smallBlob], into: out)
+                XCTFail("[\(label)] extracted")
+            } catch StoreBackupError.corruptArchive(_, let message) {
+                XCTAssertTrue(message.contains(reason), "[\(label)] \(message)")
+            }
+            XCTAssertFalse(FileManager.default.fileExists(atPath: out), label)
+            // The same archive as a local file: libzip refuses it when it opens it.
+            do {
+                _ = try await BackupBrowser(destination: LocalFolderDestination(folder: local)).extract(
+                    backupName, paths: [smallBlob], into: out)
+                XCTFail("[\(label)] extracted from the local copy")
+            } catch StoreBackupError.corruptArchive {}
+        }
+    }
+
     // MARK: the scenarios over HTTP
 
     /// S3 and WebDAV through the HTTP fault proxy, which logs each answer's body bytes.
@@ -295,6 +338,7 @@ final class RangedReadTests: XCTestCase {
             let entry = String(cString: zip_get_name(archive, UInt64(index), 0))
             let name = entry.hasSuffix("/") ? String(entry.dropLast()) : entry
             spans[name] = starts.first { $0 > offset }! - offset
+            offsets[name] = offset
         }
     }
 
