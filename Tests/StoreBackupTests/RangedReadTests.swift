@@ -13,7 +13,8 @@ import XCTest
 final class RangedReadTests: XCTestCase {
     var work = ""
     var store: String { work + "/Stores" }
-    var local: String { work + (passwords == nil ? "/local" : "/encrypted") }
+    var local: String { work + "/" + localFolder }
+    var localFolder = "local"
     /// For the encrypted backup.
     var passwords: PasswordProvider?
     var backupName = ""
@@ -148,6 +149,7 @@ final class RangedReadTests: XCTestCase {
         FileManager.default.createFile(
             atPath: passwordFile, contents: Data("correct horse battery\n".utf8), attributes: [.posixPermissions: 0o600])
         passwords = .file(passwordFile)
+        localFolder = "encrypted"
         let created = try runStoreBackup(
             ["create", store, "--to", local, "--encrypt", "--password-file", passwordFile], environment: ["HOME": work])
         XCTAssertEqual(created.status, 0, created.stderr)
@@ -176,6 +178,28 @@ final class RangedReadTests: XCTestCase {
                 XCTAssertEqual(error, expected)
             }
         }
+    }
+
+    /// Extract reads every link of the backup (to check where each leads): many links cost
+    /// a few requests, not one each.
+    func testManyLinksCostFewRequests() async throws {
+        let servers = try TestServers(label: "ranged-links")
+        defer { servers.stop() }
+        try FileManager.default.createDirectory(atPath: store + "/links", withIntermediateDirectories: true)
+        for index in 0..<2000 { XCTAssertEqual(symlink("../notes.txt", store + "/links/\(index)"), 0) }
+        localFolder = "links"
+        let created = try runStoreBackup(["create", store, "--to", local], environment: ["HOME": work])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        backupName = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try readLayout(local + "/" + backupName)
+        let backend = ContractBackend.s3(try servers.start("s3"), work: work)
+        try await upload(to: backend)
+        let proxy = try ContractProxy(servers: servers, backend: backend, rules: [], work: work)
+        try await assertExtract(try backend.make("ranged", proxy.port, Self.retry), [smallBlob])
+        let reads = proxy.entries().filter {
+            ($0["request"] as? String)?.hasPrefix("GET") == true && ($0["request"] as? String)?.contains("Stores.zip") == true
+        }
+        XCTAssertLessThanOrEqual(reads.count, 10, "\(reads.count) requests")
     }
 
     /// The consistency check libzip makes of every local header when it opens a file

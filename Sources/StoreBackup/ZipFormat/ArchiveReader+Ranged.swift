@@ -34,4 +34,29 @@ extension ArchiveReader {
     func checkLocalHeaders(of entries: [ArchiveEntry]) throws {
         for entry in entries { try checkLocalHeader(index: entry.index) }
     }
+
+    /// For a remote archive: fetches the small `entries` (links, which extract reads all of
+    /// to check the tree) in few requests, merging neighbours less than ``mergeGap`` apart,
+    /// and keeps them, so that reading them one by one costs no request each.
+    func prefetch(_ entries: [ArchiveEntry]) throws {
+        guard let ranged else { return }
+        // Only entries that are small on the archive's own word (a hostile archive may call
+        // anything a link): others are read on demand, within readSmallEntry's limit.
+        let spans = entries.compactMap { ranged.span(ofEntry: $0.index) }.filter { $0.count <= Self.mergeGap }
+            .sorted { $0.lowerBound < $1.lowerBound }
+        var merged: [Range<Int64>] = []
+        for span in spans {
+            if let last = merged.last, span.lowerBound - last.upperBound < Self.mergeGap,
+                span.upperBound - last.lowerBound <= RangedArchive.chunkBytes
+            {
+                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, span.upperBound)
+            } else {
+                merged.append(span)
+            }
+        }
+        for range in merged { try ranged.willRead(range) }
+    }
+
+    /// Bytes between two small entries worth fetching to save a request.
+    static let mergeGap: Int64 = 32 << 10
 }
