@@ -202,6 +202,64 @@ final class RangedReadTests: XCTestCase {
         XCTAssertLessThanOrEqual(reads.count, 10, "\(reads.count) requests")
     }
 
+    /// Each answer to a range is checked before its bytes are used: 206 or 200 with the
+    /// matching Content-Range and length, or 200 with the whole object (then cut).
+    func testAnswersToARangeAreChecked() throws {
+        let object = Data((0..<100).map { UInt8($0) })
+        func answer(_ status: Int, _ range: String?, _ body: Data) -> TransferResponse {
+            TransferResponse(
+                status: status, headers: range.map { ["content-range": $0] } ?? [:], body: body, bytesReceived: Int64(body.count))
+        }
+        func bytes(_ response: TransferResponse) throws -> Data {
+            try RangedRead.bytes(of: response, range: 10..<20, size: 100, label: "test")
+        }
+        XCTAssertEqual(try bytes(answer(206, "bytes 10-19/100", object[10..<20])), object[10..<20])
+        XCTAssertEqual(try bytes(answer(200, "bytes 10-19/100", object[10..<20])), object[10..<20], "rclone's 200")
+        XCTAssertEqual(try bytes(answer(200, nil, object)), object[10..<20], "the whole object, cut")
+        XCTAssertEqual(try bytes(answer(0, nil, object[10..<20])), object[10..<20], "sftp")
+        for wrong in [
+            answer(206, "bytes 11-20/100", object[11..<21]), answer(206, "bytes 10-19/99", object[10..<20]),
+            answer(206, "bytes 10-19/100", object[10..<19]), answer(206, nil, object[10..<20]),
+            answer(200, nil, object[0..<50]), answer(0, nil, object[10..<15]),
+        ] {
+            XCTAssertThrowsError(try bytes(wrong), "\(wrong.status) \(wrong.headers)") { error in
+                guard case StoreBackupError.transfer(let failure) = error else { return XCTFail("\(error)") }
+                XCTAssertTrue(failure.isRetryable, failure.message)
+            }
+        }
+        // More than the whole object: the server ignored the range.
+        XCTAssertThrowsError(try bytes(answer(200, nil, object + object))) { error in
+            guard case StoreBackupError.transfer(let failure) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(failure.serviceCode, BackupRangeReader.rangesNotHonoured)
+        }
+    }
+
+    /// A small backup (at most 8 MiB) from a server that ignores ranges is read from the
+    /// whole answers it sends, each cut to the range asked for.
+    func testSmallBackupFromAServerThatIgnoresRanges() async throws {
+        let servers = try TestServers(label: "ranged-small")
+        defer { servers.stop() }
+        try FileManager.default.removeItem(atPath: store + "/" + bigBlob)
+        localFolder = "small"
+        let created = try runStoreBackup(["create", store, "--to", local], environment: ["HOME": work])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        backupName = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try readLayout(local + "/" + backupName)
+        XCTAssertLessThan(archiveSize, RangedRead.maxWholeObjectBytes)
+        let backend = ContractBackend.webDAV(try servers.start("webdav"), work: work)
+        try await upload(to: backend)
+        let proxy = try ContractProxy(
+            servers: servers, backend: backend, rules: [["method": "GET", "path_contains": "Stores.zip", "fault": "norange"]], work: work)
+        let destination = try backend.make("ranged", proxy.port, Self.retry)
+        let remote = try await BackupBrowser(destination: destination).listContents(backupName)
+        let reference = try await BackupBrowser(destination: LocalFolderDestination(folder: local)).listContents(backupName)
+        XCTAssertEqual(remote, reference)
+        try await assertExtract(destination, [smallBlob])
+        let reads = proxy.entries().filter { ($0["request"] as? String)?.contains("Stores.zip") == true }
+        XCTAssertFalse(reads.isEmpty)
+        XCTAssertTrue(reads.allSatisfy { $0["status"] as? Int == 200 && $0["fault"] as? String == "norange (Range removed)" }, "\(reads)")
+    }
+
     /// The consistency check libzip makes of every local header when it opens a file
     /// (`ZIP_CHECKCONS`) is made of each entry a remote read takes: a local header naming
     /// another file, or claiming extra fields that run its data into the next entry, is
