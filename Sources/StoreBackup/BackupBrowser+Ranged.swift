@@ -38,12 +38,12 @@ final class RemoteArchive: Sendable {
     var lastFailure: StoreBackupError? { opened.current?.lastFailure }
 }
 
-extension BackupBrowser {
-    /// Runs `body` on `backup` read in ranges, when the destination serves ranges; nil when
-    /// it does not, or when its server turns out to ignore them (it sends the whole backup),
+extension RemoteArchive {
+    /// Runs `body` on `backup` read in ranges, when `destination` serves them; nil when it
+    /// does not, or when its server turns out to ignore them (it sends the whole backup),
     /// so the caller downloads the backup instead.
-    func withRangedReads<T: Sendable>(
-        of backup: BackupListing, _ body: (BrowsedArchive) async throws -> T
+    static func withRangedReads<T: Sendable>(
+        of backup: BackupListing, in destination: any BackupDestination, _ body: (BrowsedArchive) async throws -> T
     ) async throws -> T? {
         guard let ranges = destination.rangeReader(of: backup.name, size: backup.size) else { return nil }
         let remote = RemoteArchive(ranges: ranges)
@@ -54,5 +54,12 @@ extension BackupBrowser {
             if case .transfer(let transfer) = failure, transfer.serviceCode == BackupRangeReader.rangesNotHonoured { return nil }
             throw failure
         }
+    }
+}
+
+extension BackupBrowser {
+    /// ``RemoteArchive/withRangedReads(of:in:_:)`` with this browser's destination.
+    func withRangedReads<T: Sendable>(of backup: BackupListing, _ body: (BrowsedArchive) async throws -> T) async throws -> T? {
+        try await RemoteArchive.withRangedReads(of: backup, in: destination, body)
     }
 }

@@ -260,6 +260,44 @@ final class RangedReadTests: XCTestCase {
         XCTAssertTrue(reads.allSatisfy { $0["status"] as? Int == 200 && $0["fault"] as? String == "norange (Range removed)" }, "\(reads)")
     }
 
+    /// `verify --metadata-only` reads the central directory and the manifest in ranges and
+    /// checks that they agree; a central directory that disagrees with the manifest fails.
+    func testVerifyMetadataOnly() async throws {
+        let servers = try TestServers(label: "ranged-verify")
+        defer { servers.stop() }
+        let backend = ContractBackend.s3(try servers.start("s3"), work: work)
+        let environment = backend.environment.merging(["HOME": work]) { $1 }
+        let original = try Data(contentsOf: URL(fileURLWithPath: local + "/" + backupName))
+        // The central directory's size of the small blob, one byte more than the manifest's.
+        var disagreeing = original
+        let name = Data(smallBlob.utf8)
+        let directoryStart = Int(archiveSize - directoryBytes)
+        let nameAt = try XCTUnwrap(disagreeing.range(of: name, in: directoryStart..<disagreeing.count)).lowerBound
+        let header = nameAt - 46
+        XCTAssertEqual(Array(disagreeing[header..<header + 4]), [0x50, 0x4B, 0x01, 0x02])
+        disagreeing[header + 24] &+= 1
+        for (folder, archive) in [("ranged", original), ("disagreeing", disagreeing)] {
+            let copy = work + "/upload.zip"
+            try archive.write(to: URL(fileURLWithPath: copy))
+            try await backend.make(folder, nil, Self.retry).upload(file: copy, as: backupName, progress: nil)
+        }
+
+        let proxy = try ContractProxy(servers: servers, backend: backend, rules: [], work: work)
+        let good = try runStoreBackup(
+            ["verify", "latest", "--metadata-only", "--json"] + backend.arguments("ranged", "--from", proxy.port), environment: environment)
+        XCTAssertEqual(good.status, 0, good.stderr)
+        let result = try XCTUnwrap((try JSONSerialization.jsonObject(with: Data(good.stdout.utf8)) as? [[String: Any]])?.first)
+        XCTAssertEqual(result["ok"] as? Bool, true, "\(result)")
+        XCTAssertTrue((result["warning"] as? String)?.hasPrefix("metadata only") == true, "\(result)")
+        let reads = proxy.entries().filter { ($0["request"] as? String)?.contains("Stores.zip") == true }
+        XCTAssertLessThanOrEqual(Self.downBytes(reads), lsBound + 4096, "central directory, manifest and the one link")
+
+        let bad = try runStoreBackup(
+            ["verify", "latest", "--metadata-only"] + backend.arguments("disagreeing", "--from", nil), environment: environment)
+        XCTAssertEqual(bad.status, 1, bad.stdout + bad.stderr)
+        XCTAssertTrue(bad.stdout.hasPrefix("FAILED") && bad.stdout.contains(smallBlob), bad.stdout)
+    }
+
     /// The consistency check libzip makes of every local header when it opens a file
     /// (`ZIP_CHECKCONS`) is made of each entry a remote read takes: a local header naming
     /// another file, or claiming extra fields that run its data into the next entry, is
