@@ -180,13 +180,18 @@ final class RangedReadTests: XCTestCase {
         }
     }
 
-    /// Extract reads every link of the backup (to check where each leads): many links cost
-    /// a few requests, not one each.
-    func testManyLinksCostFewRequests() async throws {
+    /// Extract reads every link of the backup (to check where each leads), and a folder
+    /// asked for may hold many small files: each would cost a request of its own; they are
+    /// fetched together in a few.
+    func testManySmallEntriesCostFewRequests() async throws {
         let servers = try TestServers(label: "ranged-links")
         defer { servers.stop() }
         try FileManager.default.createDirectory(atPath: store + "/links", withIntermediateDirectories: true)
         for index in 0..<2000 { XCTAssertEqual(symlink("../notes.txt", store + "/links/\(index)"), 0) }
+        try FileManager.default.createDirectory(atPath: store + "/small", withIntermediateDirectories: true)
+        for index in 0..<500 {
+            try Data("small file \(index)\n".utf8).write(to: URL(fileURLWithPath: store + "/small/\(index).txt"))
+        }
         localFolder = "links"
         let created = try runStoreBackup(["create", store, "--to", local], environment: ["HOME": work])
         XCTAssertEqual(created.status, 0, created.stderr)
@@ -195,11 +200,16 @@ final class RangedReadTests: XCTestCase {
         let backend = ContractBackend.s3(try servers.start("s3"), work: work)
         try await upload(to: backend)
         let proxy = try ContractProxy(servers: servers, backend: backend, rules: [], work: work)
-        try await assertExtract(try backend.make("ranged", proxy.port, Self.retry), [smallBlob])
+        let destination = try backend.make("ranged", proxy.port, Self.retry)
+        try await assertExtract(destination, [smallBlob])
+        let out = work + "/small-out"
+        let result = try await BackupBrowser(destination: destination).extract(backupName, paths: ["small"], into: out)
+        XCTAssertEqual(result.byteCount, (0..<500).reduce(0) { $0 + Int64("small file \($1)\n".utf8.count) })
+        XCTAssertEqual(try String(contentsOfFile: out + "/small/499.txt", encoding: .utf8), "small file 499\n")
         let reads = proxy.entries().filter {
             ($0["request"] as? String)?.hasPrefix("GET") == true && ($0["request"] as? String)?.contains("Stores.zip") == true
         }
-        XCTAssertLessThanOrEqual(reads.count, 10, "\(reads.count) requests")
+        XCTAssertLessThanOrEqual(reads.count, 16, "\(reads.count) requests for two extracts")
     }
 
     /// Each answer to a range is checked before its bytes are used: 206 or 200 with the
@@ -346,12 +356,12 @@ final class RangedReadTests: XCTestCase {
     private func checkHTTP(_ backend: ContractBackend, servers: TestServers) async throws {
         try await upload(to: backend)
         func served(_ rules: [[String: Any]], _ operation: (any BackupDestination) async throws -> Void) async throws -> (
-            bytes: Int64, faults: [String]
+            bytes: Int64, faults: [String], requests: Int
         ) {
             let proxy = try ContractProxy(servers: servers, backend: backend, rules: rules, work: work)
             try await operation(try backend.make("ranged", proxy.port, Self.retry))
             let entries = proxy.entries().filter { ($0["request"] as? String)?.contains("Stores.zip") == true }
-            return (Self.downBytes(entries), ContractProxy.faults(entries))
+            return (Self.downBytes(entries), ContractProxy.faults(entries), entries.count)
         }
         let label = backend.label
         let plain = try await served([]) { try await self.assertListing($0) }
@@ -360,6 +370,8 @@ final class RangedReadTests: XCTestCase {
         XCTAssertLessThanOrEqual(small.bytes, lsBound + spans[smallBlob]!, "[\(label)] extract of a small file")
         let big = try await served([]) { try await self.assertExtract($0, [self.bigBlob]) }
         XCTAssertLessThanOrEqual(big.bytes, lsBound + spans[bigBlob]!, "[\(label)] extract of the large blob")
+        // 10 MiB read from start to end: chunks of 1, 2, 4 and 8 MiB, not ten of 1 MiB.
+        XCTAssertLessThanOrEqual(big.requests, 6, "[\(label)] extract of the large blob \(big)")
 
         let zipGET: [String: Any] = ["method": "GET", "path_contains": "Stores.zip"]
         // The answer to the first read (the end of the archive) is lost after the server sent it.
@@ -397,7 +409,7 @@ final class RangedReadTests: XCTestCase {
     // MARK: checks
 
     /// What `ls` may transfer: the central directory with the end records, the manifest,
-    /// and the end of the archive where the end record is looked for (64 KiB and its 21 bytes).
+    /// and the end of the archive where the end record is looked for (64 KiB and 42 bytes).
     private var lsBound: Int64 { directoryBytes + spans[Manifest.archivePath]! + RangedArchive.tailBytes }
 
     /// `ls` through `destination` equals `ls` of the local copy.

@@ -35,9 +35,11 @@ extension ArchiveReader {
         for entry in entries { try checkLocalHeader(index: entry.index) }
     }
 
-    /// For a remote archive: fetches the small `entries` (links, which extract reads all of
-    /// to check the tree) in few requests, merging neighbours less than ``mergeGap`` apart,
-    /// and keeps them, so that reading them one by one costs no request each.
+    /// For a remote archive: fetches the small `entries` (the links, which extract reads all
+    /// of to check the tree, and the small files asked for) in few requests, merging
+    /// neighbours less than ``mergeGap`` apart, and keeps them, so that reading them one by
+    /// one costs no request each. At most ``maxPrefetchBytes`` are kept this way; the other
+    /// entries are read on demand.
     func prefetch(_ entries: [ArchiveEntry]) throws {
         guard let ranged else { return }
         // Only entries that are small on the archive's own word (a hostile archive may call
@@ -54,9 +56,26 @@ extension ArchiveReader {
                 merged.append(span)
             }
         }
-        for range in merged { try ranged.willRead(range) }
+        var kept: Int64 = 0
+        for range in merged {
+            kept += Int64(range.count)
+            guard kept <= Self.maxPrefetchBytes else { break }
+            try ranged.willRead(range)
+        }
+    }
+
+    /// What extract reads of `entries` before anything else: the local header of each file
+    /// and link about to be read (``checkLocalHeader(index:)``), after fetching the small ones
+    /// together with every link of the archive (``prefetch(_:)``). Nothing for a file.
+    func prepareToRead(_ entries: [ArchiveEntry]) throws {
+        guard ranged != nil else { return }
+        let read = entries.filter { $0.kind == .file || $0.kind == .symlink }
+        try prefetch(read.filter { $0.kind == .file } + self.entries.filter { $0.kind == .symlink })
+        try checkLocalHeaders(of: read)
     }
 
     /// Bytes between two small entries worth fetching to save a request.
     static let mergeGap: Int64 = 32 << 10
+    /// The most bytes ``prefetch(_:)`` keeps.
+    static let maxPrefetchBytes: Int64 = 16 << 20
 }

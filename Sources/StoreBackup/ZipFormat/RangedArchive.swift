@@ -8,9 +8,11 @@ import Foundation
 /// Two kinds of bytes are kept. The end of the archive (the end records) and the central
 /// directory, which libzip reads again for every handle, are fetched in one go and kept for
 /// the archive's life (``willRead(_:)``; their size is checked against the archive limits
-/// first). Everything else is fetched on demand in chunks of at most ``chunkBytes`` that
-/// never cross the start of the next entry, so reading one entry fetches that entry's bytes
-/// and no others; the last few chunks are kept for the reads that follow.
+/// first). Everything else is fetched on demand in chunks that never cross the start of the
+/// next entry, so reading one entry fetches that entry's bytes and no others: ``chunkBytes``
+/// at first, twice as many each time a read continues where the last chunk ended (a large
+/// entry read from start to end), up to the fetch limit, so a long read costs few round
+/// trips. The most recent chunks, up to ``recentBytes``, are kept for the reads that follow.
 ///
 /// What went wrong in a fetch (a network failure, a server that does not serve ranges) is
 /// kept in ``lastFailure``: libzip only knows that a read failed.
@@ -40,13 +42,15 @@ final class RangedArchive: ArchiveBytes, Sendable {
         var requests = 0
     }
 
-    /// The most bytes one on-demand fetch asks for.
+    /// The first on-demand fetch at a new place.
     static let chunkBytes: Int64 = 1 << 20
-    /// Chunks kept for the reads that follow (the extraction threads read side by side).
-    static let recentChunks = 8
-    /// The end of an archive fetched first: the end record and the longest comment it may
-    /// follow, where both libzip and ``CentralDirectoryCheck`` look for it.
-    static let tailBytes: Int64 = 22 + 65_535
+    /// Bytes of recent chunks kept for the reads that follow (the extraction threads read
+    /// side by side); the oldest go first.
+    static let recentBytes: Int64 = 24 << 20
+    /// The end of an archive fetched first: where libzip looks for the end record (the
+    /// record, the longest comment and the ZIP64 locator before it; libzip's `CDBUFSIZE`),
+    /// and ``CentralDirectoryCheck`` too.
+    static let tailBytes: Int64 = 65_536 + 22 + 20
 
     /// An archive of `size` bytes whose bytes `fetch` reads (at most `maxFetchBytes` at a
     /// time; exactly the bytes asked for, or it throws).
@@ -136,7 +140,9 @@ final class RangedArchive: ArchiveBytes, Sendable {
         guard offset < size, buffer.count > 0 else { return 0 }
         if let copied = state.withLock({ Self.copy(from: &$0, at: offset, into: buffer) }) { return copied }
         let end = state.withLock { state -> Int64 in
-            var end = min(size, offset + min(Self.chunkBytes, maxFetchBytes))
+            // A read that continues the last chunk is a long one: fetch more at once.
+            let continued = state.recent.last { $0.end == offset }.map { Int64($0.data.count) * 2 } ?? 0
+            var end = min(size, offset + min(max(Self.chunkBytes, continued), maxFetchBytes))
             if let boundary = state.boundaries.first(where: { $0 > offset }) { end = min(end, boundary) }
             for extent in state.kept + state.recent where extent.offset > offset { end = min(end, extent.offset) }
             return end
@@ -144,7 +150,10 @@ final class RangedArchive: ArchiveBytes, Sendable {
         let data = try fetchRecording(offset..<end)
         return state.withLock { state in
             state.recent.append(Extent(offset: offset, data: data))
-            if state.recent.count > Self.recentChunks { state.recent.removeFirst() }
+            var kept = state.recent.reduce(Int64(0)) { $0 + Int64($1.data.count) }
+            while kept > Self.recentBytes, state.recent.count > 1 {
+                kept -= Int64(state.recent.removeFirst().data.count)
+            }
             return Self.copy(from: &state, at: offset, into: buffer) ?? 0
         }
     }
