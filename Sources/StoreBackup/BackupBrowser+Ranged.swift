@@ -45,7 +45,8 @@ extension RemoteArchive {
     static func withRangedReads<T: Sendable>(
         of backup: BackupListing, in destination: any BackupDestination, _ body: (BrowsedArchive) async throws -> T
     ) async throws -> T? {
-        guard let ranges = destination.rangeReader(of: backup.name, size: backup.size) else { return nil }
+        // A size the listing did not give (or gave wrong) cannot bound ranges: download.
+        guard backup.size > 0, let ranges = destination.rangeReader(of: backup.name, size: backup.size) else { return nil }
         let remote = RemoteArchive(ranges: ranges)
         do {
             return try await body(.remote(remote))

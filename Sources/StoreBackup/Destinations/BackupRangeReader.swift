@@ -10,8 +10,9 @@ import Glibc
 ///
 /// The calls block: libzip asks for bytes from the thread that reads the archive. Each
 /// read asks for at most ``maxReadBytes`` and returns exactly the bytes asked for, or
-/// throws; a server that ignores ranges for a large backup makes it throw a failure whose
-/// ``TransferFailure/serviceCode`` is ``rangesNotHonoured``.
+/// throws; a server that ignores ranges for a large backup, or answers them with other
+/// bytes, makes it throw a failure whose ``TransferFailure/serviceCode`` is
+/// ``rangesNotHonoured`` (the caller then downloads the backup).
 public struct BackupRangeReader: Sendable {
     /// The backup's size in bytes, as the destination listed it.
     public let size: Int64
@@ -37,7 +38,9 @@ public struct BackupRangeReader: Sendable {
         let data = try readRange(range, cancel)
         // Every backend checks its answer; this holds whatever a backend of one's own does.
         guard data.count == range.count else {
-            throw StoreBackupError.transferFailed(.transient, label: "", "a ranged read returned \(data.count) of \(range.count) bytes")
+            throw StoreBackupError.transferFailed(
+                .other, label: "", "a ranged read returned \(data.count) of \(range.count) bytes",
+                serviceCode: Self.rangesNotHonoured)
         }
         return data
     }
@@ -55,8 +58,9 @@ extension WrappingDestination {
 
 extension RetryingDestination {
     /// The base's reader, with one retry budget for all its reads (they make one `ls` or
-    /// `extract`): requests retry inside it as every request does, and a read whose answer
-    /// was not the bytes asked for is tried again from the same budget.
+    /// `extract`): requests retry inside it as every request does, and a read that failed
+    /// in a way that heals (a busy service past its request's tries) is tried again from
+    /// the same budget.
     public func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
         guard let reader = base.rangeReader(of: name, size: size) else { return nil }
         let budget = RetryBudget(policy: policy)

@@ -6,7 +6,8 @@ import Foundation
 /// `Content-Range` and the partial body), or ignore it and send the whole object with
 /// `200`. The last is accepted only for a small object, whose whole body fits the limit
 /// of one answer; for a larger one the transfer stops at that limit and the failure says
-/// so (``notHonoured``), so the caller can download the backup as a whole instead.
+/// so (``notHonoured``), so the caller can download the backup as a whole instead. Any
+/// other answer (another range, another total, a short body) is ``notHonoured`` too.
 enum RangedRead {
     /// The most bytes one request may ask for: a caller reading more splits its range.
     static let maxRequestBytes: Int64 = 8 << 20
@@ -72,8 +73,12 @@ enum RangedRead {
             .other, label: label, "the server does not answer byte ranges (it sent the whole backup)", serviceCode: notHonoured)
     }
 
-    /// Bytes that are not those asked for: the server's answer cannot be trusted this time.
+    /// Bytes that are not those asked for (a server or proxy that gets ranges wrong, or a
+    /// backup whose size is not the listed one): its answers to ranges cannot be used, and
+    /// asking again would most likely get the same. Said as ``notHonoured``, so the caller
+    /// downloads the backup instead.
     private static func mismatch(label: String, _ what: String) -> StoreBackupError {
-        StoreBackupError.transferFailed(.transient, label: label, "a ranged read got \(what); trying again")
+        StoreBackupError.transferFailed(
+            .other, label: label, "a ranged read got \(what), not the bytes asked for", serviceCode: notHonoured)
     }
 }

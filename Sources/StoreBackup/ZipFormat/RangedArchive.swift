@@ -62,7 +62,7 @@ final class RangedArchive: ArchiveBytes, Sendable {
     }
 
     /// Fetches the end of the archive, where every reader starts.
-    func fetchTail() throws { try willRead(max(0, size - Self.tailBytes)..<size) }
+    func fetchTail() throws { try willRead(max(0, size - Self.tailBytes)..<max(0, size)) }
 
     private let maxFetchBytes: Int64
 
@@ -108,8 +108,9 @@ final class RangedArchive: ArchiveBytes, Sendable {
 
     /// Fetches what is not kept yet of `range` (in requests of at most the fetch limit) and keeps it.
     func willRead(_ range: Range<Int64>) throws {
-        let range = max(0, range.lowerBound)..<min(size, range.upperBound)
-        guard !range.isEmpty else { return }
+        let lower = max(0, range.lowerBound), upper = min(size, range.upperBound)
+        guard lower < upper else { return }
+        let range = lower..<upper
         let kept = state.withLock { $0.kept }
         var gaps: [Range<Int64>] = []
         var position = range.lowerBound
