@@ -86,8 +86,9 @@ final class RangedArchive: ArchiveBytes, Sendable {
         state.withLock { state in
             guard index < UInt64(state.entryOffsets.count) else { return nil }
             let start = state.entryOffsets[Int(index)]
-            guard let end = state.boundaries.first(where: { $0 > start }) else { return nil }
-            return start..<end
+            let next = Self.firstIndex(in: state.boundaries, after: start) { $0 }
+            guard next < state.boundaries.count else { return nil }
+            return start..<state.boundaries[next]
         }
     }
 
@@ -111,12 +112,17 @@ final class RangedArchive: ArchiveBytes, Sendable {
         let lower = max(0, range.lowerBound), upper = min(size, range.upperBound)
         guard lower < upper else { return }
         let range = lower..<upper
-        let kept = state.withLock { $0.kept }
         var gaps: [Range<Int64>] = []
         var position = range.lowerBound
-        for extent in kept where extent.end > position && extent.offset < range.upperBound {
-            if extent.offset > position { gaps.append(position..<extent.offset) }
-            position = max(position, extent.end)
+        state.withLock { state in
+            // Kept extents never overlap: sorted by offset, they are sorted by end too.
+            var index = Self.firstIndex(in: state.kept, after: position) { $0.end }
+            while index < state.kept.count, state.kept[index].offset < range.upperBound {
+                let extent = state.kept[index]
+                if extent.offset > position { gaps.append(position..<extent.offset) }
+                position = max(position, extent.end)
+                index += 1
+            }
         }
         if position < range.upperBound { gaps.append(position..<range.upperBound) }
         for gap in gaps {
@@ -125,8 +131,7 @@ final class RangedArchive: ArchiveBytes, Sendable {
                 let end = min(gap.upperBound, start + maxFetchBytes)
                 let data = try fetchRecording(start..<end)
                 state.withLock { state in
-                    let index = state.kept.firstIndex { $0.offset > start } ?? state.kept.count
-                    state.kept.insert(Extent(offset: start, data: data), at: index)
+                    state.kept.insert(Extent(offset: start, data: data), at: Self.firstIndex(in: state.kept, after: start) { $0.offset })
                 }
                 start = end
             }
@@ -144,8 +149,11 @@ final class RangedArchive: ArchiveBytes, Sendable {
             // A read that continues the last chunk is a long one: fetch more at once.
             let continued = state.recent.last { $0.end == offset }.map { Int64($0.data.count) * 2 } ?? 0
             var end = min(size, offset + min(max(Self.chunkBytes, continued), maxFetchBytes))
-            if let boundary = state.boundaries.first(where: { $0 > offset }) { end = min(end, boundary) }
-            for extent in state.kept + state.recent where extent.offset > offset { end = min(end, extent.offset) }
+            let boundary = Self.firstIndex(in: state.boundaries, after: offset) { $0 }
+            if boundary < state.boundaries.count { end = min(end, state.boundaries[boundary]) }
+            let next = Self.firstIndex(in: state.kept, after: offset) { $0.offset }
+            if next < state.kept.count { end = min(end, state.kept[next].offset) }
+            for extent in state.recent where extent.offset > offset { end = min(end, extent.offset) }
             return end
         }
         let data = try fetchRecording(offset..<end)
@@ -166,7 +174,8 @@ final class RangedArchive: ArchiveBytes, Sendable {
             extent.data.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress! + start, byteCount: count) }
             return count
         }
-        if let extent = state.kept.first(where: { $0.offset <= offset && offset < $0.end }) { return copy(extent) }
+        let after = firstIndex(in: state.kept, after: offset) { $0.offset }
+        if after > 0, offset < state.kept[after - 1].end { return copy(state.kept[after - 1]) }
         if let index = state.recent.lastIndex(where: { $0.offset <= offset && offset < $0.end }) {
             let extent = state.recent[index]
             // The most recently used goes last, so eviction takes the least recently used.
@@ -175,6 +184,18 @@ final class RangedArchive: ArchiveBytes, Sendable {
             return copy(extent)
         }
         return nil
+    }
+
+    /// The index of the first element of `sorted` (ascending by `key`) whose key is greater
+    /// than `value`; `sorted.count` when there is none. A binary search: the kept extents
+    /// and the entry boundaries number as many as the archive's entries.
+    private static func firstIndex<Element>(in sorted: [Element], after value: Int64, key: (Element) -> Int64) -> Int {
+        var low = 0, high = sorted.count
+        while low < high {
+            let middle = (low + high) / 2
+            if key(sorted[middle]) > value { high = middle } else { low = middle + 1 }
+        }
+        return low
     }
 
     private func fetchRecording(_ range: Range<Int64>) throws -> Data {
