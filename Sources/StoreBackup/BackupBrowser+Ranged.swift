@@ -14,7 +14,19 @@ enum BrowsedArchive: Sendable {
         case .remote(let remote): try remote.reader(backupName: backupName, passwords: passwords, cancel: cancel)
         }
     }
+
+    /// Before extract reads `entries` of `reader`: for a remote archive, fetches the small
+    /// ones together and checks each one's local header; throws ``DownloadInstead`` when
+    /// downloading the whole backup would cost less (most of it is asked for).
+    func prepareToRead(_ entries: [ArchiveEntry], of reader: ArchiveReader) throws {
+        guard case .remote = self else { return }
+        guard try reader.prepareToRead(entries) else { throw DownloadInstead() }
+    }
 }
+
+/// Thrown inside ``RemoteArchive/withRangedReads(of:in:_:)`` when ranged reads would cost
+/// more than a download: the caller downloads the backup.
+struct DownloadInstead: Error {}
 
 /// A remote backup read through its destination's ``BackupRangeReader``: the
 /// ``RangedArchive`` it is read through once opened, for the failure behind a failed read.
@@ -50,6 +62,8 @@ extension RemoteArchive {
         let remote = RemoteArchive(ranges: ranges)
         do {
             return try await body(.remote(remote))
+        } catch is DownloadInstead {
+            return nil
         } catch {
             guard let failure = remote.lastFailure else { throw error }
             if case .transfer(let transfer) = failure, transfer.serviceCode == BackupRangeReader.rangesNotHonoured { return nil }

@@ -72,7 +72,7 @@ package struct BackupBrowser: Sendable {
                 try await runBlocking(name: "storebackup-extract") { cancel in
                     let reader = try archive.reader(backupName: backup.name, passwords: passwords, cancel: cancel)
                     try selection.requireMatches(in: reader.entries.map(\.path), backupName: backup.name)
-                    try reader.prepareToRead(reader.entries.filter { selection.needs($0.path) })
+                    try archive.prepareToRead(reader.entries.filter { selection.needs($0.path) }, of: reader)
                     var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                     extractor.allowUnverified = allowUnverified
                     // Extract takes files out to look at: a database damaged before the backup

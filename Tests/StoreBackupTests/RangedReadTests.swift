@@ -26,6 +26,8 @@ final class RangedReadTests: XCTestCase {
     /// A small blob and the large one.
     var smallBlob = ""
     let bigBlob = ".App_SUPPORT/_EXTERNAL_DATA/big-blob"
+    /// As large again, so that the large blob is half the backup, not most of it.
+    let otherBlob = ".App_SUPPORT/_EXTERNAL_DATA/other-blob"
 
     /// Quick retries, so the faults below heal within the test.
     static let retry = RetryPolicy(budget: 60, initialDelay: 0.02, maximumDelay: 0.1)
@@ -35,16 +37,18 @@ final class RangedReadTests: XCTestCase {
         try StoreFixture.make(at: store, logRows: 200, blobCount: 4)
         // Incompressible and larger than the most a server may send whole for a range.
         var generator = SplitMix64(seed: 36)
-        var big = Data(capacity: 10 << 20)
-        for _ in 0..<((10 << 20) / 8) { withUnsafeBytes(of: generator.next()) { big.append(contentsOf: $0) } }
-        try big.write(to: URL(fileURLWithPath: store + "/" + bigBlob))
+        for blob in [bigBlob, otherBlob] {
+            var big = Data(capacity: 10 << 20)
+            for _ in 0..<((10 << 20) / 8) { withUnsafeBytes(of: generator.next()) { big.append(contentsOf: $0) } }
+            try big.write(to: URL(fileURLWithPath: store + "/" + blob))
+        }
         let created = try runStoreBackup(["create", store, "--to", local], environment: ["HOME": work])
         XCTAssertEqual(created.status, 0, created.stderr)
         backupName = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         try readLayout(local + "/" + backupName)
         smallBlob = try XCTUnwrap(
             try FileManager.default.contentsOfDirectory(atPath: store + "/.App_SUPPORT/_EXTERNAL_DATA").sorted()
-                .first { $0 != "big-blob" }
+                .first { $0 != "big-blob" && $0 != "other-blob" }
                 .map { ".App_SUPPORT/_EXTERNAL_DATA/" + $0 })
     }
 
@@ -248,6 +252,7 @@ final class RangedReadTests: XCTestCase {
         let servers = try TestServers(label: "ranged-small")
         defer { servers.stop() }
         try FileManager.default.removeItem(atPath: store + "/" + bigBlob)
+        try FileManager.default.removeItem(atPath: store + "/" + otherBlob)
         localFolder = "small"
         let created = try runStoreBackup(["create", store, "--to", local], environment: ["HOME": work])
         XCTAssertEqual(created.status, 0, created.stderr)
@@ -262,10 +267,11 @@ final class RangedReadTests: XCTestCase {
         let remote = try await BackupBrowser(destination: destination).listContents(backupName)
         let reference = try await BackupBrowser(destination: LocalFolderDestination(folder: local)).listContents(backupName)
         XCTAssertEqual(remote, reference)
-        try await assertExtract(destination, [smallBlob])
+        // Ranged requests all (the Range header was removed), none a download.
         let reads = proxy.entries().filter { ($0["request"] as? String)?.contains("Stores.zip") == true }
         XCTAssertFalse(reads.isEmpty)
         XCTAssertTrue(reads.allSatisfy { $0["status"] as? Int == 200 && $0["fault"] as? String == "norange (Range removed)" }, "\(reads)")
+        try await assertExtract(destination, [smallBlob])
     }
 
     /// `verify --metadata-only` reads the central directory and the manifest in ranges and
@@ -370,6 +376,12 @@ final class RangedReadTests: XCTestCase {
         XCTAssertLessThanOrEqual(big.bytes, lsBound + spans[bigBlob]!, "[\(label)] extract of the large blob")
         // 10 MiB read from start to end: chunks of 1, 2, 4 and 8 MiB, not ten of 1 MiB.
         XCTAssertLessThanOrEqual(big.requests, 6, "[\(label)] extract of the large blob \(big)")
+
+        // Most of the backup asked for: ranged reads would cost more than a download (each
+        // request counted as 256 KiB), so the backup is downloaded once it is clear.
+        let most = try await served([]) { try await self.assertExtract($0, [self.bigBlob, self.otherBlob, self.smallBlob]) }
+        XCTAssertGreaterThanOrEqual(most.bytes, archiveSize, "[\(label)] most of the backup: downloaded")
+        XCTAssertLessThanOrEqual(most.bytes, archiveSize + lsBound, "[\(label)] most of the backup: downloaded, nothing else")
 
         let zipGET: [String: Any] = ["method": "GET", "path_contains": "Stores.zip"]
         // The answer to the first read (the end of the archive) is lost after the server sent it.

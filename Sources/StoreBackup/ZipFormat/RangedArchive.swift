@@ -64,7 +64,8 @@ final class RangedArchive: ArchiveBytes, Sendable {
     /// Fetches the end of the archive, where every reader starts.
     func fetchTail() throws { try willRead(max(0, size - Self.tailBytes)..<max(0, size)) }
 
-    private let maxFetchBytes: Int64
+    /// The most bytes one fetch asks for.
+    let maxFetchBytes: Int64
 
     /// The failure behind the last fetch that failed, if any.
     var lastFailure: StoreBackupError? { state.current.failure }
@@ -105,6 +106,18 @@ final class RangedArchive: ArchiveBytes, Sendable {
             done += got
         }
         return done == bytes.count ? bytes : Array(bytes[0..<done])
+    }
+
+    /// `count` bytes at `offset` (fewer where the archive ends), fetching exactly those when
+    /// no kept extent or recent chunk holds them all: for a header checked now whose entry is
+    /// read later, so that no chunk is fetched in vain.
+    func peek(at offset: Int64, count: Int) throws -> [UInt8] {
+        let wanted = Int(max(0, min(Int64(count), size - offset)))
+        var bytes = [UInt8](repeating: 0, count: wanted)
+        guard wanted > 0 else { return bytes }
+        let atHand = bytes.withUnsafeMutableBytes { buffer in state.withLock { Self.copy(from: &$0, at: offset, into: buffer) } }
+        if atHand == wanted { return bytes }
+        return Array(try fetchRecording(offset..<offset + Int64(wanted)))
     }
 
     /// Fetches what is not kept yet of `range` (in requests of at most the fetch limit) and keeps it.
