@@ -71,7 +71,7 @@ final class ArchiveReader: @unchecked Sendable {
     }
 
     /// Opens a remote archive through ranged reads, with every check a file gets; libzip's
-    /// check of each entry's local header is made for the entries read (``checkLocalHeader(index:)``).
+    /// check of each entry's local header is made for the entries read (``checkLocalHeader(index:exact:)``).
     init(ranged: RangedArchive, backupName: String, passwords: PasswordProvider? = nil) throws {
         self.path = backupName
         self.backupName = backupName
