@@ -36,14 +36,18 @@ package struct BackupBrowser: Sendable {
             ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
             let passwords = self.passwords
             let destination = self.destination
-            return try await withArchive(of: backup.name, downloadingInto: ScratchFiles.temporaryDirectory, progress: nil) { archive in
-                let reader = try await BackupChain.open(archive, name: backup.name, passwords: passwords)
+            return try await withArchive(of: backup, downloadingInto: ScratchFiles.temporaryDirectory, progress: nil) { archive in
+                let reader = try await runBlocking(name: "storebackup-ls") { cancel in
+                    try archive.reader(backupName: backup.name, passwords: passwords, cancel: cancel)
+                }
                 // An incremental's manifest lists its whole tree; the chain says where each
                 // file's content is (its links are checked as for a restore).
                 var holders: [String: (backup: String, patched: Bool)] = [:]
                 if reader.manifest?.isIncremental == true {
+                    // A chain is read from archive files: an incremental read in ranges is downloaded.
+                    guard case .file(let path) = archive else { throw DownloadInstead() }
                     let chain = try await BackupChain.fetch(
-                        newest: ChainLink(name: backup.name, path: archive, downloaded: false, reader: reader),
+                        newest: ChainLink(name: backup.name, path: path, downloaded: false, reader: reader),
                         destination: destination, passwords: passwords, downloadingInto: ScratchFiles.temporaryDirectory,
                         progress: nil)
                     holders = chain.contentHolders()
@@ -84,18 +88,28 @@ package struct BackupBrowser: Sendable {
             let allowOutsideLinks = self.allowOutsideLinks
             let throttle = ProgressThrottle(progress)
             let destination = self.destination
-            return try await withArchive(of: backup.name, downloadingInto: parent, progress: progress) { archive in
-                let reader = try await BackupChain.open(archive, name: backup.name, passwords: passwords)
-                if reader.manifest?.isIncremental == true {
-                    let chain = try await BackupChain.fetch(
-                        newest: ChainLink(name: backup.name, path: archive, downloaded: false, reader: reader),
-                        destination: destination, passwords: passwords, downloadingInto: parent, progress: progress)
-                    defer { chain.removeDownloads() }
-                    return try await Self.extractChain(
-                        chain, selection: selection, into: target, allowOutsideLinks: allowOutsideLinks, throttle: throttle)
+            return try await withArchive(of: backup, downloadingInto: parent, progress: progress) { archive in
+                // A local archive is opened once here, to see whether it starts a chain.
+                var opened: ArchiveReader? = nil
+                if case .file(let path) = archive {
+                    let reader = try await BackupChain.open(path, name: backup.name, passwords: passwords)
+                    if reader.manifest?.isIncremental == true {
+                        let chain = try await BackupChain.fetch(
+                            newest: ChainLink(name: backup.name, path: path, downloaded: false, reader: reader),
+                            destination: destination, passwords: passwords, downloadingInto: parent, progress: progress)
+                        defer { chain.removeDownloads() }
+                        return try await Self.extractChain(
+                            chain, selection: selection, into: target, allowOutsideLinks: allowOutsideLinks, throttle: throttle)
+                    }
+                    opened = reader
                 }
+                let local = opened
                 return try await runBlocking(name: "storebackup-extract") { cancel in
+                    let reader = try local ?? archive.reader(backupName: backup.name, passwords: passwords, cancel: cancel)
+                    // A chain is read from archive files: an incremental read in ranges is downloaded.
+                    if reader.manifest?.isIncremental == true { throw DownloadInstead() }
                     try selection.requireMatches(in: reader.entries.map(\.path), backupName: backup.name)
+                    try archive.prepareToRead(reader.entries.filter { selection.needs($0.path) }, of: reader)
                     var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
                     extractor.allowUnverified = allowUnverified
                     // Extract takes files out to look at: a database damaged before the backup
@@ -194,19 +208,23 @@ package struct BackupBrowser: Sendable {
         }
     }
 
-    /// Runs `body` on a local copy of the backup's archive: a local folder's file in place,
-    /// else a download into `folder` (under the scratch policy), removed afterwards.
+    /// Runs `body` on the backup's archive: a local folder's file in place, else the remote
+    /// backup read in ranges where the destination serves them (see
+    /// ``withRangedReads(of:_:)``), else a download into `folder` (under the scratch
+    /// policy), removed afterwards.
     private func withArchive<T: Sendable>(
-        of name: String, downloadingInto folder: String, progress: ProgressHandler?,
-        _ body: (String) async throws -> T
+        of backup: BackupListing, downloadingInto folder: String, progress: ProgressHandler?,
+        _ body: (BrowsedArchive) async throws -> T
     ) async throws -> T {
+        let name = backup.name
         if let local = destination.localPath(of: name) {
-            return try await body(local)
+            return try await body(.file(local))
         }
+        if let result = try await withRangedReads(of: backup, body) { return result }
         let download = ScratchFiles.path(in: folder, purpose: "download", suffix: ".zip")
         defer { unlink(download) }
         try await destination.download(name, to: download, progress: progress)
-        return try await body(download)
+        return try await body(.file(download))
     }
 
     /// The listing: the manifest's rows, or without a manifest the ZIP directory's entries.

@@ -54,6 +54,8 @@ package struct BackupVerifier: Sendable {
     /// Accept the links the manifest records as pointing outside the store (see
     /// ``StoreHelper/allowOutsideLinks``); by default such a backup fails, naming the option.
     public var allowOutsideLinks = false
+    /// Check only the metadata (see ``verifyMetadata(_:)``): no file content is read.
+    public var metadataOnly = false
 
     /// A verifier for the backups in `destination`; `passwords` opens encrypted ones.
     public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
@@ -76,7 +78,7 @@ package struct BackupVerifier: Sendable {
         for backup in backups {
             // The library's one error type, also for cancellation.
             if Task.isCancelled { throw StoreBackupError.cancelled }
-            results.append(await verifyOne(backup.name, progress: progress))
+            results.append(metadataOnly ? await verifyMetadata(backup) : await verifyOne(backup.name, progress: progress))
         }
         return results
     }

@@ -66,9 +66,10 @@ extension StoreHelper {
     /// Lists what a backup holds, from its manifest: every file, folder, link and database
     /// with its size, mode and time. Nothing is written and the store is not touched.
     ///
-    /// A local folder's archive is read in place; from a remote destination the archive is
-    /// downloaded to a temporary file in `TMPDIR` first (there is no cheaper way to reach the
-    /// manifest), which is removed afterwards. An encrypted backup needs ``passwords``.
+    /// A local folder's archive is read in place; from a remote destination only its central
+    /// directory and manifest are read, with ranged requests (a server that ignores ranges:
+    /// the archive is downloaded to a temporary file in `TMPDIR`, removed afterwards). An
+    /// encrypted backup needs ``passwords``.
     ///
     /// - Parameters:
     ///   - nameOrLatest: A backup's name, or `latest` for the newest.

@@ -28,8 +28,10 @@ struct ExtractCommand: AsyncParsableCommand {
             --into must not exist (or be empty) and its parent must exist. The files are \
             unpacked into a temporary .storebackup-tmp-<pid>-extract-… folder beside it, synced, \
             then renamed into place, so a failed or interrupted extract leaves no --into folder \
-            (a killed one's temporary is removed by the next extract into the same place). A \
-            remote backup is first downloaded to a temporary file there too.
+            (a killed one's temporary is removed by the next extract into the same place). From \
+            a remote backup only the central directory, the manifest, the links and the files \
+            asked for are read, with ranged requests (a server that ignores ranges: the backup \
+            is downloaded to a temporary file there first).
             """)
 
     @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))

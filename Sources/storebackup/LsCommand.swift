@@ -17,9 +17,9 @@ struct LsCommand: AsyncParsableCommand {
             the files' content (`verify` and `extract` do that). A backup without a manifest is \
             listed from its ZIP directory, with a warning. An encrypted backup needs its \
             password. A backup in a local folder is read in place; from a remote destination \
-            the whole archive is downloaded to a temporary file in TMPDIR first (the manifest \
-            is inside it, and there is no cheaper way to reach it), then removed. The store is \
-            never touched.
+            only the archive's central directory and manifest are read, with ranged requests (a \
+            server that ignores ranges: the archive is downloaded to a temporary file in TMPDIR, \
+            then removed). The store is never touched.
 
             --json prints one object with these keys, always present: backup (the name), \
             manifest (false when listed from the ZIP directory), created, host and \

@@ -41,6 +41,12 @@ struct VerifyCommand: AsyncParsableCommand {
 
     @Flag(
         help:
+            "Check only the central directory, the manifest, their agreement and the links, reading no file's content; a remote backup is read in ranges (its directory and manifest), not downloaded."
+    )
+    var metadataOnly = false
+
+    @Flag(
+        help:
             "Print JSON: an array of {name, ok, problem, files, databases, warning, damagedDatabases} (with --store, each also has its destination)."
     )
     var json = false
@@ -60,6 +66,9 @@ struct VerifyCommand: AsyncParsableCommand {
         if store != nil && (all || name != nil) {
             throw ValidationError("--store runs the store's drill, which picks the backups itself; give no name and no --all")
         }
+        if store != nil && metadataOnly {
+            throw ValidationError("--metadata-only checks the backups named here; the drill of --store reads them in full")
+        }
         if store != nil && !destination.destinations.isEmpty {
             throw ValidationError("--store verifies at the store's configured destinations; give no --from")
         }
@@ -71,6 +80,7 @@ struct VerifyCommand: AsyncParsableCommand {
         var configured = BackupVerifier(destination: try destination.resolve(), passwords: password.provider(confirm: false))
         configured.allowUnverified = allowUnverified
         configured.allowOutsideLinks = allowOutsideLinks
+        configured.metadataOnly = metadataOnly
         let verifier = configured
         let selection: BackupVerifier.Selection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
         let printer = ProgressPrinter.shared

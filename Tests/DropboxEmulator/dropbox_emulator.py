@@ -61,7 +61,7 @@ MAX_CURSORS = 20000
 SCOPE = ("account_info.read files.content.read files.content.write "
          "files.metadata.read files.metadata.write")
 FAULT_KINDS = ("429", "429_write", "409_write", "500", "503", "drop", "drop_after", "truncate",
-               "corrupt_commit")
+               "corrupt_commit", "ignore_range")
 
 # Path patterns of the public API spec, used in 400 messages.
 PAT_WRITE = "(/(.|[\\r\\n])*)|(ns:[0-9]+(/(.|[\\r\\n])*)?)"
@@ -916,6 +916,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.log_entry = entry
         fault = self.emu.faults.pick(route)
         entry["fault"] = fault
+        self.fault = fault
         resp = None
         try:
             if fault in ("429", "429_write", "409_write", "500", "503", "drop"):
@@ -941,6 +942,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             resp = None
             fault = "drop"
         entry["bytes_in"] = self.body.total
+        # Body bytes the answer carries (half of them with "truncate"), for tests that
+        # count what a client downloaded.
+        entry["bytes_out"] = 0 if resp is None else (resp.length // 2 if fault == "truncate" else resp.length)
         entry["status"] = resp.status if resp is not None and fault != "drop_after" else 0
         if resp is not None:
             entry["http_status"] = resp.status
@@ -1517,7 +1521,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             f = open(n["blob"], "rb")
         size = md["size"]
         headers = [("Dropbox-API-Result", header_safe_json(md)), ("Accept-Ranges", "bytes")]
-        rng = self.parse_range(self.headers.get("Range"), size)
+        # "ignore_range": a server that answers every download with the whole file.
+        rng = self.parse_range(None if getattr(self, "fault", None) == "ignore_range" else self.headers.get("Range"), size)
         if rng == "unsatisfiable":
             f.close()
             return text_response(416, "Requested Range Not Satisfiable",

@@ -63,6 +63,8 @@ Faults:
   - "range200": forward; a `206 Partial Content` answer reaches the client
     as `200 OK` with its Content-Range and partial body unchanged (what
     rclone's S3 server does with every Range request).
+  - "norange": forward without the request's Range header, so the upstream
+    answers with the whole object (a server or cache that ignores ranges).
   - "none": forward as usual (useful to count or to shield requests from
     later rules).
 
@@ -147,7 +149,7 @@ class Rule:
             self.status, fault = int(fault), "status"
         elif fault == "status":
             self.status = int(spec.get("status", 500))
-        if fault not in ("status", "reset", "delay", "flip", "range200", "none"):
+        if fault not in ("status", "reset", "delay", "flip", "range200", "norange", "none"):
             raise ValueError("unknown fault %r" % fault)
         self.fault = fault
         # `body`: the answer's text instead of the default one (S3's
@@ -194,7 +196,7 @@ class Rule:
             return "reset %s" % self.phase
         if self.fault == "delay":
             return "delay %s %gs" % (self.phase, self.seconds)
-        if self.fault in ("flip", "range200"):
+        if self.fault in ("flip", "range200", "norange"):
             return self.fault
         return "none"
 
@@ -644,6 +646,11 @@ class Proxy:
             return "reset"
         if fault == "delay" and phase == "request":
             time.sleep(rule.seconds)
+
+        if fault == "norange" and head.get("range") is not None:
+            lines = head.raw.decode("latin-1").split("\r\n")
+            head = Head("\r\n".join(l for l in lines if not l.lower().startswith("range:")).encode("latin-1"))
+            entry["fault"] = "norange (Range removed)"
 
         # Forward to the upstream.
         try:

@@ -566,6 +566,21 @@ def test_proxy_flip_and_range200(servers):
     assert [e["fault"] for e in read_log(proxy)] == ["flip request body byte 1234", "range200 (206 sent as 200)"]
 
 
+def test_proxy_norange(servers):
+    dav = servers.start("webdav")
+    cfg = dav_config(servers, dav)
+    src = os.path.join(servers.root, "whole.bin")
+    random_file(src, 100_000)
+    r = curl("-T", src, dav["url"] + "w.bin", config=cfg)
+    assert r.rc == 0 and r.code == 201, r
+    proxy = start_proxy(servers, dav["port"], {"rules": [{"method": "GET", "fault": "norange"}]})
+    # The Range header never reaches the server: the whole file comes back with 200.
+    r = curl("-r", "1000-1999", proxied(dav["url"], proxy) + "w.bin", config=cfg)
+    assert r.code == 200 and r.header("content-range") is None, r
+    assert r.body == open(src, "rb").read()
+    assert [e["fault"] for e in read_log(proxy)] == ["norange (Range removed)"]
+
+
 def test_proxy_tcp_mode(servers):
     sftp = servers.start("sftp")
     proxy = start_proxy(servers, sftp["port"], {"rules": [

@@ -54,6 +54,32 @@ final class DestinationCapabilityTests: XCTestCase {
         XCTAssertNil(try s3.prepareInPlaceArchive())
     }
 
+    /// Ranged reads (`ls` and `extract` of a remote backup) are a capability like the others:
+    /// every wrapper passes it through, and a destination without it answers nil.
+    func testRangeReadersPassThroughWrappers() async throws {
+        let helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups))
+        let created = try await helper.createBackup()
+        let file = try Data(contentsOf: URL(fileURLWithPath: backups + "/" + created.name))
+        let wrapped = RetryingDestination(RecordingDestination(base: LocalFolderDestination(folder: backups), calls: DestinationCalls()))
+        let reader = try XCTUnwrap(wrapped.rangeReader(of: created.name, size: Int64(file.count)))
+        XCTAssertEqual(reader.size, Int64(file.count))
+        let cancel = CancellationFlag()
+        XCTAssertEqual(try reader.read(100..<4196, cancel: cancel), file[100..<4196])
+        XCTAssertEqual(try reader.read(Int64(file.count - 10)..<Int64(file.count), cancel: cancel), file.suffix(10))
+        // Beyond the backup, or more than one request may carry: refused before any read.
+        XCTAssertThrowsError(try reader.read(Int64(file.count - 10)..<Int64(file.count + 1), cancel: cancel))
+        XCTAssertThrowsError(try reader.read(0..<(BackupRangeReader.maxReadBytes + 1), cancel: cancel))
+
+        let s3 = try DestinationResolver.resolve(
+            "s3://bucket/prefix",
+            options: DestinationOptions(
+                s3Endpoint: "http://127.0.0.1:9",
+                environment: ["AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "HOME": work]))
+        XCTAssertNotNil(s3.rangeReader(of: created.name, size: 1000), "resolved as the command line does, wrapped in retries")
+        XCTAssertNil(s3.rangeReader(of: "../not a backup", size: 1000))
+        XCTAssertNil(ListOnlyDestination().rangeReader(of: created.name, size: 1000), "none unless a destination has them")
+    }
+
     func testPreparingInPlaceCreatesTheFolderAndSweepsDeadTemporaries() throws {
         let local = LocalFolderDestination(folder: backups)
         XCTAssertFalse(FileSystem.isDirectory(backups))
@@ -127,4 +153,13 @@ private struct RecordingDestination: WrappingDestination {
         await calls.downloaded()
         try await base.download(name, to: file, progress: progress)
     }
+}
+
+/// A destination of one's own with only the four operations: no capabilities.
+private struct ListOnlyDestination: BackupDestination {
+    var displayName: String { "list-only" }
+    func listBackups() async throws -> [BackupListing] { [] }
+    func upload(file: String, as name: String, progress: ProgressHandler?) async throws {}
+    func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {}
+    func delete(_ name: String) async throws {}
 }

@@ -50,6 +50,10 @@ public protocol BackupDestination: Sendable {
     /// be created).
     func prepareInPlaceArchive() throws -> String?
 
+    /// Reads byte ranges of the backup `name` of `size` bytes (from its listing) without
+    /// downloading it (see ``BackupRangeReader``); nil when the destination cannot (the default).
+    func rangeReader(of name: String, size: Int64) -> BackupRangeReader?
+
     /// Every object whose name ends in " Stores.zip", in no particular order.
     func listBackups() async throws -> [BackupListing]
 

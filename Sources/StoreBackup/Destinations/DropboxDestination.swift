@@ -264,6 +264,30 @@ struct DropboxDestination: BlockingDestination {
         try check(response, context: "download \(name)")
     }
 
+    /// `/2/files/download` with a `Range` header, which Dropbox honours (see ``RangedRead``).
+    func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
+        guard (try? BackupName.validate(name)) != nil else { return nil }
+        return BackupRangeReader(size: size) { range, cancel in
+            let label = "\(displayName)/\(name)"
+            var download = TransferRequest(method: "POST", url: contentURL + "/2/files/download", label: label)
+            download.headers.append(("Dropbox-API-Arg", DropboxAPI.json(["path": path(of: name)])))
+            download.headers.append(("Content-Type", ""))
+            let ranged = try RangedRead.request(download, range: range, size: size)
+            let response = try RangedRead.perform(ranged) { request in
+                try send(label: label, cancel: cancel) { token in
+                    var request = request
+                    request.credentials = .bearer(token: token)
+                    return request
+                }
+            }
+            if response.status == 409, DropboxRouteError(response.body)?.has("not_found") == true {
+                throw StoreBackupError.backupNotFound(name: name, destination: displayName)
+            }
+            if response.status != 206 { try check(response, context: "read \(name)") }
+            return try RangedRead.bytes(of: response, range: range, size: size, label: label)
+        }
+    }
+
     func delete(_ name: String, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
         let response = try rpc("files/delete_v2", ["path": path(of: name)], label: "\(displayName)/\(name)", cancel: cancel)

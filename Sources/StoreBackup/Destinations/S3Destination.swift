@@ -511,6 +511,19 @@ struct S3Destination: BlockingDestination {
         try check(response, expecting: [200, 206], context: "download \(name)")
     }
 
+    /// A ranged GET of the object (see ``RangedRead``).
+    func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
+        guard (try? BackupName.validate(name)) != nil else { return nil }
+        return BackupRangeReader(size: size) { range, cancel in
+            let label = "\(displayName)/\(name)"
+            let get = try RangedRead.request(request("GET", url(key: key(name)), label: label), range: range, size: size)
+            let response = try RangedRead.perform(get) { try perform($0, cancel: cancel) }
+            if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
+            try check(response, expecting: [200, 206], context: "read \(name)")
+            return try RangedRead.bytes(of: response, range: range, size: size, label: label)
+        }
+    }
+
     func delete(_ name: String, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
         // S3 answers 204 for a missing key too; look first so an unknown name is an error.

@@ -383,6 +383,21 @@ struct SFTPDestination: BlockingDestination {
         }
     }
 
+    /// A read of the file from an offset (`CURLOPT_RANGE`; SFTP reads at any offset).
+    func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
+        guard (try? BackupName.validate(name)) != nil else { return nil }
+        return BackupRangeReader(size: size) { range, cancel in
+            let label = "\(displayName)/\(name)"
+            let get = try RangedRead.request(request("GET", url(path: path(of: name)), label: label), range: range, size: size)
+            do {
+                let response = try RangedRead.perform(get) { try perform($0, cancel: cancel) }
+                return try RangedRead.bytes(of: response, range: range, size: size, label: label)
+            } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
+                throw StoreBackupError.backupNotFound(name: name, destination: displayName)
+            }
+        }
+    }
+
     func delete(_ name: String, cancel: CancellationFlag) throws {
         try BackupName.validate(name)
         do {

@@ -358,6 +358,19 @@ struct WebDAVDestination: BlockingDestination {
         try check(response, expecting: [200, 206], context: "download \(name)")
     }
 
+    /// A ranged GET of the file (see ``RangedRead``).
+    func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
+        guard (try? BackupName.validate(name)) != nil else { return nil }
+        return BackupRangeReader(size: size) { range, cancel in
+            let label = "\(displayName)/\(name)"
+            let get = try RangedRead.request(request("GET", url(file: name), label: label), range: range, size: size)
+            let response = try RangedRead.perform(get) { try perform($0, cancel: cancel) }
+            if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
+            try check(response, expecting: [200, 206], context: "read \(name)")
+            return try RangedRead.bytes(of: response, range: range, size: size, label: label)
+        }
+    }
+
     /// A file's size from a HEAD request (nil when the server does not say).
     private func remoteSize(of name: String, cancel: CancellationFlag?) throws -> Int64? {
         let response = try perform(request("HEAD", url(file: name), label: "\(displayName)/\(name)"), cancel: cancel)

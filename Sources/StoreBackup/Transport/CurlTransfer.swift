@@ -83,6 +83,17 @@ struct CurlTransfer {
         for (name, value) in request.headers {
             headerList = curl_slist_append(headerList, "\(name): \(value)")
         }
+        // A `Range` header over HTTP, an offset and length over sftp. For a GET libcurl adds
+        // the header itself, outside the SigV4 signature (a proxy or cache may drop it); for
+        // other methods (Dropbox downloads are POSTs) it sends none, so it is written here.
+        if let range = request.byteRange, !range.isEmpty {
+            let bytes = "\(range.lowerBound)-\(range.upperBound - 1)"
+            if request.url.hasPrefix("http"), request.method != "GET" {
+                headerList = curl_slist_append(headerList, "Range: bytes=\(bytes)")
+            } else {
+                set(CURLOPT_RANGE, bytes)
+            }
+        }
         // curl adds "Expect: 100-continue" for large uploads; an empty value turns it off
         // (one round trip less). Not with SigV4: libcurl would sign the empty header it then omits.
         if case .awsSigV4 = request.credentials {
@@ -306,7 +317,8 @@ final class TransferContext: @unchecked Sendable {
         }
         let limit = sinkFile >= 0 ? 1 << 20 : memoryLimit
         if memory.count + bytes.count > limit {
-            failure = StoreBackupError.transferFailed(.other, label: request.label, "the answer is larger than expected")
+            failure = StoreBackupError.transferFailed(
+                .other, label: request.label, "the answer is larger than expected", serviceCode: RangedRead.answerTooLarge)
             return 0
         }
         memory.append(contentsOf: bytes)

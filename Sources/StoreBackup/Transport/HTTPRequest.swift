@@ -47,6 +47,9 @@ struct TransferRequest: Sendable {
     var directoryListOnly = false
     /// Create missing remote folders on sftp uploads.
     var createMissingDirectories = false
+    /// Only these bytes of the answer (``RangedRead``): a `Range` header over HTTP,
+    /// `CURLOPT_RANGE` over sftp.
+    var byteRange: Range<Int64>? = nil
     /// What to call this request in messages (never contains secrets).
     var label: String
     /// Answers besides 408, 429 and 5xx that the service documents as "try again later"

@@ -62,6 +62,8 @@ final class ArchiveReader: @unchecked Sendable {
     private let localHeaderOffsets: [Int64]
     /// Drops the archive's pages once read (nil when the file cannot be opened again).
     let pageCache: ArchivePageCache?
+    /// The remote archive read in ranges, when it is one (see ``init(ranged:backupName:passwords:)``).
+    private(set) var ranged: RangedArchive?
 
     /// Opens the archive. If it is encrypted, asks `passwords` for the password and checks
     /// it on the manifest (or the first encrypted entry) before anything else is read:
@@ -77,9 +79,24 @@ final class ArchiveReader: @unchecked Sendable {
         try readEntries(passwords: passwords)
     }
 
+    /// Opens a remote archive through ranged reads, with every check a file gets; libzip's
+    /// check of each entry's local header is made for the entries read (``checkLocalHeader(index:exact:)``).
+    init(ranged: RangedArchive, backupName: String, passwords: PasswordProvider? = nil) throws {
+        self.path = backupName
+        self.backupName = backupName
+        try ranged.fetchTail()
+        let layout = try CentralDirectoryCheck(path: backupName, backupName: backupName).run(ranged)
+        ranged.setLayout(layout)
+        localHeaderOffsets = layout.offsets
+        pageCache = nil
+        self.ranged = ranged
+        archive = try ranged.openHandle(backupName: backupName)
+        try readEntries(passwords: passwords)
+    }
+
     /// Another handle on the same file, for another thread, with the password set.
     func openHandle() throws -> OpaquePointer {
-        let handle = try Self.open(path: path, backupName: backupName)
+        let handle = try ranged?.openHandle(backupName: backupName) ?? Self.open(path: path, backupName: backupName)
         if let password {
             guard password.withCString({ zip_set_default_password(handle, $0) }) == 0 else {
                 zip_discard(handle)
@@ -261,6 +278,7 @@ final class ArchiveReader: @unchecked Sendable {
             throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot set the password")
         }
         // libzip derives the key and compares the 2-byte verifier when the entry is opened.
+        try checkLocalHeader(index: index)
         guard let file = zip_fopen_index(archive, index, 0) else {
             if zip_error_code_zip(zip_get_error(archive)) == ZIP_ER_WRONGPASSWD {
                 throw StoreBackupError.wrongPassword(name: backupName)
@@ -312,6 +330,7 @@ final class ArchiveReader: @unchecked Sendable {
     /// Reads a whole entry of at most `limit` bytes. `expectedSize` (already checked against
     /// `limit`) is reserved up front, so a large manifest is not copied as its buffer grows.
     func readSmallEntry(index: UInt64, limit: Int, expectedSize: Int = 0) throws -> Data {
+        try checkLocalHeader(index: index)
         guard let file = zip_fopen_index(archive, index, 0) else {
             throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
         }

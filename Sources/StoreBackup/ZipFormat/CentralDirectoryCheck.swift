@@ -16,6 +16,13 @@ struct CentralDirectoryCheck {
 
     private struct Record { var offset: Int64; var end: Int64 }
 
+    /// Where the entries and the central directory lie, as the check found them.
+    struct Layout {
+        /// Each entry's local header offset, in central directory order (libzip's indices).
+        var offsets: [Int64]
+        var directoryOffset: Int64
+    }
+
     /// Returns each entry's local header offset, in central directory order (libzip's indices).
     @discardableResult
     func run() throws -> [Int64] {
@@ -24,8 +31,13 @@ struct CentralDirectoryCheck {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw StoreBackupError.io(path: path, operation: "stat", errno: errno) }
-        let fileSize = Int64(info.st_size)
-        let (count, directorySize, directoryOffset) = try readEnd(fd: fd, fileSize: fileSize)
+        return try run(FileArchiveBytes(descriptor: fd, size: Int64(info.st_size))).offsets
+    }
+
+    /// The same check over `bytes` (a file, or a remote backup read in ranges).
+    func run(_ bytes: some ArchiveBytes) throws -> Layout {
+        let fileSize = bytes.size
+        let (count, directorySize, directoryOffset) = try readEnd(bytes, fileSize: fileSize)
         guard count <= Int64(ArchiveLimits.maxEntries) else {
             throw damaged("it declares \(count) entries (the limit is \(ArchiveLimits.maxEntries))")
         }
@@ -40,6 +52,8 @@ struct CentralDirectoryCheck {
         guard directorySize <= ArchiveLimits.maxCentralDirectoryBytes(entries: count) else {
             throw damaged("its central directory is \(directorySize) bytes, too large for \(count) entries")
         }
+        // Only now, its size checked: a remote archive fetches the directory in one go.
+        try bytes.willRead(directoryOffset..<directoryOffset + directorySize)
         var records: [Record] = []
         records.reserveCapacity(Int(count))
         var offsets: [Int64] = []
@@ -48,7 +62,7 @@ struct CentralDirectoryCheck {
         let end = directoryOffset + directorySize
         for index in 0..<count {
             guard position + 46 <= end else { throw damaged("its central directory ends early (entry \(index))") }
-            let header = try read(fd, at: position, count: 46)
+            let header = try read(bytes, at: position, count: 46)
             guard le32(header, 0) == 0x0201_4b50 else { throw damaged("entry \(index) has no central directory signature") }
             let nameLength = Int(le16(header, 28)), extraLength = Int(le16(header, 30)), commentLength = Int(le16(header, 32))
             guard nameLength > 0, nameLength <= ArchiveLimits.maxNameBytes else {
@@ -56,13 +70,13 @@ struct CentralDirectoryCheck {
             }
             let variableLength = Int64(nameLength + extraLength + commentLength)
             guard position + 46 + variableLength <= end else { throw damaged("its central directory ends early (entry \(index))") }
-            let name = try read(fd, at: position + 46, count: nameLength)
+            let name = try read(bytes, at: position + 46, count: nameLength)
             // Any byte but NUL is a legal Linux name byte; a NUL would cut the name short
             // for every C function that reads it.
             if name.contains(0) {
                 throw damaged("entry \(index) has a name holding a NUL byte")
             }
-            let extra = try read(fd, at: position + 46 + Int64(nameLength), count: extraLength)
+            let extra = try read(bytes, at: position + 46 + Int64(nameLength), count: extraLength)
             var compressedSize = Int64(le32(header, 20))
             var localOffset = Int64(le32(header, 42))
             try applyZip64(
@@ -83,15 +97,15 @@ struct CentralDirectoryCheck {
         if let last = records.last, last.end > directoryOffset {
             throw damaged("an entry runs into the central directory")
         }
-        return offsets
+        return Layout(offsets: offsets, directoryOffset: directoryOffset)
     }
 
     /// Entry count, central directory size and offset from the end of central directory
     /// record (and its ZIP64 version when the classic one says 0xFFFF…).
-    private func readEnd(fd: Int32, fileSize: Int64) throws -> (Int64, Int64, Int64) {
+    private func readEnd(_ bytes: some ArchiveBytes, fileSize: Int64) throws -> (Int64, Int64, Int64) {
         let tailLength = Int(min(fileSize, 22 + 65_535))
         guard tailLength >= 22 else { throw damaged("not a readable ZIP archive (too short)") }
-        let tail = try read(fd, at: fileSize - Int64(tailLength), count: tailLength)
+        let tail = try read(bytes, at: fileSize - Int64(tailLength), count: tailLength)
         guard let at = stride(from: tailLength - 22, through: 0, by: -1).first(where: { le32(tail, $0) == 0x0605_4b50 }) else {
             throw damaged("not a readable ZIP archive (no end of central directory)")
         }
@@ -100,13 +114,13 @@ struct CentralDirectoryCheck {
         var offset = Int64(le32(tail, at + 16))
         let recordPosition = fileSize - Int64(tailLength) + Int64(at)
         if count == 0xFFFF || size == 0xFFFF_FFFF || offset == 0xFFFF_FFFF, recordPosition >= 20 {
-            let locator = try read(fd, at: recordPosition - 20, count: 20)
+            let locator = try read(bytes, at: recordPosition - 20, count: 20)
             if le32(locator, 0) == 0x0706_4b50 {
                 let zip64Position = Int64(le64(locator, 8))
                 guard zip64Position >= 0, zip64Position + 56 <= recordPosition else {
                     throw damaged("its ZIP64 end record lies outside the file")
                 }
-                let record = try read(fd, at: zip64Position, count: 56)
+                let record = try read(bytes, at: zip64Position, count: 56)
                 guard le32(record, 0) == 0x0606_4b50 else { throw damaged("its ZIP64 end record is missing") }
                 count = clamp(le64(record, 32))
                 size = clamp(le64(record, 40))
@@ -142,16 +156,11 @@ struct CentralDirectoryCheck {
         throw damaged("entry \(index) lacks its ZIP64 sizes")
     }
 
-    private func read(_ fd: Int32, at offset: Int64, count: Int) throws -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: count)
-        var got = 0
-        while got < count {
-            let result = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + got, count - got, off_t(offset) + off_t(got)) }
-            if result < 0 && errno == EINTR { continue }
-            guard result > 0 else { throw damaged("it ends early") }
-            got += result
-        }
-        return bytes
+    private func read(_ bytes: some ArchiveBytes, at offset: Int64, count: Int) throws -> [UInt8] {
+        guard offset >= 0, offset + Int64(count) <= bytes.size else { throw damaged("it ends early") }
+        let read = try bytes.read(at: offset, count: count)
+        guard read.count == count else { throw damaged("it ends early") }
+        return read
     }
 
     private func damaged(_ reason: String) -> StoreBackupError {

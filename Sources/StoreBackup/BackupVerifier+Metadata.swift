@@ -1,0 +1,53 @@
+import Foundation
+
+extension BackupVerifier {
+    /// What a metadata-only check leaves unchecked, said in its result.
+    static let metadataOnlyWarning =
+        "metadata only: the central directory, the manifest, their agreement and the links were checked; no file content, CRC or database was read"
+
+    /// `verify --metadata-only`: opens the backup with every check of a full verify's first
+    /// step (limits, names, the password on the manifest's verifier) and checks that the
+    /// central directory and the manifest agree (every file in both, same kind and size) and
+    /// that every link stays inside the store, without reading any file's content. A remote
+    /// backup is read in ranges where its destination serves them, so the check transfers
+    /// its central directory, manifest and links only.
+    func verifyMetadata(_ backup: BackupListing) async -> VerificationResult {
+        let name = backup.name
+        ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
+        let scratch = ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "verify")
+        defer { try? FileSystem.removeTree(scratch) }
+        do {
+            try FileSystem.createDirectories(scratch, mode: 0o700)
+            let check: (BrowsedArchive) async throws -> VerificationResult = { archive in
+                try await checkMetadata(archive, name: name, scratch: scratch)
+            }
+            if let local = destination.localPath(of: name) { return try await check(.file(local)) }
+            if let result = try await RemoteArchive.withRangedReads(of: backup, in: destination, check) { return result }
+            let target = scratch + "/archive.zip"
+            try await destination.download(name, to: target, progress: nil)
+            return try await check(.file(target))
+        } catch {
+            let text = (error as? StoreBackupError)?.description ?? "\(error)"
+            return VerificationResult(
+                name: name, ok: false, problem: text, files: 0, databases: 0, remedy: (error as? StoreBackupError)?.remedy)
+        }
+    }
+
+    private func checkMetadata(_ archive: BrowsedArchive, name: String, scratch: String) async throws -> VerificationResult {
+        let passwords = self.passwords, allowUnverified = self.allowUnverified, allowOutsideLinks = self.allowOutsideLinks
+        return try await runBlocking(name: "storebackup-verify") { cancel in
+            let reader = try archive.reader(backupName: name, passwords: passwords, cancel: cancel)
+            try reader.prefetch(reader.entries.filter { $0.kind == .symlink })
+            // Extract with nothing selected: the cross-checks, the links and the tree, no file.
+            var extractor = Extractor(reader: reader, cancel: cancel, progress: ProgressThrottle(nil))
+            extractor.verifyOnly = true
+            extractor.allowUnverified = allowUnverified
+            extractor.allowOutsideLinks = allowOutsideLinks
+            extractor.selection = { _ in false }
+            try extractor.extract(into: scratch + "/store")
+            let warning = [reader.manifest == nil ? Extractor.unverifiedWarning : nil, Self.metadataOnlyWarning].compactMap { $0 }
+            return VerificationResult(
+                name: name, ok: true, problem: nil, files: reader.entries.count, databases: 0, warning: warning.joined(separator: "; "))
+        }
+    }
+}

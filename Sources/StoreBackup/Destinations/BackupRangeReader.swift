@@ -1,0 +1,116 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Reads byte ranges of one backup without downloading it, so `ls` and `extract` of a
+/// remote backup fetch its central directory, its manifest and the entries asked for, and
+/// nothing else. Made by ``BackupDestination/rangeReader(of:size:)``.
+///
+/// The calls block: libzip asks for bytes from the thread that reads the archive. Each
+/// read asks for at most ``maxReadBytes`` and returns exactly the bytes asked for, or
+/// throws; a server that ignores ranges for a large backup, or answers them with other
+/// bytes, makes it throw a failure whose ``TransferFailure/serviceCode`` is
+/// ``rangesNotHonoured`` (the caller then downloads the backup).
+public struct BackupRangeReader: Sendable {
+    /// The backup's size in bytes, as the destination listed it.
+    public let size: Int64
+    let readRange: @Sendable (Range<Int64>, CancellationFlag) throws -> Data
+
+    init(size: Int64, read: @escaping @Sendable (Range<Int64>, CancellationFlag) throws -> Data) {
+        self.size = size
+        self.readRange = read
+    }
+
+    /// The most bytes one read may ask for.
+    public static var maxReadBytes: Int64 { RangedRead.maxRequestBytes }
+    /// The service code of a failure where the server does not serve ranges of this backup.
+    public static var rangesNotHonoured: String { RangedRead.notHonoured }
+
+    /// The bytes `range` of the backup.
+    func read(_ range: Range<Int64>, cancel: CancellationFlag) throws -> Data {
+        guard range.lowerBound >= 0, range.upperBound <= size, Int64(range.count) <= Self.maxReadBytes else {
+            throw StoreBackupError.transferFailed(
+                .other, label: "", "cannot read bytes \(range.lowerBound)..<\(range.upperBound) of a backup of \(size)")
+        }
+        if range.isEmpty { return Data() }
+        let data = try readRange(range, cancel)
+        // Every backend checks its answer; this holds whatever a backend of one's own does.
+        guard data.count == range.count else {
+            throw StoreBackupError.transferFailed(
+                .other, label: "", "a ranged read returned \(data.count) of \(range.count) bytes",
+                serviceCode: Self.rangesNotHonoured)
+        }
+        return data
+    }
+}
+
+extension BackupDestination {
+    /// No ranged reads by default: `ls` and `extract` download the whole backup.
+    public func rangeReader(of name: String, size: Int64) -> BackupRangeReader? { nil }
+}
+
+extension WrappingDestination {
+    /// Forwarded to ``base``.
+    public func rangeReader(of name: String, size: Int64) -> BackupRangeReader? { base.rangeReader(of: name, size: size) }
+}
+
+extension RetryingDestination {
+    /// The base's reader, with one retry budget for all its reads (they make one `ls` or
+    /// `extract`): requests retry inside it as every request does, and a read that failed
+    /// in a way that heals (a busy service past its request's tries) is tried again from
+    /// the same budget.
+    public func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
+        guard let reader = base.rangeReader(of: name, size: size) else { return nil }
+        let budget = RetryBudget(policy: policy)
+        let policy = self.policy, logger = self.logger, displayName = self.displayName
+        return BackupRangeReader(size: size) { range, cancel in
+            try WorkerPool.$operationBudget.withValue(budget) {
+                var attempt = 1
+                while true {
+                    do {
+                        return try reader.readRange(range, cancel)
+                    } catch StoreBackupError.transfer(let failure) where failure.isRetryable {
+                        let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
+                        guard attempt < policy.operationAttempts, budget.allows(delay: delay) else {
+                            throw StoreBackupError.transfer(Self.givenUp(failure, budget: budget))
+                        }
+                        logger.info(
+                            "retrying a ranged read",
+                            metadata: ["destination": "\(displayName)", "attempt": "\(attempt + 1)", "error": "\(failure.message)"])
+                        try RetryPolicy.wait(seconds: delay, cancel: cancel)
+                        attempt += 1
+                    }
+                }
+            }
+        }
+    }
+}
+
+extension LocalFolderDestination {
+    /// `pread` of the backup file (`ls` and `extract` read a local backup in place anyway;
+    /// this serves callers that read ranges of any destination alike).
+    public func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
+        guard let path = localPath(of: name) else { return nil }
+        return BackupRangeReader(size: size) { range, _ in
+            let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+            guard descriptor >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
+            defer { close(descriptor) }
+            var data = Data(count: range.count)
+            var got = 0
+            while got < range.count {
+                let result = data.withUnsafeMutableBytes {
+                    pread(descriptor, $0.baseAddress! + got, range.count - got, off_t(range.lowerBound) + off_t(got))
+                }
+                if result < 0 && errno == EINTR { continue }
+                guard result > 0 else {
+                    if result < 0 { throw StoreBackupError.io(path: path, operation: "read", errno: errno) }
+                    throw StoreBackupError.corruptArchive(name: name, reason: "it ends early (it changed while read?)")
+                }
+                got += result
+            }
+            return data
+        }
+    }
+}
