@@ -5,6 +5,9 @@ extension BackupVerifier {
     static let metadataOnlyWarning =
         "metadata only: the central directory, the manifest, their agreement and the links were checked; no file content, CRC or database was read"
 
+    /// What a metadata-only check of an incremental also leaves unchecked.
+    static let chainNotCheckedWarning = "an incremental: its chain (the backups it applies to) was not read"
+
     /// `verify --metadata-only`: opens the backup with every check of a full verify's first
     /// step (limits, names, the password on the manifest's verifier) and checks that the
     /// central directory and the manifest agree (every file in both, same kind and size) and
@@ -44,8 +47,16 @@ extension BackupVerifier {
             extractor.allowUnverified = allowUnverified
             extractor.allowOutsideLinks = allowOutsideLinks
             extractor.selection = { _ in false }
+            // An incremental's own metadata is checked as a step of its chain would be (into
+            // an existing folder); its bases are not read.
+            let incremental = reader.manifest?.isIncremental == true
+            extractor.applyingIncremental = incremental
+            if incremental { try FileSystem.createDirectories(scratch + "/store", mode: 0o700) }
             try extractor.extract(into: scratch + "/store")
-            let warning = [reader.manifest == nil ? Extractor.unverifiedWarning : nil, Self.metadataOnlyWarning].compactMap { $0 }
+            let warning = [
+                reader.manifest == nil ? Extractor.unverifiedWarning : nil, Self.metadataOnlyWarning,
+                incremental ? Self.chainNotCheckedWarning : nil,
+            ].compactMap { $0 }
             return VerificationResult(
                 name: name, ok: true, problem: nil, files: reader.entries.count, databases: 0, warning: warning.joined(separator: "; "))
         }

@@ -71,6 +71,9 @@ final class IncrementalRoundTripTests: XCTestCase {
 
                 let verified = try runStoreBackup(["verify", name, "--from", backups] + password, environment: environment)
                 XCTAssertEqual(verified.status, 0, "seed \(seed) night \(night): verify \(name): \(verified.stderr)")
+                let metadata = try runStoreBackup(
+                    ["verify", name, "--from", backups, "--metadata-only"] + password, environment: environment)
+                XCTAssertEqual(metadata.status, 0, "seed \(seed) night \(night): verify --metadata-only \(name): \(metadata.stdout)")
                 try assertRestores(name, from: backups, equals: expected[name]!, work: work, options: password, environment: environment)
             }
             // Every earlier backup still restores its own night (later nights must not disturb them).
