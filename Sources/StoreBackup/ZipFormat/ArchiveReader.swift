@@ -311,17 +311,46 @@ final class ArchiveReader: @unchecked Sendable {
     /// the count, 0 at the end. Never holds the entry in memory.
     func withEntryStream<T>(_ entry: ArchiveEntry, _ body: (_ read: (UnsafeMutableRawBufferPointer) throws -> Int) throws -> T) throws -> T
     {
+        let stream = try openEntryStream(entry)
+        return try body(stream.read)
+    }
+
+    /// ``withEntryStream(_:_:)`` for a stream that outlives one call (several read side by
+    /// side): the handle and the entry close when the stream goes.
+    func openEntryStream(_ entry: ArchiveEntry) throws -> EntryStream {
         let handle = try openHandle()
-        defer { zip_discard(handle) }
         guard let file = zip_fopen_index(handle, entry.index, 0) else {
+            defer { zip_discard(handle) }
             throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path): \(String(cString: zip_strerror(handle)))")
         }
-        defer { zip_fclose(file) }
-        return try body { buffer in
+        return EntryStream(handle: handle, file: file, entryPath: entry.path, backupName: backupName)
+    }
+
+    /// One entry read in order through a libzip handle of its own (for one thread at a time).
+    final class EntryStream {
+        private let handle: OpaquePointer
+        private let file: OpaquePointer
+        private let entryPath: String
+        private let backupName: String
+
+        fileprivate init(handle: OpaquePointer, file: OpaquePointer, entryPath: String, backupName: String) {
+            self.handle = handle
+            self.file = file
+            self.entryPath = entryPath
+            self.backupName = backupName
+        }
+
+        deinit {
+            zip_fclose(file)
+            zip_discard(handle)
+        }
+
+        /// Fills `buffer` as far as it can; returns the count, 0 at the end.
+        func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
             let got = zip_fread(file, buffer.baseAddress, zip_uint64_t(buffer.count))
             guard got >= 0 else {
                 throw StoreBackupError.corruptArchive(
-                    name: backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
+                    name: backupName, reason: "\(entryPath): \(String(cString: zip_file_strerror(file)))")
             }
             return Int(got)
         }
