@@ -33,7 +33,9 @@ struct ChainApplier {
     let damagedDatabases = Locked<[String: String]>([:])
 
     /// Builds the newest backup's tree into `target` (which must not exist). Returns the
-    /// databases of the newest manifest, each checked.
+    /// databases of the newest manifest, each checked. Each backup but the newest is released
+    /// (``ArchiveReader/release()``) once no later step needs it, so that a long chain costs
+    /// about the memory of one backup: a chain is built once.
     func build(into target: String) throws -> [String] {
         let merged = mergePlans()
         try extract(chain.links[0], index: 0, applying: false, merged: merged, into: target)
@@ -45,6 +47,9 @@ struct ChainApplier {
             let link = chain.links[index]
             guard let previous = chain.links[index - 1].manifest, let manifest = link.manifest else { continue }
             unchecked.subtract(try makeRoom(in: root, from: previous, for: manifest))
+            // Its manifest was the last use of the backup before: its deltas that merges read
+            // are open on handles of their own, and what the next steps need is precomputed.
+            chain.links[index - 1].reader.release()
             try extract(link, index: index, applying: true, merged: merged, into: target)
             for file in manifest.files where file.source == nil { unchecked.remove(file.path) }
             // Built already, in one pass with the backup that stored it whole.
