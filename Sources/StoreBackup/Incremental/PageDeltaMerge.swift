@@ -117,62 +117,76 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
 
 /// One page delta read record by record: the current record's page number and bytes.
 private final class DeltaStream {
+    /// libzip's reads cost a pass through its layers each: the entry is read in chunks of
+    /// this size rather than twice per record.
+    static let chunkSize = 64 << 10
+
     private let stream: ArchiveReader.EntryStream
     private let checker: PageDeltaReader
-    private let header: PageDeltaReader.Header
+    private var header = PageDeltaReader.Header(pageSize: 0, pages: 0, records: 0)
     private let entrySize: Int64
     private var consumed: Int64 = 0
     private var recordsRead = 0
+    private let chunk: UnsafeMutableRawBufferPointer
+    private var chunkStart = 0
+    private var chunkEnd = 0
     /// The current record's page, nil once every record was read.
     private(set) var number: Int?
     let page: UnsafeMutableRawBufferPointer
 
     init(_ delta: PageDeltaMerge.Delta, databasePath: String, pageSize: Int) throws {
-        stream = try delta.reader.openEntryStream(delta.entry)
         checker = PageDeltaReader(backupName: delta.reader.backupName, databasePath: databasePath)
         entrySize = delta.entry.size
+        stream = try delta.reader.openEntryStream(delta.entry)
+        // Every property is set from here on: a throw below deallocates through deinit.
         page = UnsafeMutableRawBufferPointer.allocate(byteCount: max(pageSize, PageDeltaReader.headerSize), alignment: 16)
-        do {
-            try Self.readExactly(
-                PageDeltaReader.headerSize, into: page, from: stream, consumed: &consumed, entrySize: entrySize, checker: checker)
-            header = try checker.checkHeader(
-                UnsafeRawBufferPointer(rebasing: page[0..<PageDeltaReader.headerSize]), entrySize: entrySize, pageSize: pageSize,
-                finalSize: delta.size)
-            try next()
-        } catch {
-            page.deallocate()
-            throw error
-        }
+        chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
+        try readExactly(PageDeltaReader.headerSize)
+        header = try checker.checkHeader(
+            UnsafeRawBufferPointer(rebasing: page[0..<PageDeltaReader.headerSize]), entrySize: entrySize, pageSize: pageSize,
+            finalSize: delta.size)
+        try next()
     }
 
-    deinit { page.deallocate() }
+    deinit {
+        page.deallocate()
+        chunk.deallocate()
+    }
 
     /// Reads the next record (or, after the last, checks that nothing follows).
     func next() throws {
         guard recordsRead < header.records else {
             number = nil
-            let extra = try stream.read(UnsafeMutableRawBufferPointer(rebasing: page[0..<1]))
+            let extra = chunkEnd > chunkStart ? 1 : try stream.read(UnsafeMutableRawBufferPointer(rebasing: page[0..<1]))
             guard extra == 0 else { throw checker.trailingBytes(entrySize: entrySize) }
             return
         }
-        try Self.readExactly(4, into: page, from: stream, consumed: &consumed, entrySize: entrySize, checker: checker)
+        try readExactly(4)
         let found = Int(PageDeltaReader.uint32(UnsafeRawBufferPointer(page), at: 0))
         try checker.checkRecord(found, after: number ?? 0, in: header)
-        try Self.readExactly(header.pageSize, into: page, from: stream, consumed: &consumed, entrySize: entrySize, checker: checker)
+        try readExactly(header.pageSize)
         number = found
         recordsRead += 1
     }
 
-    private static func readExactly(
-        _ count: Int, into buffer: UnsafeMutableRawBufferPointer, from stream: ArchiveReader.EntryStream, consumed: inout Int64,
-        entrySize: Int64, checker: PageDeltaReader
-    ) throws {
+    /// Fills the start of `page` with the entry's next `count` bytes, never reading past
+    /// its declared size.
+    private func readExactly(_ count: Int) throws {
         guard Int64(count) <= entrySize - consumed else { throw checker.damaged("it is shorter than its records") }
         var filled = 0
         while filled < count {
-            let got = try stream.read(UnsafeMutableRawBufferPointer(rebasing: buffer[filled..<count]))
-            guard got > 0 else { throw checker.damaged("it ends before its declared \(entrySize) bytes") }
-            filled += got
+            if chunkStart == chunkEnd {
+                // Up to the declared end: a byte more is read only by the final check.
+                let wanted = Int(min(Int64(chunk.count), entrySize - consumed - Int64(filled)))
+                let got = try stream.read(UnsafeMutableRawBufferPointer(rebasing: chunk[0..<wanted]))
+                guard got > 0 else { throw checker.damaged("it ends before its declared \(entrySize) bytes") }
+                chunkStart = 0
+                chunkEnd = got
+            }
+            let taken = min(count - filled, chunkEnd - chunkStart)
+            (page.baseAddress! + filled).copyMemory(from: chunk.baseAddress! + chunkStart, byteCount: taken)
+            chunkStart += taken
+            filled += taken
         }
         consumed += Int64(count)
     }
