@@ -11,12 +11,18 @@ protocol DatabasePatch: AnyObject, Sendable {
     var finalSize: Int64 { get }
     var finalPermissions: UInt32 { get }
     var finalModificationTime: Int64 { get }
+    var finalSHA256: String { get }
+    /// Whether ``finish(descriptor:path:)`` checks the SHA-256 (hashing the final bytes as
+    /// they become final). The Extractor turns it off for a database unpacked in blocks and
+    /// reads the file back instead (``DeferredDigest``), as for any such database: the
+    /// hash then runs beside `integrity_check` instead of on the path the check waits for.
+    var hashesContent: Bool { get set }
 
     /// Bytes `0..<written` of the unpacked entry are on disk (`descriptor` opened for reading
     /// and writing): patches what lies there and returns how many bytes from the start are final.
     func advance(descriptor: Int32, path: String, written: Int64) throws -> Int64
 
     /// The entry is on disk in full: writes the rest, gives the file its final size, and
-    /// checks the final content's SHA-256 (throws on a mismatch).
+    /// checks the final content's SHA-256 when ``hashesContent`` (throws on a mismatch).
     func finish(descriptor: Int32, path: String) throws
 }

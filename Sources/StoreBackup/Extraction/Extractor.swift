@@ -421,6 +421,7 @@ struct Extractor {
             // Whatever goes wrong, a reader waiting for more bytes is let go.
             defer { if !finished { unpacking?.file.fail() } }
             unpacking?.start()
+            patch?.hashesContent = false
             let inflater = ParallelInflater(
                 archive: archive, entry: entry, blockSize: plan.blockSize,
                 compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
@@ -446,8 +447,10 @@ struct Extractor {
             unpacking?.file.finish()
             finished = true
             reader.pageCache?.drop(entry)
-            guard patch == nil, result.sha256 == nil, let expectedSHA256 = expected.sha256 else { return nil }
-            let digest = DeferredDigest(owning: fd, path: path, entryPath: entry.path, size: expected.size, expectedSHA256: expectedSHA256)
+            // A patched database is checked as the patch left it, against the chain's newest manifest.
+            guard let expectedSHA256 = patch?.finalSHA256 ?? (result.sha256 == nil ? expected.sha256 : nil) else { return nil }
+            let digest = DeferredDigest(
+                owning: fd, path: path, entryPath: entry.path, size: patch?.finalSize ?? expected.size, expectedSHA256: expectedSHA256)
             fd = -1
             return digest
         }

@@ -9,7 +9,8 @@ import Glibc
 /// that last stored it whole: each page is taken from the newest page delta of the backups
 /// since that holds it (a merge of their ascending records), or else left as unpacked; the
 /// file is cut or extended to the newest page count. The final content is hashed as it
-/// becomes final and checked against the newest manifest's SHA-256; `integrity_check`
+/// becomes final and checked against the newest manifest's SHA-256 (or, with
+/// `hashesContent` off, read back by the Extractor beside the check); `integrity_check`
 /// (``UnpackingDatabase``) reads only bytes already final.
 ///
 /// Each delta is read as a stream, one page of each in memory, with every check of
@@ -29,7 +30,8 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
     let finalSize: Int64
     let finalPermissions: UInt32
     let finalModificationTime: Int64
-    private let finalSHA256: String
+    let finalSHA256: String
+    var hashesContent = true
     /// The chain's newest backup, named in a mismatch.
     private let backupName: String
     /// Oldest first: on a page several hold, the last one's record wins.
@@ -62,7 +64,7 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
         try writePages(descriptor: descriptor, path: path, through: written)
         // A page partly written may still be overwritten by a record.
         let final = min(written / Int64(pageSize) * Int64(pageSize), finalSize)
-        try hash(descriptor: descriptor, path: path, upTo: final)
+        if hashesContent { try hash(descriptor: descriptor, path: path, upTo: final) }
         return final
     }
 
@@ -71,9 +73,11 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
             throw StoreBackupError.io(path: path, operation: "set the size of", errno: errno)
         }
         try writePages(descriptor: descriptor, path: path, through: .max)
-        try hash(descriptor: descriptor, path: path, upTo: finalSize)
-        guard FileDigest.hex(hasher.finalize()) == finalSHA256 else {
-            throw StoreBackupError.checksumMismatch(name: backupName, entry: databasePath)
+        if hashesContent {
+            try hash(descriptor: descriptor, path: path, upTo: finalSize)
+            guard FileDigest.hex(hasher.finalize()) == finalSHA256 else {
+                throw StoreBackupError.checksumMismatch(name: backupName, entry: databasePath)
+            }
         }
         isFinished = true
     }
