@@ -162,6 +162,21 @@ final class ChainRestoreTests: XCTestCase {
         }
     }
 
+    /// A database patched on several nights is rebuilt in one pass, merging every delta since
+    /// the full: a hostile delta late in the merge is refused as a lone one is, before the
+    /// live store is touched.
+    func testHostileLaterDeltaOfAMergeIsRefused() throws {
+        let cases = ["delta-beyond-pages": "is beyond its", "delta-larger": "do not fill its", "final-sha": "does not match the checksum"]
+        for (mutation, expected) in cases.sorted(by: { $0.key < $1.key }) {
+            let chain = try makeChain("merge-" + mutation, mutate: mutation)
+            try assertRefused(chain.names[3], from: chain.folder, saying: expected)
+            // The nights before the hostile one still restore.
+            let store = work + "/merge-\(mutation)-2/Stores"
+            XCTAssertEqual(try restore(chain.names[2], from: chain.folder, into: store).status, 0)
+            XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-2"))
+        }
+    }
+
     func testVerifyLsAndExtractFollowTheChain() throws {
         let chain = try makeChain("doors")
         let backups = chain.folder + "/backups"

@@ -57,7 +57,7 @@ struct ParallelInflater {
     }
 
     /// Extracts into `descriptor` (or only checks, when it is -1).
-    func run(descriptor: Int32, path: String, onBytes: (Int64) -> Void) throws -> Result {
+    func run(descriptor: Int32, path: String, onBytes: (Int64) throws -> Void) throws -> Result {
         // ZIP_FL_ENCRYPTED: the bytes as stored (salt, verifier, ciphertext, MAC), not decrypted by libzip.
         let flags = entry.isEncrypted ? ZIP_FL_ENCRYPTED : ZIP_FL_COMPRESSED
         guard let raw = zip_fopen_index(archive, entry.index, zip_flags_t(flags)) else {
@@ -175,8 +175,8 @@ struct ParallelInflater {
             if hashesContent { hasher.update(bufferPointer: plain.contents) }
             crc = UInt32(crc32_combine(uLong(crc), uLong(blockCRC), off_t(plain.count)))
             size += Int64(plain.count)
-            onBytes(Int64(plain.count))
-            plain.recycle()
+            defer { plain.recycle() }
+            try onBytes(Int64(plain.count))
             nextToHash += 1
         }
         if let authenticator {

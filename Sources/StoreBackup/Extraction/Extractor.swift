@@ -65,6 +65,9 @@ struct Extractor {
     /// of the chain patches, replaces or removes them (their SHA-256 is still checked here).
     /// The check is the longest step of a restore; a chain makes it once per database.
     var deferredChecks: Set<String> = []
+    /// Databases changed while they are unpacked (a chain's page deltas, ``DatabasePatch``),
+    /// by path: checked (SHA-256 and `integrity_check`) as the patch leaves them.
+    var patches: [String: any DatabasePatch] = [:]
 
     /// What an archive without a manifest leaves unchecked, for the caller to say.
     static let unverifiedWarning =
@@ -351,11 +354,12 @@ struct Extractor {
                 }
                 let path = EscapedName.escapedRoot(root.root) + "/" + database.path
                 let expected = manifestByPath[database.path]
-                let deferred = deferredChecks.contains(database.path)
+                let patch = patches[database.path]
+                let deferred = patch == nil && deferredChecks.contains(database.path)
                 let followed = !deferred && expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
-                let unpacking = followed ? try UnpackingDatabase(size: database.size) : nil
+                let unpacking = followed ? try UnpackingDatabase(size: patch?.finalSize ?? database.size) : nil
                 let digest = try extractFile(
-                    database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected,
+                    database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected, patch: patch,
                     unpacking: unpacking.map { unpacking in
                         (unpacking, { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) })
                     },
@@ -397,24 +401,27 @@ struct Extractor {
     /// Writes one entry, checking it against its CRC and the manifest. With `unpacking` (only
     /// for an entry read in blocks), `start` runs once the file exists, the readers of
     /// `unpacking` follow the blocks as they are written, and the SHA-256 is left to the
-    /// returned ``DeferredDigest``.
+    /// returned ``DeferredDigest``. With `patch`, the readers and the final checks see the
+    /// file as the patch leaves it.
     @discardableResult
     private func extractFile(
         _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], into root: ConfinedTree,
-        expected: Manifest.File?, unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
+        expected: Manifest.File?, patch: (any DatabasePatch)? = nil, unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
         onBytes: @Sendable (Int64, String) -> Void
     ) throws -> DeferredDigest? {
         let path = EscapedName.escapedRoot(root.root) + "/" + entry.path
         // Verify without a manifest finds databases by their first bytes, so it decides
         // whether to write a file only once it has read them.
         let decideByHeader = verifyOnly && reader.manifest == nil
-        var fd: Int32 = try (!verifyOnly || isDatabase(entry) ? root.createFile(entry.path, readBack: unpacking != nil) : -1)
+        var fd: Int32 =
+            try (!verifyOnly || isDatabase(entry) ? root.createFile(entry.path, readBack: unpacking != nil || patch != nil) : -1)
         defer { if fd >= 0 { close(fd) } }
         if let expected, let plan = Self.blockPlan(entry: entry, expected: expected) {
             var finished = false
             // Whatever goes wrong, a reader waiting for more bytes is let go.
             defer { if !finished { unpacking?.file.fail() } }
             unpacking?.start()
+            patch?.hashesContent = false
             let inflater = ParallelInflater(
                 archive: archive, entry: entry, blockSize: plan.blockSize,
                 compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
@@ -424,7 +431,8 @@ struct Extractor {
             // The blocks come back in order, each already written at its offset.
             let result = try inflater.run(descriptor: fd, path: path) { bytes in
                 written += bytes
-                unpacking?.file.advance(to: written)
+                let final = try patch?.advance(descriptor: fd, path: path, written: written) ?? written
+                unpacking?.file.advance(to: final)
                 onBytes(bytes, entry.path)
             }
             // WinZip AE-2 entries under 20 bytes carry no CRC (libzip writes 0); the HMAC and SHA-256 still hold.
@@ -434,12 +442,15 @@ struct Extractor {
             guard crcMatches, result.size == expected.size, sha256Matches else {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }
-            try finishFile(fd: fd, entry: entry, path: path)
+            try patch?.finish(descriptor: fd, path: path)
+            try finishFile(fd: fd, entry: entry, path: path, patch: patch)
             unpacking?.file.finish()
             finished = true
             reader.pageCache?.drop(entry)
-            guard result.sha256 == nil, let expectedSHA256 = expected.sha256 else { return nil }
-            let digest = DeferredDigest(owning: fd, path: path, entryPath: entry.path, size: expected.size, expectedSHA256: expectedSHA256)
+            // A patched database is checked as the patch left it, against the chain's newest manifest.
+            guard let expectedSHA256 = patch?.finalSHA256 ?? (result.sha256 == nil ? expected.sha256 : nil) else { return nil }
+            let digest = DeferredDigest(
+                owning: fd, path: path, entryPath: entry.path, size: patch?.finalSize ?? expected.size, expectedSHA256: expectedSHA256)
             fd = -1
             return digest
         }
@@ -485,7 +496,11 @@ struct Extractor {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }
         }
-        try finishFile(fd: fd, entry: entry, path: path)
+        if let patch {
+            _ = try patch.advance(descriptor: fd, path: path, written: written)
+            try patch.finish(descriptor: fd, path: path)
+        }
+        try finishFile(fd: fd, entry: entry, path: path, patch: patch)
         reader.pageCache?.drop(entry)
         return nil
     }
@@ -510,14 +525,17 @@ struct Extractor {
 
     /// Mode and time, set through the open descriptor; the file's last dirty pages start
     /// for the disk now (small files never reach a writeback step), so the sync that
-    /// follows the unpacking has only the last few files left to wait for.
-    private func finishFile(fd: Int32, entry: ArchiveEntry, path: String) throws {
+    /// follows the unpacking has only the last few files left to wait for. A patched file
+    /// takes the patch's mode and time: set once, after its last write.
+    private func finishFile(fd: Int32, entry: ArchiveEntry, path: String, patch: (any DatabasePatch)? = nil) throws {
         guard fd >= 0 else { return }
         _ = sb_start_writeback(fd, 0, 0)
-        guard fchmod(fd, mode_t(entry.permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
+        let permissions = patch.map { $0.finalPermissions & 0o7777 } ?? UInt32(entry.permissions)
+        let modificationTime = patch?.finalModificationTime ?? Int64(entry.modificationTime)
+        guard fchmod(fd, mode_t(permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
         var times = [
-            timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
-            timespec(tv_sec: time_t(entry.modificationTime), tv_nsec: 0),
+            timespec(tv_sec: time_t(modificationTime), tv_nsec: 0),
+            timespec(tv_sec: time_t(modificationTime), tv_nsec: 0),
         ]
         guard futimens(fd, &times) == 0 else { throw StoreBackupError.io(path: path, operation: "set time", errno: errno) }
         fileWritten?()

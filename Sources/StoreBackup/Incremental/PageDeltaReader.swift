@@ -55,10 +55,39 @@ struct PageDeltaReader {
         }
 
         try readExactly(Self.headerSize)
-        guard Array(page[0..<4]) == Self.magic else { throw damaged("it does not start with SBPD") }
-        guard page[4] == Self.version else { throw damaged("its version is \(page[4]), not \(Self.version)") }
+        let header = try checkHeader(
+            UnsafeRawBufferPointer(rebasing: page[0..<Self.headerSize]), entrySize: entrySize, pageSize: pageSize, finalSize: finalSize)
+        var previous = 0
+        for _ in 0..<header.records {
+            try readExactly(4)
+            let number = Int(Self.uint32(UnsafeRawBufferPointer(page), at: 0))
+            try checkRecord(number, after: previous, in: header)
+            previous = number
+            try readExactly(pageSize)
+            try Self.writeAll(
+                descriptor, UnsafeRawBufferPointer(rebasing: page[0..<pageSize]), at: Int64(number - 1) * Int64(pageSize), path: path)
+        }
+        // Nothing may follow the last record (libzip stops at the declared size; a stream
+        // that goes on is damage).
+        let extra = try read(UnsafeMutableRawBufferPointer(rebasing: page[0..<1]))
+        guard extra == 0 else { throw trailingBytes(entrySize: entrySize) }
+        guard ftruncate(descriptor, off_t(finalSize)) == 0 else {
+            throw StoreBackupError.io(path: path, operation: "set the size of", errno: errno)
+        }
+        return header
+    }
+
+    func damaged(_ reason: String) -> StoreBackupError {
+        .corruptArchive(name: backupName, reason: "the page delta of \(databasePath) is unusable: \(reason)")
+    }
+
+    /// Checks a delta's first ``headerSize`` bytes against the entry's declared size and the
+    /// manifest's page size and file size.
+    func checkHeader(_ bytes: UnsafeRawBufferPointer, entrySize: Int64, pageSize: Int, finalSize: Int64) throws -> Header {
+        guard Array(bytes[0..<4]) == Self.magic else { throw damaged("it does not start with SBPD") }
+        guard bytes[4] == Self.version else { throw damaged("its version is \(bytes[4]), not \(Self.version)") }
         let header = Header(
-            pageSize: Int(Self.uint32(page, at: 8)), pages: Int(Self.uint32(page, at: 12)), records: Int(Self.uint32(page, at: 16)))
+            pageSize: Int(Self.uint32(bytes, at: 8)), pages: Int(Self.uint32(bytes, at: 12)), records: Int(Self.uint32(bytes, at: 16)))
         guard header.pageSize == pageSize else {
             throw damaged("its page size is \(header.pageSize), the database's is \(pageSize)")
         }
@@ -70,36 +99,26 @@ struct PageDeltaReader {
         else {
             throw damaged("its \(header.records) records do not fill its \(entrySize) bytes")
         }
-        var previous = 0
-        for _ in 0..<header.records {
-            try readExactly(4)
-            let number = Int(Self.uint32(page, at: 0))
-            guard number > previous else { throw damaged("page \(number) follows page \(previous) (records must ascend)") }
-            guard number <= header.pages else { throw damaged("page \(number) is beyond its \(header.pages) pages") }
-            previous = number
-            try readExactly(pageSize)
-            try Self.writeAll(
-                descriptor, UnsafeRawBufferPointer(rebasing: page[0..<pageSize]), at: Int64(number - 1) * Int64(pageSize), path: path)
-        }
-        // Nothing may follow the last record (libzip stops at the declared size; a stream
-        // that goes on is damage).
-        let extra = try read(UnsafeMutableRawBufferPointer(rebasing: page[0..<1]))
-        guard extra == 0 else { throw damaged("it holds more than its declared \(entrySize) bytes") }
-        guard ftruncate(descriptor, off_t(finalSize)) == 0 else {
-            throw StoreBackupError.io(path: path, operation: "set the size of", errno: errno)
-        }
         return header
     }
 
-    private func damaged(_ reason: String) -> StoreBackupError {
-        .corruptArchive(name: backupName, reason: "the page delta of \(databasePath) is unusable: \(reason)")
+    /// Checks a record's page number: after the one before it (`previous`, 0 for the first)
+    /// and within the delta's page count.
+    func checkRecord(_ number: Int, after previous: Int, in header: Header) throws {
+        guard number > previous else { throw damaged("page \(number) follows page \(previous) (records must ascend)") }
+        guard number <= header.pages else { throw damaged("page \(number) is beyond its \(header.pages) pages") }
     }
 
-    private static func uint32(_ bytes: UnsafeMutableRawBufferPointer, at offset: Int) -> UInt32 {
+    /// The damage found after the last record: the entry goes on past its declared size.
+    func trailingBytes(entrySize: Int64) -> StoreBackupError {
+        damaged("it holds more than its declared \(entrySize) bytes")
+    }
+
+    static func uint32(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> UInt32 {
         UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16 | UInt32(bytes[offset + 3]) << 24
     }
 
-    private static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
         var done = 0
         while done < bytes.count {
             let wrote = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + Int64(done)))

@@ -8,10 +8,16 @@ import Glibc
 /// Builds the tree of a chain's newest backup in a new folder: unpacks the full with the
 /// ``Extractor`` (every check of a restore), then applies each incremental in order: removes
 /// what its tree no longer holds or holds anew, unpacks its entries with the same Extractor
-/// (names, links, sizes and SHA-256 checked as for a full), patches databases from page
-/// deltas (``PageDeltaReader``), and sets modes and times from the manifest. Last, every file
-/// whose final content was not checked on the way (a patched database) is checked against
-/// the newest manifest's SHA-256, and each such database passes `PRAGMA integrity_check`.
+/// (names, links, sizes and SHA-256 checked as for a full), and sets modes and times from
+/// the manifest.
+///
+/// A database of the newest tree that page deltas patch is built in one pass while the
+/// backup that last stored it whole is unpacked (``PageDeltaMerge``): each page from the
+/// newest delta that holds it, its SHA-256 checked against the newest manifest and its
+/// `PRAGMA integrity_check` run while it is written, as a full restore does. Patching it
+/// night by night would write the same pages again and again and read the whole file again
+/// for its checks. Only a database that a later backup replaces or removes is still patched
+/// delta by delta (``PageDeltaReader``) and checked at the end.
 /// The chain's links were checked by ``BackupChain/fetch(newest:destination:passwords:stage:)``
 /// before this runs. Any failure throws; the caller removes the folder.
 struct ChainApplier {
@@ -27,9 +33,12 @@ struct ChainApplier {
     let damagedDatabases = Locked<[String: String]>([:])
 
     /// Builds the newest backup's tree into `target` (which must not exist). Returns the
-    /// databases of the newest manifest, each checked.
+    /// databases of the newest manifest, each checked. Each backup but the newest is released
+    /// (``ArchiveReader/release()``) once no later step needs it, so that a long chain costs
+    /// about the memory of one backup: a chain is built once.
     func build(into target: String) throws -> [String] {
-        try extract(chain.links[0], applying: false, deferring: changedLater(than: 0), into: target)
+        let merged = mergePlans()
+        try extract(chain.links[0], index: 0, applying: false, merged: merged, into: target)
         // Files whose content changed since they were last checked against a SHA-256.
         var unchecked = Set<String>()
         let root = try ConfinedTree(opening: target)
@@ -38,30 +47,101 @@ struct ChainApplier {
             let link = chain.links[index]
             guard let previous = chain.links[index - 1].manifest, let manifest = link.manifest else { continue }
             unchecked.subtract(try makeRoom(in: root, from: previous, for: manifest))
-            try extract(link, applying: true, deferring: changedLater(than: index), into: target)
+            // Its manifest was the last use of the backup before: its deltas that merges read
+            // are open on handles of their own, and what the next steps need is precomputed.
+            chain.links[index - 1].reader.release()
+            try extract(link, index: index, applying: true, merged: merged, into: target)
             for file in manifest.files where file.source == nil { unchecked.remove(file.path) }
-            try applyPageDeltas(of: link, in: root)
-            for file in manifest.files where file.source == "pages" { unchecked.insert(file.path) }
+            // Built already, in one pass with the backup that stored it whole.
+            let rebuilt = { (path: String) in merged[path].map { index > $0.whole } ?? false }
+            try applyPageDeltas(of: link, in: root, skipping: rebuilt)
+            for file in manifest.files where file.source == "pages" && !rebuilt(file.path) { unchecked.insert(file.path) }
             TestPausePoint.reach("chain-applied")
         }
         let newest = chain.newest
         guard let manifest = newest.manifest else { return [] }
-        try finish(root, manifest: manifest, unchecked: unchecked, backupName: newest.name)
+        try finish(root, manifest: manifest, unchecked: unchecked, rebuilt: Set(merged.keys), backupName: newest.name)
         return manifest.databases.map(\.path).filter(isSelected)
     }
 
     private func isSelected(_ path: String) -> Bool { selection?(path) ?? true }
 
+    /// A database of the newest tree rebuilt in one pass: the backup (index in the chain)
+    /// that last stored it whole, and the backups since whose page deltas patch it, oldest first.
+    struct MergePlan {
+        let whole: Int
+        let deltas: [Int]
+    }
+
+    /// The selected databases of the newest tree that a page delta patches since the backup
+    /// that last stored them whole (a database there too, so that the Extractor unpacks it as one).
+    private func mergePlans() -> [String: MergePlan] {
+        guard let newest = chain.newest.manifest else { return [:] }
+        let files = chain.links.map { link in
+            Dictionary((link.manifest?.files ?? []).map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+        }
+        var plans: [String: MergePlan] = [:]
+        for database in newest.databases where isSelected(database.path) {
+            var deltas: [Int] = []
+            var whole: Int?
+            var index = chain.links.count - 1
+            walk: while index >= 0, let file = files[index][database.path] {
+                switch file.source {
+                case nil:
+                    whole = index
+                    break walk
+                case "pages": deltas.append(index)
+                case "base": break
+                default: break walk
+                }
+                index -= 1
+            }
+            guard let whole, !deltas.isEmpty,
+                chain.links[whole].manifest?.databases.contains(where: { $0.path == database.path }) == true
+            else { continue }
+            plans[database.path] = MergePlan(whole: whole, deltas: deltas.reversed())
+        }
+        return plans
+    }
+
+    /// The merge that rebuilds `path` (see ``MergePlan``), its deltas opened and their headers checked.
+    private func merge(of path: String, plan: MergePlan) throws -> PageDeltaMerge {
+        let newest = chain.newest
+        guard let final = newest.manifest?.files.first(where: { $0.path == path }),
+            let pageSize = newest.manifest?.databases.first(where: { $0.path == path })?.pageSize
+        else {
+            throw StoreBackupError.corruptArchive(name: newest.name, reason: "its manifest does not list \(path)")
+        }
+        let deltas = try plan.deltas.map { index in
+            let link = chain.links[index]
+            guard let entry = link.reader.pageDeltas[path], let file = link.manifest?.files.first(where: { $0.path == path }),
+                link.manifest?.databases.first(where: { $0.path == path })?.pageSize == pageSize
+            else {
+                throw StoreBackupError.corruptArchive(name: link.name, reason: "the page delta of \(path) is missing")
+            }
+            return PageDeltaMerge.Delta(reader: link.reader, entry: entry, size: file.size)
+        }
+        return try PageDeltaMerge(databasePath: path, pageSize: pageSize, deltas: deltas, final: final, backupName: newest.name)
+    }
+
     /// Unpacks one backup of the chain with the Extractor (the tree as the backup before it
-    /// left it is in `target`, less what ``makeRoom(in:from:for:)`` removed).
-    private func extract(_ link: ChainLink, applying: Bool, deferring: Set<String>, into target: String) throws {
+    /// left it is in `target`, less what ``makeRoom(in:from:for:)`` removed), rebuilding the
+    /// databases `merged` plans from this backup.
+    private func extract(_ link: ChainLink, index: Int, applying: Bool, merged: [String: MergePlan], into target: String) throws {
+        let rebuilt = merged.filter { $0.value.whole == index }
         var extractor = Extractor(reader: link.reader, cancel: cancel, progress: progress)
         extractor.applyingIncremental = applying
-        extractor.deferredChecks = deferring
+        extractor.deferredChecks = changedLater(than: index).subtracting(rebuilt.keys)
+        extractor.patches = try Dictionary(uniqueKeysWithValues: rebuilt.map { path, plan in (path, try merge(of: path, plan: plan)) })
         extractor.allowOutsideLinks = allowOutsideLinks
         extractor.acceptDamagedDatabases = acceptDamagedDatabases
         extractor.selection = selection
         try extractor.extract(into: target)
+        for (path, patch) in extractor.patches {
+            guard (patch as? PageDeltaMerge)?.isFinished == true else {
+                throw StoreBackupError.corruptArchive(name: link.name, reason: "\(path) was not unpacked as a database")
+            }
+        }
         let damaged = extractor.damagedDatabases.current
         damagedDatabases.withLock { $0.merge(damaged) { _, new in new } }
     }
@@ -116,10 +196,10 @@ struct ChainApplier {
     }
 
     /// Patches each database the incremental marks `"pages"` from its page delta.
-    private func applyPageDeltas(of link: ChainLink, in root: ConfinedTree) throws {
+    private func applyPageDeltas(of link: ChainLink, in root: ConfinedTree, skipping rebuilt: (String) -> Bool) throws {
         guard let manifest = link.manifest else { return }
         let pageSizes = Dictionary(manifest.databases.map { ($0.path, $0.pageSize) }) { first, _ in first }
-        for file in manifest.files where file.source == "pages" && isSelected(file.path) {
+        for file in manifest.files where file.source == "pages" && isSelected(file.path) && !rebuilt(file.path) {
             try cancel.throwIfCancelled()
             guard let entry = link.reader.pageDeltas[file.path], let pageSize = pageSizes[file.path] else {
                 throw StoreBackupError.corruptArchive(name: link.name, reason: "the page delta of \(file.path) is missing")
@@ -137,9 +217,10 @@ struct ChainApplier {
 
     /// Gives every file carried over from a base its newest mode and time, then checks what
     /// was patched against the newest manifest (SHA-256, then `integrity_check`; a database
-    /// that passes is recorded as it stays, so reload need not check it again).
-    private func finish(_ root: ConfinedTree, manifest: Manifest, unchecked: Set<String>, backupName: String) throws {
-        for file in manifest.files where file.source != nil && isSelected(file.path) {
+    /// that passes is recorded as it stays, so reload need not check it again). A database
+    /// `rebuilt` in one pass has its final mode and time already, set before its check.
+    private func finish(_ root: ConfinedTree, manifest: Manifest, unchecked: Set<String>, rebuilt: Set<String>, backupName: String) throws {
+        for file in manifest.files where file.source != nil && isSelected(file.path) && !rebuilt.contains(file.path) {
             try root.setFileAttributes(file.path, permissions: file.mode & 0o7777, modificationTime: file.mtime)
         }
         let databases = Set(manifest.databases.map(\.path))

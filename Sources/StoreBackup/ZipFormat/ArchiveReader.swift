@@ -41,7 +41,8 @@ struct ArchiveEntry: Sendable {
 /// Opens a backup archive read-only and describes its entries. Every path is checked
 /// here, once: nothing may land outside the target (`..`, absolute paths, empty parts).
 /// Any other byte is a legal name: names are read as raw bytes and kept escaped.
-// Unchecked: its properties are set in init only; `archive` is used only by the thread that opened it (workers use openHandle).
+// Unchecked: its properties are set in init only (or cleared by release, once nobody reads them); `archive` is used only
+// by the thread that opened it (workers use openHandle).
 final class ArchiveReader: @unchecked Sendable {
     let path: String
     let backupName: String
@@ -57,7 +58,8 @@ final class ArchiveReader: @unchecked Sendable {
     private(set) var markerFormat = 1
     /// The password, once checked; nil for an archive without encrypted entries.
     private(set) var password: BackupPassword?
-    private let archive: OpaquePointer
+    /// Nil once ``release()`` let it go.
+    private var archive: OpaquePointer?
     /// Each entry's local header offset, by libzip index (from ``CentralDirectoryCheck``).
     private let localHeaderOffsets: [Int64]
     /// Drops the archive's pages once read (nil when the file cannot be opened again).
@@ -108,9 +110,24 @@ final class ArchiveReader: @unchecked Sendable {
 
     /// The reader's own handle (password set), for one thread at a time while the reader is
     /// not used otherwise (extraction lends it to one worker instead of opening another).
-    var idleHandle: OpaquePointer { archive }
+    var idleHandle: OpaquePointer {
+        guard let archive else { preconditionFailure("the reader of \(backupName) was released") }
+        return archive
+    }
 
-    deinit { zip_discard(archive) }
+    deinit { if let archive { zip_discard(archive) } }
+
+    /// Lets go of what the reader holds in memory (its libzip handle with its copy of the
+    /// central directory, the entry list, the manifest, the page deltas) once nothing will
+    /// read the archive again: a chain restore keeps each of its backups only while a later
+    /// step needs it. Streams opened before (``openEntryStream(_:)``) have handles of their own.
+    func release() {
+        if let archive { zip_discard(archive) }
+        archive = nil
+        entries = []
+        manifest = nil
+        pageDeltas = [:]
+    }
 
     /// Opens another handle on the same file; libzip handles are not shared between threads.
     static func open(path: String, backupName: String) throws -> OpaquePointer {
@@ -311,17 +328,46 @@ final class ArchiveReader: @unchecked Sendable {
     /// the count, 0 at the end. Never holds the entry in memory.
     func withEntryStream<T>(_ entry: ArchiveEntry, _ body: (_ read: (UnsafeMutableRawBufferPointer) throws -> Int) throws -> T) throws -> T
     {
+        let stream = try openEntryStream(entry)
+        return try body(stream.read)
+    }
+
+    /// ``withEntryStream(_:_:)`` for a stream that outlives one call (several read side by
+    /// side): the handle and the entry close when the stream goes.
+    func openEntryStream(_ entry: ArchiveEntry) throws -> EntryStream {
         let handle = try openHandle()
-        defer { zip_discard(handle) }
         guard let file = zip_fopen_index(handle, entry.index, 0) else {
+            defer { zip_discard(handle) }
             throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path): \(String(cString: zip_strerror(handle)))")
         }
-        defer { zip_fclose(file) }
-        return try body { buffer in
+        return EntryStream(handle: handle, file: file, entryPath: entry.path, backupName: backupName)
+    }
+
+    /// One entry read in order through a libzip handle of its own (for one thread at a time).
+    final class EntryStream {
+        private let handle: OpaquePointer
+        private let file: OpaquePointer
+        private let entryPath: String
+        private let backupName: String
+
+        fileprivate init(handle: OpaquePointer, file: OpaquePointer, entryPath: String, backupName: String) {
+            self.handle = handle
+            self.file = file
+            self.entryPath = entryPath
+            self.backupName = backupName
+        }
+
+        deinit {
+            zip_fclose(file)
+            zip_discard(handle)
+        }
+
+        /// Fills `buffer` as far as it can; returns the count, 0 at the end.
+        func read(_ buffer: UnsafeMutableRawBufferPointer) throws -> Int {
             let got = zip_fread(file, buffer.baseAddress, zip_uint64_t(buffer.count))
             guard got >= 0 else {
                 throw StoreBackupError.corruptArchive(
-                    name: backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
+                    name: backupName, reason: "\(entryPath): \(String(cString: zip_file_strerror(file)))")
             }
             return Int(got)
         }

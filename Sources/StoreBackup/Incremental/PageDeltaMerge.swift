@@ -1,0 +1,197 @@
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Rebuilds a database of a chain in one pass while the Extractor unpacks it from the backup
+/// that last stored it whole: each page is taken from the newest page delta of the backups
+/// since that holds it (a merge of their ascending records), or else left as unpacked; the
+/// file is cut or extended to the newest page count. The final content is hashed as it
+/// becomes final and checked against the newest manifest's SHA-256 (or, with
+/// `hashesContent` off, read back by the Extractor beside the check); `integrity_check`
+/// (``UnpackingDatabase``) reads only bytes already final.
+///
+/// Each delta is read as a stream, one page of each in memory, with every check of
+/// ``PageDeltaReader``: magic, version, page size, page count against that backup's
+/// manifest, records ascending within its page count, exact entry size.
+final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the one thread that unpacks it
+    /// One backup's page delta of the database, and what that backup's manifest says of it.
+    struct Delta {
+        let reader: ArchiveReader
+        let entry: ArchiveEntry
+        /// The database's size in that backup's manifest.
+        let size: Int64
+    }
+
+    let databasePath: String
+    let pageSize: Int
+    let finalSize: Int64
+    let finalPermissions: UInt32
+    let finalModificationTime: Int64
+    let finalSHA256: String
+    var hashesContent = true
+    /// The chain's newest backup, named in a mismatch.
+    private let backupName: String
+    /// Oldest first: on a page several hold, the last one's record wins.
+    private var streams: [DeltaStream]
+    private var hasher = SHA256()
+    private var hashed: Int64 = 0
+    /// Written in full and its SHA-256 matched.
+    private(set) var isFinished = false
+    private let readBack = UnsafeMutableRawBufferPointer.allocate(byteCount: 1 << 20, alignment: 16)
+
+    /// Opens every delta (`deltas` oldest first) and checks its header. `final` is the
+    /// database as the newest manifest lists it.
+    init(databasePath: String, pageSize: Int, deltas: [Delta], final: Manifest.File, backupName: String) throws {
+        guard let sha256 = final.sha256 else {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest gives \(databasePath) no SHA-256")
+        }
+        self.databasePath = databasePath
+        self.pageSize = pageSize
+        self.backupName = backupName
+        finalSize = final.size
+        finalPermissions = final.mode
+        finalModificationTime = final.mtime
+        finalSHA256 = sha256
+        streams = try deltas.map { try DeltaStream($0, databasePath: databasePath, pageSize: pageSize) }
+    }
+
+    deinit { readBack.deallocate() }
+
+    func advance(descriptor: Int32, path: String, written: Int64) throws -> Int64 {
+        try writePages(descriptor: descriptor, path: path, through: written)
+        // A page partly written may still be overwritten by a record.
+        let final = min(written / Int64(pageSize) * Int64(pageSize), finalSize)
+        if hashesContent { try hash(descriptor: descriptor, path: path, upTo: final) }
+        return final
+    }
+
+    func finish(descriptor: Int32, path: String) throws {
+        guard ftruncate(descriptor, off_t(finalSize)) == 0 else {
+            throw StoreBackupError.io(path: path, operation: "set the size of", errno: errno)
+        }
+        try writePages(descriptor: descriptor, path: path, through: .max)
+        if hashesContent {
+            try hash(descriptor: descriptor, path: path, upTo: finalSize)
+            guard FileDigest.hex(hasher.finalize()) == finalSHA256 else {
+                throw StoreBackupError.checksumMismatch(name: backupName, entry: databasePath)
+            }
+        }
+        isFinished = true
+    }
+
+    /// Writes, in page order, each page that ends by `limit` from the newest delta holding it.
+    private func writePages(descriptor: Int32, path: String, through limit: Int64) throws {
+        while true {
+            var lowest: Int?
+            var newest = 0
+            for (index, stream) in streams.enumerated() {
+                guard let number = stream.number, number <= (lowest ?? .max) else { continue }
+                lowest = number
+                newest = index
+            }
+            guard let number = lowest, Int64(number) * Int64(pageSize) <= limit else { return }
+            // A page a later delta cut away is not part of the final file.
+            if Int64(number) * Int64(pageSize) <= finalSize {
+                try PageDeltaReader.writeAll(
+                    descriptor, UnsafeRawBufferPointer(streams[newest].page), at: Int64(number - 1) * Int64(pageSize), path: path)
+            }
+            for stream in streams where stream.number == number { try stream.next() }
+        }
+    }
+
+    /// Feeds the hash with the file's bytes up to `end`, read back (they were just written).
+    private func hash(descriptor: Int32, path: String, upTo end: Int64) throws {
+        while hashed < end {
+            let wanted = Int(min(Int64(readBack.count), end - hashed))
+            let got = pread(descriptor, readBack.baseAddress, wanted, off_t(hashed))
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else {
+                throw got < 0
+                    ? StoreBackupError.io(path: path, operation: "read", errno: errno)
+                    : StoreBackupError.checksumMismatch(name: backupName, entry: databasePath)
+            }
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: readBack[0..<got]))
+            hashed += Int64(got)
+        }
+    }
+}
+
+/// One page delta read record by record: the current record's page number and bytes.
+private final class DeltaStream {
+    /// libzip's reads cost a pass through its layers each: the entry is read in chunks of
+    /// this size rather than twice per record.
+    static let chunkSize = 64 << 10
+
+    private let stream: ArchiveReader.EntryStream
+    private let checker: PageDeltaReader
+    private var header = PageDeltaReader.Header(pageSize: 0, pages: 0, records: 0)
+    private let entrySize: Int64
+    private var consumed: Int64 = 0
+    private var recordsRead = 0
+    private let chunk: UnsafeMutableRawBufferPointer
+    private var chunkStart = 0
+    private var chunkEnd = 0
+    /// The current record's page, nil once every record was read.
+    private(set) var number: Int?
+    let page: UnsafeMutableRawBufferPointer
+
+    init(_ delta: PageDeltaMerge.Delta, databasePath: String, pageSize: Int) throws {
+        checker = PageDeltaReader(backupName: delta.reader.backupName, databasePath: databasePath)
+        entrySize = delta.entry.size
+        stream = try delta.reader.openEntryStream(delta.entry)
+        // Every property is set from here on: a throw below deallocates through deinit.
+        page = UnsafeMutableRawBufferPointer.allocate(byteCount: max(pageSize, PageDeltaReader.headerSize), alignment: 16)
+        chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
+        try readExactly(PageDeltaReader.headerSize)
+        header = try checker.checkHeader(
+            UnsafeRawBufferPointer(rebasing: page[0..<PageDeltaReader.headerSize]), entrySize: entrySize, pageSize: pageSize,
+            finalSize: delta.size)
+        try next()
+    }
+
+    deinit {
+        page.deallocate()
+        chunk.deallocate()
+    }
+
+    /// Reads the next record (or, after the last, checks that nothing follows).
+    func next() throws {
+        guard recordsRead < header.records else {
+            number = nil
+            let extra = chunkEnd > chunkStart ? 1 : try stream.read(UnsafeMutableRawBufferPointer(rebasing: page[0..<1]))
+            guard extra == 0 else { throw checker.trailingBytes(entrySize: entrySize) }
+            return
+        }
+        try readExactly(4)
+        let found = Int(PageDeltaReader.uint32(UnsafeRawBufferPointer(page), at: 0))
+        try checker.checkRecord(found, after: number ?? 0, in: header)
+        try readExactly(header.pageSize)
+        number = found
+        recordsRead += 1
+    }
+
+    /// Fills the start of `page` with the entry's next `count` bytes, never reading past
+    /// its declared size.
+    private func readExactly(_ count: Int) throws {
+        guard Int64(count) <= entrySize - consumed else { throw checker.damaged("it is shorter than its records") }
+        var filled = 0
+        while filled < count {
+            if chunkStart == chunkEnd {
+                // Up to the declared end: a byte more is read only by the final check.
+                let wanted = Int(min(Int64(chunk.count), entrySize - consumed - Int64(filled)))
+                let got = try stream.read(UnsafeMutableRawBufferPointer(rebasing: chunk[0..<wanted]))
+                guard got > 0 else { throw checker.damaged("it ends before its declared \(entrySize) bytes") }
+                chunkStart = 0
+                chunkEnd = got
+            }
+            let taken = min(count - filled, chunkEnd - chunkStart)
+            (page.baseAddress! + filled).copyMemory(from: chunk.baseAddress! + chunkStart, byteCount: taken)
+            chunkStart += taken
+            filled += taken
+        }
+        consumed += Int64(count)
+    }
+}
