@@ -200,8 +200,9 @@ final class ChainBuild: @unchecked Sendable {
         return parts
     }
 
-    static let pagesPrefix = Array((StoreScanner.reservedFolder + "/pages/").utf8)
-    static let pageMapPrefix = Array((StoreScanner.reservedFolder + "/pagemap/").utf8)
+    // The names readers expect (ArchiveNames), as bytes to prefix raw entry names with.
+    static let pagesPrefix = Array(ArchiveNames.pageDeltaPrefix.utf8)
+    static let pageMapPrefix = Array(ArchiveNames.pageMapPrefix.utf8)
 
     /// Saves the chain state at each destination the backup was published to (its name and
     /// size there); destinations it did not reach keep their state (their next backup is a full).

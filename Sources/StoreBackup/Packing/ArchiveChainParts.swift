@@ -32,6 +32,6 @@ struct ArchiveChainParts: Sendable {
     var extraEntries: [ExtraEntry] = []
 
     static let format = 3
-    static let formatMarker = StoreScanner.reservedFolder + "/format-3"
+    static let formatMarker = ArchiveNames.format3Marker
     static let formatMarkerText = "storebackup archive format 3: see docs/FORMAT.md\n"
 }
