@@ -53,7 +53,11 @@ public struct BackupResult: Sendable {
     /// Sockets and device files left out of the backup, each as "path (what it is)".
     public var leftOut: [String] { manifest.leftOut ?? [] }
     /// One line per thing `create` warned about (the same lines went to the logger).
-    public var warnings: [String] { BackupWarnings.lines(outsideLinks: outsideLinks, leftOut: leftOut) }
+    public var warnings: [String] {
+        var targets: [String: String] = [:]
+        for file in manifest.files { if let target = file.linkTarget { targets[file.path] = target } }
+        return BackupWarnings.lines(outsideLinks: outsideLinks, leftOut: leftOut, targets: targets)
+    }
 }
 
 /// The warnings of a backup that is good but not restored exactly by default.
@@ -61,8 +65,10 @@ enum BackupWarnings {
     static func lines(outsideLinks: [String], leftOut: [String], targets: [String: String] = [:]) -> [String] {
         outsideLinks.map { link in
             let target = targets[link].map { " -> \($0)" } ?? ""
+            let loops = !targets.isEmpty && ArchiveTree.escape(ofLink: link, in: targets) == .loop
+            let what = loops ? "loops (it leads back through itself)" : "points outside the stores directory"
             return
-                "the link \(link)\(target) points outside the stores directory: it is in the backup, but restore makes it only when allowed to (--allow-outside-links)"
+                "the link \(link)\(target) \(what): it is in the backup, but restore makes it only when allowed to (--allow-outside-links)"
         } + leftOut.map { "\($0) is not in the backup: sockets and device files cannot be backed up" }
     }
 }

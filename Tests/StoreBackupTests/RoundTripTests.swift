@@ -112,6 +112,32 @@ final class RoundTripTests: XCTestCase {
         XCTAssertEqual(try describe(restored), before)
     }
 
+    /// Links that never resolve (`ping -> pong -> ping`, `self -> self`) are legal on disk:
+    /// create says they loop (not that they point outside), restore refuses them saying the
+    /// same and naming the option, and with `--allow-outside-links` they come back exactly.
+    func testLinkLoopsAreCalledLoopsAndRestoreWithTheOption() throws {
+        try make("link-loop")
+        let before = try describe(store)
+        let created = try runStoreBackup(["create", store, "--to", backups], environment: environment)
+        XCTAssertEqual(created.status, 0, created.stderr)
+        for link in ["ping -> pong", "pong -> ping", "self -> self"] {
+            XCTAssertTrue(created.stderr.contains("warning: the link \(link) loops"), created.stderr)
+        }
+        XCTAssertFalse(created.stderr.contains("points outside"), created.stderr)
+
+        let refused = try runStoreBackup(["restore", "latest", restored, "--from", backups, "--yes"], environment: environment)
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(
+            refused.stderr.contains("ping -> pong, which loops") && refused.stderr.contains("--allow-outside-links"), refused.stderr)
+        XCTAssertFalse(FileSystem.fileExists(restored), "a refused restore leaves nothing")
+
+        let allowed = try runStoreBackup(
+            ["restore", "latest", restored, "--from", backups, "--yes", "--allow-outside-links"],
+            environment: environment)
+        XCTAssertEqual(allowed.status, 0, allowed.stderr)
+        XCTAssertEqual(try describe(restored), before)
+    }
+
     /// A hostile archive is not confused with one the store made: a link leaving the store
     /// that the manifest does not record stays refused as unsafe, even with the option.
     func testOutsideLinkNotRecordedInTheManifestIsRefusedEvenWithTheOption() throws {

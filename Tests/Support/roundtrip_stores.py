@@ -180,6 +180,12 @@ def make(kind, root):
         os.symlink(b"/srv/shared/config.json", os.path.join(root, b"shared-config"))
         os.symlink(b"../SharedAssets", os.path.join(root, b"assets"))
         made["outsideLinks"] = [b"assets".hex(), b"shared-config".hex()]
+    elif kind == "link-loop":
+        # ping -> pong -> ping never resolves; self -> self neither. Legal on disk.
+        os.symlink(b"pong", os.path.join(root, b"ping"))
+        os.symlink(b"ping", os.path.join(root, b"pong"))
+        os.symlink(b"self", os.path.join(root, b"self"))
+        made["outsideLinks"] = [b"ping".hex(), b"pong".hex(), b"self".hex()]
     elif kind == "backslash":
         open(os.path.join(root, b"dir\\file.txt"), "wb").write(b"backslash\n")
     elif kind == "long-path":

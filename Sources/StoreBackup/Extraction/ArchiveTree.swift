@@ -59,8 +59,42 @@ struct ArchiveTree {
             guard recordedOutside.contains(path) else {
                 throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: "\(path) -> \(target)")
             }
-            if !allowOutside { throw StoreBackupError.outsideLink(name: backupName, link: path, target: target) }
+            guard !allowOutside else { continue }
+            throw Self.escape(ofLink: path, in: links) == .loop
+                ? StoreBackupError.linkLoop(name: backupName, link: path, target: target)
+                : StoreBackupError.outsideLink(name: backupName, link: path, target: target)
         }
+    }
+
+    /// Why a link judged to escape does: its chain of targets turns absolute, climbs above
+    /// the root, or never ends (a loop, or more links than the kernel follows). Only for
+    /// wording: whether a link escapes is decided by ``check(recordedOutside:allowOutside:)``.
+    enum Escape: Equatable { case absolute, outside, loop }
+
+    /// Resolves `path` the way the kernel would, link by link, without the cache.
+    static func escape(ofLink path: String, in links: [String: String]) -> Escape {
+        guard let first = links[path] else { return .outside }
+        var parts = Array(path.split(separator: "/").dropLast().map(String.init))
+        var hops = 1
+        guard !first.isEmpty, !first.hasPrefix("/") else { return .absolute }
+        // Components still to apply, the next one last.
+        var pending = Array(first.split(separator: "/", omittingEmptySubsequences: true).reversed())
+        while let component = pending.popLast() {
+            if component == "." { continue }
+            if component == ".." {
+                guard !parts.isEmpty else { return .outside }
+                parts.removeLast()
+                continue
+            }
+            parts.append(String(component))
+            guard let target = links[parts.joined(separator: "/")] else { continue }
+            hops += 1
+            guard hops <= ArchiveLimits.maxLinkHops else { return .loop }
+            guard !target.isEmpty, !target.hasPrefix("/") else { return .absolute }
+            parts.removeLast()
+            pending += target.split(separator: "/", omittingEmptySubsequences: true).reversed()
+        }
+        return .outside
     }
 
     /// Where the link at `path` leads, or nil when it leaves the root, loops, or needs more

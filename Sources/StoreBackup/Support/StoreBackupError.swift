@@ -121,6 +121,10 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// The backup holds a link that `create` recorded as pointing outside the stores
     /// directory (`target` escaped); restored only with ``StoreHelper/allowOutsideLinks``.
     case outsideLink(name: String, link: String, target: String)
+    /// The backup holds a link that never resolves (it leads back through itself, or through
+    /// more links than the kernel follows); `create` recorded it with the outside links, so
+    /// it too is restored only with ``StoreHelper/allowOutsideLinks``.
+    case linkLoop(name: String, link: String, target: String)
     /// A path that must be a folder is a file (or something else that is not a folder).
     case notAFolder(path: String, what: String)
     /// A failure from outside the library's vocabulary (a hook's own error type, say),
@@ -144,7 +148,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .unverifiableBackup: return .allowUnverified
         case .databaseDamagedAtSource: return .acceptDamagedDatabases
         case .newerFormat: return .upgradeStoreBackup
-        case .outsideLink: return .allowOutsideLinks
+        case .outsideLink, .linkLoop: return .allowOutsideLinks
         case .backupHasDependents: return .deleteDependents
         case .reloadFailed(_, let rolledBack): return rolledBack ? nil : .recoverStore
         case .transfer(let failure): return failure.remedy
@@ -265,6 +269,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
         case .outsideLink(let name, let link, let target):
             return
                 "backup \"\(name)\" holds the link \(link) -> \(target), which points outside the stores directory (create warned about it); it was not restored"
+        case .linkLoop(let name, let link, let target):
+            return
+                "backup \"\(name)\" holds the link \(link) -> \(target), which loops (it leads back through itself; create warned about it); it was not restored"
         case .notAFolder(let path, let what):
             return "\(path) is \(what), not a folder; give a folder, or a path that does not exist yet"
         }
