@@ -1,0 +1,30 @@
+import Foundation
+
+extension Extractor {
+    /// A database to pass through `PRAGMA integrity_check`; with `unpacking`, while it is written.
+    struct DatabaseCheckJob: Sendable {
+        let path: String
+        /// The path relative to the stores directory, for messages.
+        let entryPath: String
+        let unpacking: UnpackingDatabase?
+    }
+
+    /// `PRAGMA integrity_check` on an extracted database nobody else has open; with
+    /// `unpacking`, on one still being written.
+    static func checkDatabase(_ path: String, unpacking: UnpackingDatabase? = nil) throws {
+        let connection = try SQLiteConnection(path: path, mode: unpacking.map { .unpacking($0) } ?? .immutable)
+        defer { connection.close() }
+        try connection.check(quick: false)
+        // Closed and passed: reload need not read the same bytes again (CheckedDatabases),
+        // once the file is as it stays (its mode and time are set last).
+        connection.close()
+        if let unpacking, !unpacking.waitUntilDone() { return }
+        CheckedDatabases.record(path)
+    }
+
+    func checkDatabases(_ paths: [String]) throws {
+        try WorkerPool.forEach(paths, name: "storebackup-check", width: workers, cancel: cancel) { path in
+            try Self.checkDatabase(path)
+        }
+    }
+}
