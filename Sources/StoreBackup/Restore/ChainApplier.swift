@@ -129,20 +129,19 @@ struct ChainApplier {
     /// databases `merged` plans from this backup.
     private func extract(_ link: ChainLink, index: Int, applying: Bool, merged: [String: MergePlan], into target: String) throws {
         let rebuilt = merged.filter { $0.value.whole == index }
-        var extractor = Extractor(reader: link.reader, cancel: cancel, progress: progress)
-        extractor.applyingIncremental = applying
-        extractor.deferredChecks = changedLater(than: index).subtracting(rebuilt.keys)
-        extractor.patches = try Dictionary(uniqueKeysWithValues: rebuilt.map { path, plan in (path, try merge(of: path, plan: plan)) })
-        extractor.allowOutsideLinks = allowOutsideLinks
-        extractor.acceptDamagedDatabases = acceptDamagedDatabases
-        extractor.selection = selection
-        try extractor.extract(into: target)
-        for (path, patch) in extractor.patches {
+        let step = ChainStepApplication(
+            reader: link.reader, step: applying ? .incremental : .full,
+            deferredChecks: changedLater(than: index).subtracting(rebuilt.keys),
+            patches: try Dictionary(uniqueKeysWithValues: rebuilt.map { path, plan in (path, try merge(of: path, plan: plan)) }),
+            selection: selection, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases,
+            cancel: cancel, progress: progress)
+        try step.apply(into: target)
+        for (path, patch) in step.patches {
             guard (patch as? PageDeltaMerge)?.isFinished == true else {
                 throw StoreBackupError.corruptArchive(name: link.name, reason: "\(path) was not unpacked as a database")
             }
         }
-        let damaged = extractor.damagedDatabases.current
+        let damaged = step.damagedDatabases.current
         damagedDatabases.withLock { $0.merge(damaged) { _, new in new } }
     }
 
