@@ -133,7 +133,7 @@ package struct BackupBrowser: Sendable {
                         byteCount: written.filter { $0.kind == .file }.reduce(0) { $0 + $1.size },
                         databasesChecked: databases,
                         warning: reader.manifest == nil
-                            ? Extractor.unverifiedWarning : Self.damageWarning(extraction.damagedDatabases.current))
+                            ? ExtractionPlan.unverifiedWarning : Self.damageWarning(extraction.damagedDatabases.current))
                 }
             }
         } catch is CancellationError {

@@ -47,7 +47,7 @@ extension BackupVerifier {
             try reading.checkMetadata(beside: scratch + "/store")
             let incremental = reader.manifest?.isIncremental == true
             let warning = [
-                reader.manifest == nil ? Extractor.unverifiedWarning : nil, Self.metadataOnlyWarning,
+                reader.manifest == nil ? ExtractionPlan.unverifiedWarning : nil, Self.metadataOnlyWarning,
                 incremental ? Self.chainNotCheckedWarning : nil,
             ].compactMap { $0 }
             return VerificationResult(

@@ -148,7 +148,7 @@ package struct BackupVerifier: Sendable {
                 }
                 return VerificationResult(
                     name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count,
-                    warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)
+                    warning: reader.manifest == nil ? ExtractionPlan.unverifiedWarning : nil)
             }
         } catch {
             let text = (error as? StoreBackupError)?.description ?? "\(error)"

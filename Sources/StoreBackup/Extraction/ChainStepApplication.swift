@@ -31,19 +31,30 @@ struct ChainStepApplication {
     /// The databases found damaged at the source (relative path: SQLite's answer).
     let damagedDatabases = Locked<[String: String]>([:])
 
-    /// Unpacks the backup into `target`. Returns the databases it stores whole, checked.
+    /// Unpacks the backup into `target`. Returns the selected databases it stores whole,
+    /// each checked unless its check was deferred.
     @discardableResult
     func apply(into target: String) throws -> [String] {
-        var extractor = Extractor(reader: reader, cancel: cancel, progress: progress)
-        extractor.applyingIncremental = step == .incremental
-        extractor.deferredChecks = deferredChecks
-        extractor.patches = patches
-        extractor.allowOutsideLinks = allowOutsideLinks
-        extractor.acceptDamagedDatabases = acceptDamagedDatabases
-        extractor.selection = selection
-        let databases = try extractor.extract(into: target)
-        let damaged = extractor.damagedDatabases.current
-        damagedDatabases.withLock { $0 = damaged }
-        return databases
+        let incremental = step == .incremental
+        let options = ExtractionOptions(allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases)
+        let plan = try ExtractionPlan(reader: reader, incremental: incremental, options: options)
+        let selected = reader.entries.filter { isSelected($0.path) }
+        let files = selected.filter { $0.kind == .file }
+        try plan.checkFreeSpace(writing: files, into: target)
+        let root = try incremental ? ConfinedTree(opening: target) : ConfinedTree(creating: target)
+        let tree = TreeEntries(
+            directories: selected.filter { $0.kind == .directory }, fifos: selected.filter { $0.kind == .fifo },
+            links: plan.links.filter { isSelected($0.entry.path) })
+        var unpacking = ParallelUnpacking(
+            writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: .all),
+            judge: DamageJudge(reader: reader, accept: acceptDamagedDatabases, found: damagedDatabases), progress: progress)
+        unpacking.deferredChecks = deferredChecks
+        unpacking.patches = patches
+        try unpacking.run(files, tree: tree, syncTree: nil)
+        // In an incremental, only the databases stored whole here were unpacked (and checked).
+        let unpacked = incremental ? Set(files.map(\.path)) : nil
+        return (reader.manifest?.databases ?? []).map(\.path).filter { path in isSelected(path) && (unpacked?.contains(path) ?? true) }
     }
+
+    private func isSelected(_ path: String) -> Bool { selection?(path) ?? true }
 }

@@ -7,34 +7,71 @@ import Foundation
 import Glibc
 #endif
 
-extension Extractor {
+/// Writes one file of an archive into the tree through its directory descriptor
+/// (``ConfinedTree``), checked as it is read: cut off the moment it exceeds its declared size,
+/// then checked against its CRC-32 and its manifest's size and SHA-256 (a database unpacked
+/// in blocks: read back right after, beside its check, see ``DeferredDigest``). A file read
+/// in blocks (``ParallelInflater``) is inflated on all cores; any other goes through libzip.
+struct EntryWriter {
+    let plan: ExtractionPlan
+    let root: ConfinedTree
+    let cancel: CancellationFlag
+    /// Which files reach the disk; every file is read and checked either way.
+    let kept: KeptFiles
+    /// Called once each file is written and checked: extract's test pause point, where a
+    /// test cancels it part-way. nil for the others.
+    var fileWritten: (@Sendable () -> Void)? = nil
+    /// Threads that inflate one file read in blocks.
+    var workers: Int = WorkerPool.cores
+
+    /// Which of the files read are written to disk.
+    enum KeptFiles: Equatable {
+        /// Every file: restore, extract, a chain's steps.
+        case all
+        /// The databases the manifest names, which must exist on disk for `PRAGMA
+        /// integrity_check` (verify); the other files are only hashed as they are read.
+        case databases
+        /// The files that start with SQLite's header: verify without a manifest finds
+        /// databases by their first bytes, so it decides whether to write a file only once
+        /// it has read them.
+        case databasesByHeader
+    }
+
+    private var reader: ArchiveReader { plan.reader }
+
+    /// Whether `entry` is written from its first byte (see ``KeptFiles``).
+    private func keepsFromTheStart(_ entry: ArchiveEntry) -> Bool {
+        switch kept {
+        case .all: return true
+        case .databases: return plan.isDatabase(entry)
+        case .databasesByHeader: return false
+        }
+    }
+
     /// Writes one entry, checking it against its CRC and the manifest. With `unpacking` (only
     /// for an entry read in blocks), `start` runs once the file exists, the readers of
     /// `unpacking` follow the blocks as they are written, and the SHA-256 is left to the
     /// returned ``DeferredDigest``. With `patch`, the readers and the final checks see the
     /// file as the patch leaves it.
     @discardableResult
-    func extractFile(
-        _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], into root: ConfinedTree,
-        expected: Manifest.File?, patch: (any DatabasePatch)? = nil, unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
+    func writeFile(
+        _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], expected: Manifest.File?, patch: (any DatabasePatch)? = nil,
+        unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
         onBytes: @Sendable (Int64, String) -> Void
     ) throws -> DeferredDigest? {
         let path = EscapedName.escapedRoot(root.root) + "/" + entry.path
-        // Verify without a manifest finds databases by their first bytes, so it decides
-        // whether to write a file only once it has read them.
-        let decideByHeader = verifyOnly && reader.manifest == nil
-        var fd: Int32 =
-            try (!verifyOnly || isDatabase(entry) ? root.createFile(entry.path, readBack: unpacking != nil || patch != nil) : -1)
+        let decideByHeader = kept == .databasesByHeader
+        var fd: Int32 = try (keepsFromTheStart(entry) ? root.createFile(entry.path, readBack: unpacking != nil || patch != nil) : -1)
         defer { if fd >= 0 { close(fd) } }
-        if let expected, let plan = Self.blockPlan(entry: entry, expected: expected) {
+        if let expected, let blockPlan = Self.blockPlan(entry: entry, expected: expected) {
             var finished = false
             // Whatever goes wrong, a reader waiting for more bytes is let go.
             defer { if !finished { unpacking?.file.fail() } }
             unpacking?.start()
             patch?.hashesContent = false
             let inflater = ParallelInflater(
-                archive: archive, entry: entry, blockSize: plan.blockSize,
-                compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
+                archive: archive, entry: entry, blockSize: blockPlan.blockSize,
+                compressedBlocks: blockPlan.blocks, workers: workers, cancel: cancel,
                 password: reader.password, backupName: reader.backupName,
                 pageCache: reader.pageCache, hashesContent: unpacking == nil)
             var written: Int64 = 0
@@ -137,7 +174,7 @@ extension Extractor {
     /// for the disk now (small files never reach a writeback step), so the sync that
     /// follows the unpacking has only the last few files left to wait for. A patched file
     /// takes the patch's mode and time: set once, after its last write.
-    func finishFile(fd: Int32, entry: ArchiveEntry, path: String, patch: (any DatabasePatch)? = nil) throws {
+    private func finishFile(fd: Int32, entry: ArchiveEntry, path: String, patch: (any DatabasePatch)? = nil) throws {
         guard fd >= 0 else { return }
         _ = sb_start_writeback(fd, 0, 0)
         let permissions = patch.map { $0.finalPermissions & 0o7777 } ?? UInt32(entry.permissions)
@@ -151,7 +188,7 @@ extension Extractor {
         fileWritten?()
     }
 
-    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
+    private static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
         var offset = 0
         while offset < bytes.count {
             let wrote = write(fd, bytes.baseAddress! + offset, bytes.count - offset)

@@ -7,10 +7,78 @@ import Foundation
 import Glibc
 #endif
 
-extension Extractor {
+/// Writes the files an extraction driver chose into its tree, beside their databases'
+/// `PRAGMA integrity_check`, and finishes the tree around them. Every thread started here is
+/// joined on every path out, before any error is rethrown; any failure throws, and the
+/// driver's caller removes the half-made folder.
+struct ParallelUnpacking {
+    let writer: EntryWriter
+    let judge: DamageJudge
+    let progress: ProgressThrottle
+    /// Databases whose `PRAGMA integrity_check` waits for their final content: a later backup
+    /// of the chain patches, replaces or removes them (their SHA-256 is still checked here).
+    /// The check is the longest step of a restore; a chain makes it once per database.
+    var deferredChecks: Set<String> = []
+    /// Databases changed while they are unpacked (a chain's page deltas, ``DatabasePatch``),
+    /// by path: checked (SHA-256 and `integrity_check`) as the patch leaves them.
+    var patches: [String: any DatabasePatch] = [:]
+    /// How many databases may wait for their read-back SHA-256 (``DeferredDigest``) at
+    /// once: each keeps its file open, and a server's store may hold thousands of databases.
+    var pendingDigestLimit = Self.defaultPendingDigestLimit
+    static let defaultPendingDigestLimit = 32
+
+    private var reader: ArchiveReader { writer.plan.reader }
+    private var manifestByPath: [String: Manifest.File] { writer.plan.manifestByPath }
+    private var root: ConfinedTree { writer.root }
+    private var cancel: CancellationFlag { writer.cancel }
+    private var workers: Int { writer.workers }
+
+    /// Makes `tree`'s folders, writes `files`, then finishes `tree` (FIFOs, links, folders'
+    /// modes and times). `syncTree` is how the driver makes the unpacked tree durable (restore
+    /// and extract: one `syncfs`), given the tree's root. It runs once every file, link and
+    /// folder is written, while the databases' checks may still be running, so the disk's
+    /// work and the longest check overlap instead of following each other. When it is set,
+    /// each database (most of a store's bytes) is also fsynced on a thread of its own as soon
+    /// as it is written, so the final sync has only the other files left. Returns once every
+    /// check has passed.
+    func run(_ files: [ArchiveEntry], tree: TreeEntries, syncTree: (@Sendable (String) throws -> Void)?) throws {
+        try tree.makeDirectories(in: root)
+        let total = files.reduce(Int64(0)) { $0 + $1.size }
+        let counter = ByteCounter()
+        let databaseFiles = files.filter(writer.plan.isDatabase)
+        let judge = self.judge
+        let checks = WorkerPool.Feed<IntegrityCheckJob>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) {
+            check in
+            try judge.check(check)
+        }
+        let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
+        // Every thread started here is joined on every path out, before any error is rethrown.
+        let unpacked = Result {
+            try extractInParallel(files.sorted { $0.size > $1.size }, checks: checks, flushes: flushes) { bytes, name in
+                let done = counter.add(bytes)
+                progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
+            }
+            try tree.finish(in: root, manifest: reader.manifest)
+        }
+        let flushed = Result { try flushes?.finish() }
+        let synced = Result {
+            try unpacked.get()
+            try flushed.get()
+            if let failure = checks.firstFailure { throw failure }
+            try syncTree?(root.root)
+        }
+        if case .success = synced, !databaseFiles.isEmpty {
+            progress.report(BackupProgress(phase: .checking, currentFile: databaseFiles.map(\.path).joined(separator: ", ")), force: true)
+        }
+        let checked = Result { try checks.finish() }
+        try synced.get()
+        try checked.get()
+        try cancel.throwIfCancelled()
+    }
+
     /// fsyncs each database handed in, one at a time, beside the unpacking. An error is kept
     /// and rethrown (a failed fsync must not go unreported: the final sync would not see it).
-    static func databaseFlushes(in root: ConfinedTree) -> WorkerPool.Feed<String> {
+    private static func databaseFlushes(in root: ConfinedTree) -> WorkerPool.Feed<String> {
         WorkerPool.Feed<String>(name: "storebackup-flush", width: 1) { relative in
             // A database restored without read permission is left to the final sync.
             guard let fd = try? root.openFileForReading(relative) else { return }
@@ -28,13 +96,12 @@ extension Extractor {
     /// reading it back once all are unpacked (or `pendingDigestLimit` wait), before the other
     /// files, so that a mismatch is the error reported even if the check fails too. The
     /// checks are left running; the caller waits for them.
-    func extractInParallel(
-        _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
-        checks: WorkerPool.Feed<DatabaseCheckJob>, flushes: WorkerPool.Feed<String>?,
+    private func extractInParallel(
+        _ files: [ArchiveEntry], checks: WorkerPool.Feed<IntegrityCheckJob>, flushes: WorkerPool.Feed<String>?,
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
-        let databases = files.filter(isDatabase)
-        let others = files.filter { !isDatabase($0) }
+        let databases = files.filter(writer.plan.isDatabase)
+        let others = files.filter { !writer.plan.isDatabase($0) }
         let otherWidth = min(max(1, workers - (databases.isEmpty ? 0 : 1)), ArchiveLimits.maxExtractionHandles)
         if !databases.isEmpty {
             let archive = try ArchiveHandle(reader.openHandle())
@@ -51,17 +118,17 @@ extension Extractor {
                 let expected = manifestByPath[database.path]
                 let patch = patches[database.path]
                 let deferred = patch == nil && deferredChecks.contains(database.path)
-                let followed = !deferred && expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
+                let followed = !deferred && expected.flatMap { EntryWriter.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: patch?.finalSize ?? database.size) : nil
-                let digest = try extractFile(
-                    database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected, patch: patch,
+                let digest = try writer.writeFile(
+                    database, archive: archive.pointer, buffer: &buffer, expected: expected, patch: patch,
                     unpacking: unpacking.map { unpacking in
-                        (unpacking, { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) })
+                        (unpacking, { checks.submit(IntegrityCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) })
                     },
                     onBytes: onBytes)
                 digests += digest.map { [$0] } ?? []
                 if unpacking == nil && !deferred {
-                    checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: nil))
+                    checks.submit(IntegrityCheckJob(path: path, entryPath: database.path, unpacking: nil))
                 }
                 flushes?.submit(database.path)
                 if digests.count >= pendingDigestLimit { try verifyDigests(&digests) }
@@ -80,15 +147,14 @@ extension Extractor {
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             return { entry in
                 if let failure = checks.firstFailure { throw failure }
-                try extractFile(
-                    entry, archive: archive.pointer, buffer: &buffer, into: root,
-                    expected: manifestByPath[entry.path], onBytes: onBytes)
+                try writer.writeFile(
+                    entry, archive: archive.pointer, buffer: &buffer, expected: manifestByPath[entry.path], onBytes: onBytes)
             }
         }
     }
 
     /// Reads back the databases waiting for their SHA-256 and checks each, then lets them go.
-    func verifyDigests(_ digests: inout [DeferredDigest]) throws {
+    private func verifyDigests(_ digests: inout [DeferredDigest]) throws {
         for digest in digests { try digest.verify(backupName: reader.backupName, cancel: cancel) }
         digests.removeAll()
     }

@@ -15,21 +15,31 @@ struct SelectiveExtraction {
     /// The databases found damaged at the source (relative path: SQLite's answer).
     let damagedDatabases = Locked<[String: String]>([:])
 
+    /// Extract takes files out to look at: a database damaged before the backup
+    /// comes out as it was, with a warning (restore refuses it unless asked).
+    private var options: ExtractionOptions {
+        ExtractionOptions(allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: true)
+    }
+
     /// Extracts into `target`, which must not exist yet. Returns the databases checked.
     func extract(into target: String) throws -> [String] {
-        var extractor = Extractor(reader: reader, cancel: cancel, progress: progress)
-        extractor.allowUnverified = allowUnverified
-        // Extract takes files out to look at: a database damaged before the backup
-        // comes out as it was, with a warning (restore refuses it unless asked).
-        extractor.acceptDamagedDatabases = true
-        extractor.allowOutsideLinks = allowOutsideLinks
-        let selection = self.selection
-        extractor.selection = { selection.needs($0) }
-        extractor.syncTree = { try TreeSync.sync($0) }
-        extractor.fileWritten = { TestPausePoint.reach("extract-file-written") }
-        let databases = try extractor.extract(into: target)
-        let damaged = extractor.damagedDatabases.current
-        damagedDatabases.withLock { $0 = damaged }
-        return databases
+        let plan = try ExtractionPlan(reader: reader, incremental: false, options: options)
+        let selected = reader.entries.filter { selection.needs($0.path) }
+        let files = selected.filter { $0.kind == .file }
+        try plan.checkFreeSpace(writing: files, into: target)
+        let root = try ConfinedTree(creating: target)
+        let tree = TreeEntries(
+            directories: selected.filter { $0.kind == .directory }, fifos: selected.filter { $0.kind == .fifo },
+            links: plan.links.filter { selection.needs($0.entry.path) })
+        let unpacking = ParallelUnpacking(
+            writer: EntryWriter(
+                plan: plan, root: root, cancel: cancel, kept: .all, fileWritten: { TestPausePoint.reach("extract-file-written") }),
+            judge: DamageJudge(reader: reader, accept: true, found: damagedDatabases), progress: progress)
+        try unpacking.run(files, tree: tree, syncTree: { try TreeSync.sync($0) })
+        guard let manifest = reader.manifest else {
+            return try UnlistedDatabases.findAndCheck(
+                in: target, among: files, workers: unpacking.writer.workers, cancel: cancel, progress: progress)
+        }
+        return manifest.databases.map(\.path).filter { selection.needs($0) }
     }
 }

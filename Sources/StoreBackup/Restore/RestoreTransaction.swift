@@ -295,7 +295,7 @@ struct RestoreTransaction {
         return RestoreResult(
             backupName: backupName, storesDirectory: layout.live,
             databasesChecked: unpacked.databases, fileCount: unpacked.files,
-            warning: unpacked.unverified ? Extractor.unverifiedWarning : nil,
+            warning: unpacked.unverified ? ExtractionPlan.unverifiedWarning : nil,
             damagedDatabases: unpacked.damaged, storeInUseWarning: inUseWarning)
     }
 
