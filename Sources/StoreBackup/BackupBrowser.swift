@@ -110,19 +110,13 @@ package struct BackupBrowser: Sendable {
                     if reader.manifest?.isIncremental == true { throw DownloadInstead() }
                     try selection.requireMatches(in: reader.entries.map(\.path), backupName: backup.name)
                     try archive.prepareToRead(reader.entries.filter { selection.needs($0.path) }, of: reader)
-                    var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
-                    extractor.allowUnverified = allowUnverified
-                    // Extract takes files out to look at: a database damaged before the backup
-                    // comes out as it was, with a warning (restore refuses it unless asked).
-                    extractor.acceptDamagedDatabases = true
-                    extractor.allowOutsideLinks = allowOutsideLinks
-                    extractor.selection = { selection.needs($0) }
+                    let extraction = SelectiveExtraction(
+                        reader: reader, selection: selection, allowUnverified: allowUnverified,
+                        allowOutsideLinks: allowOutsideLinks, cancel: cancel, progress: throttle)
                     let scratch = ScratchFiles.path(in: parent, purpose: "extract")
-                    extractor.syncTree = { try TreeSync.sync($0) }
-                    extractor.fileWritten = { TestPausePoint.reach("extract-file-written") }
                     let databases: [String]
                     do {
-                        databases = try extractor.extract(into: scratch)
+                        databases = try extraction.extract(into: scratch)
                         try cancel.throwIfCancelled()
                         // Onto nothing, or onto the empty folder checked above (rename replaces
                         // only an empty one, so anything put there meanwhile makes it fail).
@@ -139,7 +133,7 @@ package struct BackupBrowser: Sendable {
                         byteCount: written.filter { $0.kind == .file }.reduce(0) { $0 + $1.size },
                         databasesChecked: databases,
                         warning: reader.manifest == nil
-                            ? Extractor.unverifiedWarning : Self.damageWarning(extractor.damagedDatabases.current))
+                            ? ExtractionPlan.unverifiedWarning : Self.damageWarning(extraction.damagedDatabases.current))
                 }
             }
         } catch is CancellationError {

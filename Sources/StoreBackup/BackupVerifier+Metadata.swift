@@ -41,20 +41,13 @@ extension BackupVerifier {
         return try await runBlocking(name: "storebackup-verify") { cancel in
             let reader = try archive.reader(backupName: name, passwords: passwords, cancel: cancel)
             try reader.prefetch(reader.entries.filter { $0.kind == .symlink })
-            // Extract with nothing selected: the cross-checks, the links and the tree, no file.
-            var extractor = Extractor(reader: reader, cancel: cancel, progress: ProgressThrottle(nil))
-            extractor.verifyOnly = true
-            extractor.allowUnverified = allowUnverified
-            extractor.allowOutsideLinks = allowOutsideLinks
-            extractor.selection = { _ in false }
-            // An incremental's own metadata is checked as a step of its chain would be (into
-            // an existing folder); its bases are not read.
+            let reading = VerifyReading(
+                reader: reader, allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, cancel: cancel,
+                progress: ProgressThrottle(nil))
+            try reading.checkMetadata(beside: scratch + "/store")
             let incremental = reader.manifest?.isIncremental == true
-            extractor.applyingIncremental = incremental
-            if incremental { try FileSystem.createDirectories(scratch + "/store", mode: 0o700) }
-            try extractor.extract(into: scratch + "/store")
             let warning = [
-                reader.manifest == nil ? Extractor.unverifiedWarning : nil, Self.metadataOnlyWarning,
+                reader.manifest == nil ? ExtractionPlan.unverifiedWarning : nil, Self.metadataOnlyWarning,
                 incremental ? Self.chainNotCheckedWarning : nil,
             ].compactMap { $0 }
             return VerificationResult(

@@ -133,14 +133,12 @@ package struct BackupVerifier: Sendable {
                 return try await verifyChain(newest, scratch: scratch, progress: progress)
             }
             return try await runBlocking(name: "storebackup-verify") { cancel in
-                var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
-                extractor.verifyOnly = true
-                extractor.allowUnverified = allowUnverified
+                let reading = VerifyReading(
+                    reader: reader, allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, cancel: cancel,
+                    progress: throttle)
                 // Every database checked, to name all the damaged ones, then the backup fails.
-                extractor.acceptDamagedDatabases = true
-                extractor.allowOutsideLinks = allowOutsideLinks
-                let databases = try extractor.extract(into: scratch + "/store")
-                let damaged = extractor.damagedDatabases.current
+                let databases = try reading.read(into: scratch + "/store")
+                let damaged = reading.damagedDatabases.current
                 if let first = damaged.keys.sorted().first {
                     let error = StoreBackupError.databaseDamagedAtSource(
                         name: name, databases: damaged.keys.sorted(), result: damaged[first]!)
@@ -150,7 +148,7 @@ package struct BackupVerifier: Sendable {
                 }
                 return VerificationResult(
                     name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count,
-                    warning: reader.manifest == nil ? Extractor.unverifiedWarning : nil)
+                    warning: reader.manifest == nil ? ExtractionPlan.unverifiedWarning : nil)
             }
         } catch {
             let text = (error as? StoreBackupError)?.description ?? "\(error)"

@@ -377,14 +377,15 @@ final class ChainRestoreTests: XCTestCase {
         }
     }
 
-    /// Library level: the Extractor alone refuses an incremental (it would be a partial store),
-    /// and a format-2 archive may not hold format 3's reserved entries.
+    /// Library level: restore's unpacking alone refuses an incremental (it would be a partial
+    /// store), and a format-2 archive may not hold format 3's reserved entries.
     func testIncrementalIsNeverUnpackedAlone() throws {
         let chain = try makeChain("alone", nights: 2)
         let path = chain.folder + "/backups/" + chain.names[1]
         let reader = try ArchiveReader(path: path, backupName: chain.names[1])
-        let extractor = Extractor(reader: reader, cancel: CancellationFlag(), progress: ProgressThrottle(nil))
-        XCTAssertThrowsError(try extractor.extract(into: work + "/alone-out")) { error in
+        let unpacking = RestoreUnpacking(
+            reader: reader, options: ExtractionOptions(), cancel: CancellationFlag(), progress: ProgressThrottle(nil))
+        XCTAssertThrowsError(try unpacking.unpack(into: work + "/alone-out")) { error in
             guard case .brokenChain(let name, _)? = error as? StoreBackupError else { return XCTFail("\(error)") }
             XCTAssertEqual(name, chain.names[1])
         }

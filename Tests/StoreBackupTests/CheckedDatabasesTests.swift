@@ -19,12 +19,12 @@ final class CheckedDatabasesTests: XCTestCase {
             db.commit(); db.close()
             """, [path])
 
-        try Extractor.checkDatabase(path)
+        try IntegrityCheck.run(path)
         XCTAssertTrue(CheckedDatabases.isUnchanged(path))
         XCTAssertNoThrow(try DatabaseCheck.quickCheckAll(in: directory))
 
         // Checked in full, then damaged: the table's root page (page 2) is overwritten.
-        try Extractor.checkDatabase(path)
+        try IntegrityCheck.run(path)
         try runPythonScript(
             """
             import sys

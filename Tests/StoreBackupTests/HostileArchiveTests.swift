@@ -141,11 +141,11 @@ final class HostileArchiveTests: XCTestCase {
         XCTAssertTrue(allowed.stdout.contains("no manifest"), allowed.stdout)
 
         let reader = try ArchiveReader(path: backups + "/" + name, backupName: name)
-        var extractor = Extractor(reader: reader, cancel: CancellationFlag(), progress: ProgressThrottle(nil))
-        extractor.verifyOnly = true
-        extractor.allowUnverified = true
+        let reading = VerifyReading(
+            reader: reader, allowUnverified: true, allowOutsideLinks: false, cancel: CancellationFlag(),
+            progress: ProgressThrottle(nil))
         let scratch = work + "/scratch"
-        XCTAssertEqual(try extractor.extract(into: scratch), ["App.sqlite"])
+        XCTAssertEqual(try reading.read(into: scratch), ["App.sqlite"])
         XCTAssertEqual(
             try FileManager.default.contentsOfDirectory(atPath: scratch), ["App.sqlite"],
             "verify writes databases only; other files are hashed as they are read")

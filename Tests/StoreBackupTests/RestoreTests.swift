@@ -111,15 +111,15 @@ final class RestoreTests: XCTestCase {
         let forged = try backupWithForgedDigest(of: "Settings.sqlite")
         let whole = try onlyBackup(in: work + "/grown-backups")
         for (archive, scratch) in [(whole, work + "/whole"), (forged, work + "/forged")] {
-            var extractor = Extractor(
-                reader: try ArchiveReader(path: archive, backupName: "test"), cancel: CancellationFlag(),
-                progress: ProgressThrottle(nil))
-            extractor.pendingDigestLimit = 1
+            var unpacking = RestoreUnpacking(
+                reader: try ArchiveReader(path: archive, backupName: "test"), options: ExtractionOptions(),
+                cancel: CancellationFlag(), progress: ProgressThrottle(nil))
+            unpacking.pendingDigestLimit = 1
             if archive == whole {
-                XCTAssertEqual(try extractor.extract(into: scratch).sorted(), ["App.sqlite", "Settings.sqlite"])
+                XCTAssertEqual(try unpacking.unpack(into: scratch).sorted(), ["App.sqlite", "Settings.sqlite"])
                 continue
             }
-            XCTAssertThrowsError(try extractor.extract(into: scratch)) { error in
+            XCTAssertThrowsError(try unpacking.unpack(into: scratch)) { error in
                 guard case StoreBackupError.checksumMismatch(_, let entry) = error else { return XCTFail("\(error)") }
                 XCTAssertEqual(entry, "Settings.sqlite")
             }

@@ -41,7 +41,7 @@ final class UnpackingDatabaseTests: XCTestCase {
         let checked = expectation(description: "check returned")
         let outcome = Locked<Result<Void, Error>?>(nil)
         Thread.detachNewThread {
-            outcome.withLock { $0 = Result { try Extractor.checkDatabase(path, unpacking: unpacking) } }
+            outcome.withLock { $0 = Result { try IntegrityCheck.run(path, unpacking: unpacking) } }
             checked.fulfill()
         }
         unpacking.fail()
@@ -63,7 +63,7 @@ final class UnpackingDatabaseTests: XCTestCase {
         let checked = expectation(description: "check returned")
         let outcome = Locked<Result<Void, Error>?>(nil)
         Thread.detachNewThread {
-            outcome.withLock { $0 = Result { try Extractor.checkDatabase(path, unpacking: unpacking) } }
+            outcome.withLock { $0 = Result { try IntegrityCheck.run(path, unpacking: unpacking) } }
             checked.fulfill()
         }
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))

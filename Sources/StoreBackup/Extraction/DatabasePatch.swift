@@ -1,9 +1,9 @@
-/// Changes a database while the Extractor unpacks it, front to back: a chain restore
-/// rebuilds a database in one pass from the backup that stored it whole and the page
-/// deltas of the backups since (``PageDeltaMerge``), instead of unpacking it, patching it
-/// night by night and reading it all again for its checks.
+/// Changes a database while a chain step (``ChainStepApplication``) unpacks it, front to
+/// back: a chain restore rebuilds a database in one pass from the backup that stored it
+/// whole and the page deltas of the backups since (``PageDeltaMerge``), instead of
+/// unpacking it, patching it night by night and reading it all again for its checks.
 ///
-/// The Extractor still checks the unpacked bytes against the entry's CRC and size; the
+/// The ``EntryWriter`` still checks the unpacked bytes against the entry's CRC and size; the
 /// patch owns the check of the final content (its SHA-256), and `PRAGMA integrity_check`
 /// reads only what the patch reports final. Used by the one thread that unpacks the file.
 protocol DatabasePatch: AnyObject, Sendable {
@@ -13,9 +13,9 @@ protocol DatabasePatch: AnyObject, Sendable {
     var finalModificationTime: Int64 { get }
     var finalSHA256: String { get }
     /// Whether ``finish(descriptor:path:)`` checks the SHA-256 (hashing the final bytes as
-    /// they become final). The Extractor turns it off for a database unpacked in blocks and
-    /// reads the file back instead (``DeferredDigest``), as for any such database: the
-    /// hash then runs beside `integrity_check` instead of on the path the check waits for.
+    /// they become final). The ``EntryWriter`` turns it off for a database unpacked in
+    /// blocks and reads the file back instead (``DeferredDigest``), as for any such database:
+    /// the hash then runs beside `integrity_check` instead of on the path the check waits for.
     var hashesContent: Bool { get set }
 
     /// Bytes `0..<written` of the unpacked entry are on disk (`descriptor` opened for reading

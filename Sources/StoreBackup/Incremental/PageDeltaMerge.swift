@@ -5,12 +5,12 @@ import Foundation
 import Glibc
 #endif
 
-/// Rebuilds a database of a chain in one pass while the Extractor unpacks it from the backup
+/// Rebuilds a database of a chain in one pass while a chain step unpacks it from the backup
 /// that last stored it whole: each page is taken from the newest page delta of the backups
 /// since that holds it (a merge of their ascending records), or else left as unpacked; the
 /// file is cut or extended to the newest page count. The final content is hashed as it
 /// becomes final and checked against the newest manifest's SHA-256 (or, with
-/// `hashesContent` off, read back by the Extractor beside the check); `integrity_check`
+/// `hashesContent` off, read back by the ``EntryWriter`` beside the check); `integrity_check`
 /// (``UnpackingDatabase``) reads only bytes already final.
 ///
 /// Each delta is read as a stream, one page of each in memory, with every check of

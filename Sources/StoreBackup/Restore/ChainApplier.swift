@@ -5,11 +5,11 @@ import Foundation
 import Glibc
 #endif
 
-/// Builds the tree of a chain's newest backup in a new folder: unpacks the full with the
-/// ``Extractor`` (every check of a restore), then applies each incremental in order: removes
-/// what its tree no longer holds or holds anew, unpacks its entries with the same Extractor
-/// (names, links, sizes and SHA-256 checked as for a full), and sets modes and times from
-/// the manifest.
+/// Builds the tree of a chain's newest backup in a new folder: unpacks the full with a
+/// ``ChainStepApplication`` (every check of a restore), then applies each incremental in
+/// order: removes what its tree no longer holds or holds anew, unpacks its entries with
+/// another step (names, links, sizes and SHA-256 checked as for a full), and sets modes and
+/// times from the manifest.
 ///
 /// A database of the newest tree that page deltas patch is built in one pass while the
 /// backup that last stored it whole is unpacked (``PageDeltaMerge``): each page from the
@@ -29,7 +29,7 @@ struct ChainApplier {
     /// Build only the paths this accepts (`extract` of a few files: the selected paths and
     /// the folders on their way); nil builds the whole tree.
     var selection: (@Sendable (String) -> Bool)? = nil
-    /// Damaged-at-the-source databases found (path: SQLite's answer), as the Extractor's.
+    /// Damaged-at-the-source databases found (path: SQLite's answer), as each step's.
     let damagedDatabases = Locked<[String: String]>([:])
 
     /// Builds the newest backup's tree into `target` (which must not exist). Returns the
@@ -74,7 +74,7 @@ struct ChainApplier {
     }
 
     /// The selected databases of the newest tree that a page delta patches since the backup
-    /// that last stored them whole (a database there too, so that the Extractor unpacks it as one).
+    /// that last stored them whole (a database there too, so that its step unpacks it as one).
     private func mergePlans() -> [String: MergePlan] {
         guard let newest = chain.newest.manifest else { return [:] }
         let files = chain.links.map { link in
@@ -124,25 +124,24 @@ struct ChainApplier {
         return try PageDeltaMerge(databasePath: path, pageSize: pageSize, deltas: deltas, final: final, backupName: newest.name)
     }
 
-    /// Unpacks one backup of the chain with the Extractor (the tree as the backup before it
-    /// left it is in `target`, less what ``makeRoom(in:from:for:)`` removed), rebuilding the
-    /// databases `merged` plans from this backup.
+    /// Unpacks one backup of the chain with a ``ChainStepApplication`` (the tree as the
+    /// backup before it left it is in `target`, less what ``makeRoom(in:from:for:)``
+    /// removed), rebuilding the databases `merged` plans from this backup.
     private func extract(_ link: ChainLink, index: Int, applying: Bool, merged: [String: MergePlan], into target: String) throws {
         let rebuilt = merged.filter { $0.value.whole == index }
-        var extractor = Extractor(reader: link.reader, cancel: cancel, progress: progress)
-        extractor.applyingIncremental = applying
-        extractor.deferredChecks = changedLater(than: index).subtracting(rebuilt.keys)
-        extractor.patches = try Dictionary(uniqueKeysWithValues: rebuilt.map { path, plan in (path, try merge(of: path, plan: plan)) })
-        extractor.allowOutsideLinks = allowOutsideLinks
-        extractor.acceptDamagedDatabases = acceptDamagedDatabases
-        extractor.selection = selection
-        try extractor.extract(into: target)
-        for (path, patch) in extractor.patches {
+        let step = ChainStepApplication(
+            reader: link.reader, step: applying ? .incremental : .full,
+            deferredChecks: changedLater(than: index).subtracting(rebuilt.keys),
+            patches: try Dictionary(uniqueKeysWithValues: rebuilt.map { path, plan in (path, try merge(of: path, plan: plan)) }),
+            selection: selection, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases,
+            cancel: cancel, progress: progress)
+        try step.apply(into: target)
+        for (path, patch) in step.patches {
             guard (patch as? PageDeltaMerge)?.isFinished == true else {
                 throw StoreBackupError.corruptArchive(name: link.name, reason: "\(path) was not unpacked as a database")
             }
         }
-        let damaged = extractor.damagedDatabases.current
+        let damaged = step.damagedDatabases.current
         damagedDatabases.withLock { $0.merge(damaged) { _, new in new } }
     }
 
@@ -247,8 +246,8 @@ struct ChainApplier {
                 throw StoreBackupError.checksumMismatch(name: backupName, entry: file.path)
             }
             guard databases.contains(file.path) else { return }
-            do { try Extractor.checkDatabase(path) } catch let error as StoreBackupError where Extractor.DamageJudge.isDamage(error) {
-                let answer = Extractor.DamageJudge.sqliteAnswer(error)
+            do { try IntegrityCheck.run(path) } catch let error as StoreBackupError where DamageJudge.isDamage(error) {
+                let answer = DamageJudge.sqliteAnswer(error)
                 damagedDatabases.withLock { $0[file.path] = answer }
                 guard acceptDamagedDatabases else {
                     throw StoreBackupError.databaseDamagedAtSource(name: backupName, databases: [file.path], result: answer)

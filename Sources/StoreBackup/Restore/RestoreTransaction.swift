@@ -131,17 +131,18 @@ struct RestoreTransaction {
                     TestPausePoint.reach("synced")
                     return (databases, reader.manifest?.files.count ?? 0, false, applier.damagedDatabases.current.keys.sorted())
                 }
-                var extractor = Extractor(reader: reader, cancel: cancel, progress: throttle)
-                extractor.allowUnverified = allowUnverified
-                extractor.acceptDamagedDatabases = acceptDamagedDatabases
-                extractor.allowOutsideLinks = allowOutsideLinks
+                let unpacking = RestoreUnpacking(
+                    reader: reader,
+                    options: ExtractionOptions(
+                        allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks,
+                        acceptDamagedDatabases: acceptDamagedDatabases),
+                    cancel: cancel, progress: throttle)
                 // Every unpacked file and folder reaches the disk before the journal says
-                // "swapping"; the sync runs while the databases are still being checked.
-                extractor.syncTree = { try TreeSync.sync($0) }
-                let databases = try extractor.extract(into: layout.new)
+                // "swapping" (RestoreUnpacking syncs the tree).
+                let databases = try unpacking.unpack(into: layout.new)
                 try cancel.throwIfCancelled()
                 TestPausePoint.reach("synced")
-                return (databases, reader.entries.count, reader.manifest == nil, extractor.damagedDatabases.current.keys.sorted())
+                return (databases, reader.entries.count, reader.manifest == nil, unpacking.damagedDatabases.current.keys.sorted())
             }
         } catch {
             discardExtracted()
@@ -294,7 +295,7 @@ struct RestoreTransaction {
         return RestoreResult(
             backupName: backupName, storesDirectory: layout.live,
             databasesChecked: unpacked.databases, fileCount: unpacked.files,
-            warning: unpacked.unverified ? Extractor.unverifiedWarning : nil,
+            warning: unpacked.unverified ? ExtractionPlan.unverifiedWarning : nil,
             damagedDatabases: unpacked.damaged, storeInUseWarning: inUseWarning)
     }
 

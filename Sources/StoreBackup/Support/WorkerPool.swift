@@ -5,7 +5,7 @@ import Glibc
 #endif
 
 /// The one place the library starts threads: deflating (``CompressionPipeline``), inflating
-/// (``ParallelInflater``), extracting and checking databases (``Extractor``), uploading
+/// (``ParallelInflater``), extracting and checking databases (``ParallelUnpacking``), uploading
 /// S3 parts, and blocking calls made from async code (``runBlocking(name:_:)``).
 ///
 /// Dedicated threads rather than Swift's cooperative pool: all of this work blocks (file

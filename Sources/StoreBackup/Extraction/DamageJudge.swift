@@ -1,0 +1,55 @@
+import Foundation
+
+/// Tells a database damaged before the backup from a damaged backup. Every database's bytes
+/// are compared with the manifest's SHA-256, and a mismatch is the error reported even when
+/// the check fails too (``ParallelUnpacking``). So a database of a backup with a manifest
+/// that fails its check while the extraction goes on without a mismatch is one whose live
+/// copy was already damaged: the backup kept it faithfully.
+struct DamageJudge: Sendable {
+    let backupName: String
+    let hasManifest: Bool
+    /// ``ExtractionOptions/acceptDamagedDatabases``.
+    let accept: Bool
+    /// The databases found damaged at the source so far: relative path and SQLite's answer.
+    let found: Locked<[String: String]>
+
+    /// Judges the databases of `reader`'s archive into `found`.
+    init(reader: ArchiveReader, accept: Bool, found: Locked<[String: String]>) {
+        self.backupName = reader.backupName
+        self.hasManifest = reader.manifest != nil
+        self.accept = accept
+        self.found = found
+    }
+
+    func check(_ check: IntegrityCheckJob) throws {
+        do {
+            try IntegrityCheck.run(check.path, unpacking: check.unpacking)
+        } catch let error as StoreBackupError where hasManifest && Self.isDamage(error) {
+            let result = Self.sqliteAnswer(error)
+            found.withLock { $0[check.entryPath] = result }
+            guard accept else {
+                throw StoreBackupError.databaseDamagedAtSource(name: backupName, databases: [check.entryPath], result: result)
+            }
+            // Taken as it is, by request: the reload's check need not refuse it again.
+            if let unpacking = check.unpacking, !unpacking.waitUntilDone() { return }
+            CheckedDatabases.record(check.path)
+        }
+    }
+
+    /// A failed check, or SQLite calling the file malformed before the check could run.
+    static func isDamage(_ error: StoreBackupError) -> Bool {
+        switch error {
+        case .databaseCheckFailed: return true
+        case .sqlite(_, _, let message): return message.contains("malformed")
+        default: return false
+        }
+    }
+
+    static func sqliteAnswer(_ error: StoreBackupError) -> String {
+        switch error {
+        case .databaseCheckFailed(_, let result): return result
+        case .sqlite(_, _, let message): return message
+        default: return error.summary
+        }
+    }
+}

@@ -1,0 +1,202 @@
+import CPosix
+import CZip
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes one file of an archive into the tree through its directory descriptor
+/// (``ConfinedTree``), checked as it is read: cut off the moment it exceeds its declared size,
+/// then checked against its CRC-32 and its manifest's size and SHA-256 (a database unpacked
+/// in blocks: read back right after, beside its check, see ``DeferredDigest``). A file read
+/// in blocks (``ParallelInflater``) is inflated on all cores; any other goes through libzip.
+struct EntryWriter {
+    let plan: ExtractionPlan
+    let root: ConfinedTree
+    let cancel: CancellationFlag
+    /// Which files reach the disk; every file is read and checked either way.
+    let kept: KeptFiles
+    /// Called once each file is written and checked: extract's test pause point, where a
+    /// test cancels it part-way. nil for the others.
+    var fileWritten: (@Sendable () -> Void)? = nil
+    /// Threads that inflate one file read in blocks.
+    var workers: Int = WorkerPool.cores
+
+    /// Which of the files read are written to disk.
+    enum KeptFiles: Equatable {
+        /// Every file: restore, extract, a chain's steps.
+        case all
+        /// The databases the manifest names, which must exist on disk for `PRAGMA
+        /// integrity_check` (verify); the other files are only hashed as they are read.
+        case databases
+        /// The files that start with SQLite's header: verify without a manifest finds
+        /// databases by their first bytes, so it decides whether to write a file only once
+        /// it has read them.
+        case databasesByHeader
+    }
+
+    private var reader: ArchiveReader { plan.reader }
+
+    /// Whether `entry` is written from its first byte (see ``KeptFiles``).
+    private func keepsFromTheStart(_ entry: ArchiveEntry) -> Bool {
+        switch kept {
+        case .all: return true
+        case .databases: return plan.isDatabase(entry)
+        case .databasesByHeader: return false
+        }
+    }
+
+    /// Writes one entry, checking it against its CRC and the manifest. With `unpacking` (only
+    /// for an entry read in blocks), `start` runs once the file exists, the readers of
+    /// `unpacking` follow the blocks as they are written, and the SHA-256 is left to the
+    /// returned ``DeferredDigest``. With `patch`, the readers and the final checks see the
+    /// file as the patch leaves it.
+    @discardableResult
+    func writeFile(
+        _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], expected: Manifest.File?, patch: (any DatabasePatch)? = nil,
+        unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
+        onBytes: @Sendable (Int64, String) -> Void
+    ) throws -> DeferredDigest? {
+        let path = EscapedName.escapedRoot(root.root) + "/" + entry.path
+        let decideByHeader = kept == .databasesByHeader
+        var fd: Int32 = try (keepsFromTheStart(entry) ? root.createFile(entry.path, readBack: unpacking != nil || patch != nil) : -1)
+        defer { if fd >= 0 { close(fd) } }
+        if let expected, let blockPlan = Self.blockPlan(entry: entry, expected: expected) {
+            var finished = false
+            // Whatever goes wrong, a reader waiting for more bytes is let go.
+            defer { if !finished { unpacking?.file.fail() } }
+            unpacking?.start()
+            patch?.hashesContent = false
+            let inflater = ParallelInflater(
+                archive: archive, entry: entry, blockSize: blockPlan.blockSize,
+                compressedBlocks: blockPlan.blocks, workers: workers, cancel: cancel,
+                password: reader.password, backupName: reader.backupName,
+                pageCache: reader.pageCache, hashesContent: unpacking == nil)
+            var written: Int64 = 0
+            // The blocks come back in order, each already written at its offset.
+            let result = try inflater.run(descriptor: fd, path: path) { bytes in
+                written += bytes
+                let final = try patch?.advance(descriptor: fd, path: path, written: written) ?? written
+                unpacking?.file.advance(to: final)
+                onBytes(bytes, entry.path)
+            }
+            // WinZip AE-2 entries under 20 bytes carry no CRC (libzip writes 0); the HMAC and SHA-256 still hold.
+            let crcMatches = result.crc == entry.crc || (entry.isEncrypted && entry.size < 20)
+            // Not hashed on the way in: there must be a digest to check when reading back.
+            let sha256Matches = result.sha256.map { $0 == expected.sha256 } ?? (expected.sha256 != nil)
+            guard crcMatches, result.size == expected.size, sha256Matches else {
+                throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
+            }
+            try patch?.finish(descriptor: fd, path: path)
+            try finishFile(fd: fd, entry: entry, path: path, patch: patch)
+            unpacking?.file.finish()
+            finished = true
+            reader.pageCache?.drop(entry)
+            // A patched database is checked as the patch left it, against the chain's newest manifest.
+            guard let expectedSHA256 = patch?.finalSHA256 ?? (result.sha256 == nil ? expected.sha256 : nil) else { return nil }
+            let digest = DeferredDigest(
+                owning: fd, path: path, entryPath: entry.path, size: patch?.finalSize ?? expected.size, expectedSHA256: expectedSHA256)
+            fd = -1
+            return digest
+        }
+        precondition(unpacking == nil, "only an entry read in blocks is checked while it is written")
+        guard let file = zip_fopen_index(archive, entry.index, 0) else {
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(archive)))")
+        }
+        defer { zip_fclose(file) }
+        var hasher = SHA256()
+        var written: Int64 = 0
+        while true {
+            let got = buffer.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress, zip_uint64_t($0.count)) }
+            if got < 0 {
+                throw StoreBackupError.corruptArchive(
+                    name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
+            }
+            if got == 0 { break }
+            // Stop before writing a byte past the declared size (libzip checks the CRC only at the end).
+            guard got <= entry.size - written else {
+                throw StoreBackupError.corruptArchive(
+                    name: reader.backupName, reason: "\(entry.path) holds more than its declared \(entry.size) bytes")
+            }
+            if decideByHeader && written == 0 && got >= 16 && Array(buffer[0..<16]) == SQLiteHeader.magic {
+                fd = try root.createFile(entry.path)
+            }
+            try buffer.withUnsafeBytes { bytes in
+                let chunk = UnsafeRawBufferPointer(rebasing: bytes[0..<Int(got)])
+                hasher.update(bufferPointer: chunk)
+                if fd >= 0 { try Self.writeAll(fd, chunk, path: path) }
+            }
+            written += Int64(got)
+            onBytes(Int64(got), entry.path)
+            try cancel.throwIfCancelled()
+        }
+        guard written == entry.size else {
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(entry.path) holds \(written) bytes, not its declared \(entry.size)")
+        }
+        if let expected {
+            let digest = FileDigest.hex(hasher.finalize())
+            guard expected.size == written, expected.sha256 == digest else {
+                throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
+            }
+        }
+        if let patch {
+            _ = try patch.advance(descriptor: fd, path: path, written: written)
+            try patch.finish(descriptor: fd, path: path)
+        }
+        try finishFile(fd: fd, entry: entry, path: path, patch: patch)
+        reader.pageCache?.drop(entry)
+        return nil
+    }
+
+    /// How to read an entry through `ParallelInflater`: the manifest's block index, or for an
+    /// encrypted deflated entry of one block, that one block. The latter decrypts with AES-NI
+    /// instead of libzip's much slower AES, which matters for stores of many small files.
+    static func blockPlan(entry: ArchiveEntry, expected: Manifest.File) -> (blockSize: Int, blocks: [Int])? {
+        if let blockSize = expected.deflateBlockSize, let blocks = expected.deflateBlocks,
+            ParallelInflater.canUse(entry: entry, blockSize: blockSize, blocks: blocks)
+        {
+            return (blockSize, blocks)
+        }
+        let single = [Int(entry.compressedSize) - WinZipAES.overhead]
+        if entry.isEncrypted, expected.deflateBlocks == nil, entry.size <= Int64(CompressionPipeline.blockSize),
+            ParallelInflater.canUse(entry: entry, blockSize: CompressionPipeline.blockSize, blocks: single)
+        {
+            return (CompressionPipeline.blockSize, single)
+        }
+        return nil
+    }
+
+    /// Mode and time, set through the open descriptor; the file's last dirty pages start
+    /// for the disk now (small files never reach a writeback step), so the sync that
+    /// follows the unpacking has only the last few files left to wait for. A patched file
+    /// takes the patch's mode and time: set once, after its last write.
+    private func finishFile(fd: Int32, entry: ArchiveEntry, path: String, patch: (any DatabasePatch)? = nil) throws {
+        guard fd >= 0 else { return }
+        _ = sb_start_writeback(fd, 0, 0)
+        let permissions = patch.map { $0.finalPermissions & 0o7777 } ?? UInt32(entry.permissions)
+        let modificationTime = patch?.finalModificationTime ?? Int64(entry.modificationTime)
+        guard fchmod(fd, mode_t(permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
+        var times = [
+            timespec(tv_sec: time_t(modificationTime), tv_nsec: 0),
+            timespec(tv_sec: time_t(modificationTime), tv_nsec: 0),
+        ]
+        guard futimens(fd, &times) == 0 else { throw StoreBackupError.io(path: path, operation: "set time", errno: errno) }
+        fileWritten?()
+    }
+
+    private static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
+        var offset = 0
+        while offset < bytes.count {
+            let wrote = write(fd, bytes.baseAddress! + offset, bytes.count - offset)
+            if wrote < 0 {
+                if errno == EINTR { continue }
+                throw StoreBackupError.io(path: path, operation: "write", errno: errno)
+            }
+            offset += wrote
+        }
+    }
+}

@@ -1,0 +1,170 @@
+import CPosix
+import CZip
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes the files an extraction driver chose into its tree, beside their databases'
+/// `PRAGMA integrity_check`, and finishes the tree around them. Every thread started here is
+/// joined on every path out, before any error is rethrown; any failure throws, and the
+/// driver's caller removes the half-made folder.
+struct ParallelUnpacking {
+    let writer: EntryWriter
+    let judge: DamageJudge
+    let progress: ProgressThrottle
+    /// Databases whose `PRAGMA integrity_check` waits for their final content: a later backup
+    /// of the chain patches, replaces or removes them (their SHA-256 is still checked here).
+    /// The check is the longest step of a restore; a chain makes it once per database.
+    var deferredChecks: Set<String> = []
+    /// Databases changed while they are unpacked (a chain's page deltas, ``DatabasePatch``),
+    /// by path: checked (SHA-256 and `integrity_check`) as the patch leaves them.
+    var patches: [String: any DatabasePatch] = [:]
+    /// How many databases may wait for their read-back SHA-256 (``DeferredDigest``) at
+    /// once: each keeps its file open, and a server's store may hold thousands of databases.
+    var pendingDigestLimit = Self.defaultPendingDigestLimit
+    static let defaultPendingDigestLimit = 32
+
+    private var reader: ArchiveReader { writer.plan.reader }
+    private var manifestByPath: [String: Manifest.File] { writer.plan.manifestByPath }
+    private var root: ConfinedTree { writer.root }
+    private var cancel: CancellationFlag { writer.cancel }
+    private var workers: Int { writer.workers }
+
+    /// Makes `tree`'s folders, writes `files`, then finishes `tree` (FIFOs, links, folders'
+    /// modes and times). `syncTree` is how the driver makes the unpacked tree durable (restore
+    /// and extract: one `syncfs`), given the tree's root. It runs once every file, link and
+    /// folder is written, while the databases' checks may still be running, so the disk's
+    /// work and the longest check overlap instead of following each other. When it is set,
+    /// each database (most of a store's bytes) is also fsynced on a thread of its own as soon
+    /// as it is written, so the final sync has only the other files left. Returns once every
+    /// check has passed.
+    func run(_ files: [ArchiveEntry], tree: TreeEntries, syncTree: (@Sendable (String) throws -> Void)?) throws {
+        try tree.makeDirectories(in: root)
+        let total = files.reduce(Int64(0)) { $0 + $1.size }
+        let counter = ByteCounter()
+        let databaseFiles = files.filter(writer.plan.isDatabase)
+        let judge = self.judge
+        let checks = WorkerPool.Feed<IntegrityCheckJob>(name: "storebackup-check", width: max(1, min(databaseFiles.count, workers))) {
+            check in
+            try judge.check(check)
+        }
+        let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
+        // Every thread started here is joined on every path out, before any error is rethrown.
+        let unpacked = Result {
+            try extractInParallel(files.sorted { $0.size > $1.size }, checks: checks, flushes: flushes) { bytes, name in
+                let done = counter.add(bytes)
+                progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
+            }
+            try tree.finish(in: root, manifest: reader.manifest)
+        }
+        let flushed = Result { try flushes?.finish() }
+        let synced = Result {
+            try unpacked.get()
+            try flushed.get()
+            if let failure = checks.firstFailure { throw failure }
+            try syncTree?(root.root)
+        }
+        if case .success = synced, !databaseFiles.isEmpty {
+            progress.report(BackupProgress(phase: .checking, currentFile: databaseFiles.map(\.path).joined(separator: ", ")), force: true)
+        }
+        let checked = Result { try checks.finish() }
+        try synced.get()
+        try checked.get()
+        try cancel.throwIfCancelled()
+    }
+
+    /// fsyncs each database handed in, one at a time, beside the unpacking. An error is kept
+    /// and rethrown (a failed fsync must not go unreported: the final sync would not see it).
+    private static func databaseFlushes(in root: ConfinedTree) -> WorkerPool.Feed<String> {
+        WorkerPool.Feed<String>(name: "storebackup-flush", width: 1) { relative in
+            // A database restored without read permission is left to the final sync.
+            guard let fd = try? root.openFileForReading(relative) else { return }
+            defer { close(fd) }
+            guard fsync(fd) == 0 else { throw StoreBackupError.io(path: root.root + "/" + relative, operation: "fsync", errno: errno) }
+        }
+    }
+
+    /// The databases first, one at a time on all cores (each inflated in parallel), so that
+    /// the first can be checked as soon as possible: each database's `integrity_check` runs
+    /// on a thread of its own while the next database and then the other files are unpacked.
+    /// One unpacked in blocks is checked while it is written (``UnpackingDatabase``), the
+    /// others once written. The check is the longest single-threaded step of a restore; this
+    /// way the other files cost no time beside it. Such a database's SHA-256 is checked by
+    /// reading it back once all are unpacked (or `pendingDigestLimit` wait), before the other
+    /// files, so that a mismatch is the error reported even if the check fails too. The
+    /// checks are left running; the caller waits for them.
+    private func extractInParallel(
+        _ files: [ArchiveEntry], checks: WorkerPool.Feed<IntegrityCheckJob>, flushes: WorkerPool.Feed<String>?,
+        onBytes: @escaping @Sendable (Int64, String) -> Void
+    ) throws {
+        let databases = files.filter(writer.plan.isDatabase)
+        let others = files.filter { !writer.plan.isDatabase($0) }
+        let otherWidth = min(max(1, workers - (databases.isEmpty ? 0 : 1)), ArchiveLimits.maxExtractionHandles)
+        if !databases.isEmpty {
+            let archive = try ArchiveHandle(reader.openHandle())
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var digests: [DeferredDigest] = []
+            for database in databases {
+                try cancel.throwIfCancelled()
+                if let failure = checks.firstFailure {
+                    // A database that does not match its manifest is the truer answer.
+                    try verifyDigests(&digests)
+                    throw failure
+                }
+                let path = EscapedName.escapedRoot(root.root) + "/" + database.path
+                let expected = manifestByPath[database.path]
+                let patch = patches[database.path]
+                let deferred = patch == nil && deferredChecks.contains(database.path)
+                let followed = !deferred && expected.flatMap { EntryWriter.blockPlan(entry: database, expected: $0) } != nil
+                let unpacking = followed ? try UnpackingDatabase(size: patch?.finalSize ?? database.size) : nil
+                let digest = try writer.writeFile(
+                    database, archive: archive.pointer, buffer: &buffer, expected: expected, patch: patch,
+                    unpacking: unpacking.map { unpacking in
+                        (unpacking, { checks.submit(IntegrityCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) })
+                    },
+                    onBytes: onBytes)
+                digests += digest.map { [$0] } ?? []
+                if unpacking == nil && !deferred {
+                    checks.submit(IntegrityCheckJob(path: path, entryPath: database.path, unpacking: nil))
+                }
+                flushes?.submit(database.path)
+                if digests.count >= pendingDigestLimit { try verifyDigests(&digests) }
+            }
+            try verifyDigests(&digests)
+        }
+        // The first thread borrows the reader's handle (idle meanwhile): each handle holds a
+        // copy of the central directory, the largest memory per entry.
+        let readerHandleLent = Locked(false)
+        try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
+            // Each thread reads through its own libzip handle and buffer.
+            let borrow = readerHandleLent.withLock { lent in
+                defer { lent = true }; return !lent
+            }
+            let archive = borrow ? ArchiveHandle(reader.idleHandle, owned: false) : try ArchiveHandle(reader.openHandle())
+            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            return { entry in
+                if let failure = checks.firstFailure { throw failure }
+                try writer.writeFile(
+                    entry, archive: archive.pointer, buffer: &buffer, expected: manifestByPath[entry.path], onBytes: onBytes)
+            }
+        }
+    }
+
+    /// Reads back the databases waiting for their SHA-256 and checks each, then lets them go.
+    private func verifyDigests(_ digests: inout [DeferredDigest]) throws {
+        for digest in digests { try digest.verify(backupName: reader.backupName, cancel: cancel) }
+        digests.removeAll()
+    }
+}
+
+/// A libzip handle of one thread, discarded (read-only: nothing to write) when it goes.
+private final class ArchiveHandle {
+    let pointer: OpaquePointer
+    /// False for a handle lent by the reader, which discards it itself.
+    let owned: Bool
+    init(_ pointer: OpaquePointer, owned: Bool = true) { self.pointer = pointer; self.owned = owned }
+    deinit { if owned { zip_discard(pointer) } }
+}
