@@ -69,4 +69,33 @@ static inline int64_t sb_isal_inflate_block(struct inflate_state *state,
     return (int64_t)(capacity - state->avail_out);
 }
 
+/// Starts a streaming inflate of raw deflate data (one stream fed in pieces).
+static inline void sb_isal_inflate_stream_reset(struct inflate_state *state) {
+    isal_inflate_reset(state);
+    state->crc_flag = ISAL_DEFLATE;
+}
+
+/// Gives the stream its next compressed bytes (the previous ones must be used up).
+static inline void sb_isal_inflate_stream_feed(struct inflate_state *state, const uint8_t *input, uint32_t count) {
+    state->next_in = (uint8_t *)input;
+    state->avail_in = count;
+}
+
+/// Compressed bytes fed and not used yet.
+static inline uint32_t sb_isal_inflate_stream_pending(const struct inflate_state *state) {
+    return state->avail_in;
+}
+
+/// Inflates as much as fits in `output`. Returns the bytes written, or -1 on corrupt data.
+/// `*ended` says whether the stream ended (BFINAL) and all of it was written out.
+static inline int64_t sb_isal_inflate_stream_read(struct inflate_state *state, uint8_t *output, uint32_t capacity,
+                                                  int *ended) {
+    state->next_out = output;
+    state->avail_out = capacity;
+    int rc = isal_inflate(state);
+    *ended = state->block_state == ISAL_BLOCK_FINISH;
+    if (rc < 0) return -1;
+    return (int64_t)(capacity - state->avail_out);
+}
+
 #endif

@@ -33,6 +33,11 @@ struct ParallelInflater {
     var pageCache: ArchivePageCache? = nil
     /// Whether to compute the SHA-256 as the blocks come back.
     var hashesContent = true
+    /// Changes each inflated block in memory before it is written (a chain restore's page
+    /// deltas, at the block's offset in the entry), so that the file is written once, already
+    /// final. The CRC-32, size and SHA-256 are of the entry's bytes, before the change. With
+    /// it, the blocks are written in order by the calling thread instead of by the workers.
+    var patchBlock: ((_ offset: Int64, _ block: UnsafeMutableRawBufferPointer) throws -> Void)? = nil
 
     struct Result {
         /// Nil when `hashesContent` is off.
@@ -87,6 +92,7 @@ struct ParallelInflater {
         // leaves the core to the database's check.
         let writing = NSLock()
         let lastIndex = compressedBlocks.count - 1
+        let workersWrite = descriptor >= 0 && patchBlock == nil
         let shared = (entry: entry, blockSize: blockSize, backupName: backupName, key: encryptionKey)
         let inflating = WorkerPool.start(name: "storebackup-inflate", width: workers) { [shared] _ in
             let (entry, blockSize, backupName, encryptionKey) = shared
@@ -109,7 +115,7 @@ struct ParallelInflater {
                         StoreBackupError.corruptArchive(
                             name: backupName, reason: "\(entry.path) cannot be decompressed (block \(job.index))"))
                 }
-                if descriptor >= 0 {
+                if workersWrite {
                     writing.lock()
                     defer { writing.unlock() }
                     var written = 0
@@ -176,6 +182,12 @@ struct ParallelInflater {
             crc = UInt32(crc32_combine(uLong(crc), uLong(blockCRC), off_t(plain.count)))
             size += Int64(plain.count)
             defer { plain.recycle() }
+            if let patchBlock, descriptor >= 0 {
+                let offset = Int64(nextToHash) * Int64(blockSize)
+                try patchBlock(offset, UnsafeMutableRawBufferPointer(start: plain.bytes, count: plain.count))
+                try Self.writeAll(descriptor, plain.contents, at: offset, path: path)
+                writeback?.wrote(plain.count)
+            }
             try onBytes(Int64(plain.count))
             nextToHash += 1
         }
@@ -187,6 +199,18 @@ struct ParallelInflater {
         }
         let digest = hashesContent ? FileDigest.hex(hasher.finalize()) : nil
         return Result(sha256: digest, crc: crc, size: size)
+    }
+
+    private static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+        var written = 0
+        while written < bytes.count {
+            let result = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset + Int64(written)))
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw StoreBackupError.io(path: path, operation: "write", errno: errno)
+            }
+            written += result
+        }
     }
 
     private func readExactly(_ file: OpaquePointer, count: Int, path: String) throws -> [UInt8] {

@@ -73,7 +73,8 @@ struct EntryWriter {
                 archive: archive, entry: entry, blockSize: blockPlan.blockSize,
                 compressedBlocks: blockPlan.blocks, workers: workers, cancel: cancel,
                 password: reader.password, backupName: reader.backupName,
-                pageCache: reader.pageCache, hashesContent: unpacking == nil)
+                pageCache: reader.pageCache, hashesContent: unpacking == nil,
+                patchBlock: patch.map { patch in { try patch.patch(block: $1, at: $0, descriptor: fd, path: path) } })
             var written: Int64 = 0
             // The blocks come back in order, each already written at its offset.
             let result = try inflater.run(descriptor: fd, path: path) { bytes in

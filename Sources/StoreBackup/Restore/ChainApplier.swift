@@ -33,28 +33,42 @@ struct ChainApplier {
     let damagedDatabases = Locked<[String: String]>([:])
 
     /// Builds the newest backup's tree into `target` (which must not exist). Returns the
-    /// databases of the newest manifest, each checked. Each backup but the newest is released
-    /// (``ArchiveReader/release()``) once no later step needs it, so that a long chain costs
-    /// about the memory of one backup: a chain is built once.
+    /// databases of the newest manifest, each checked. What the steps need of the whole
+    /// chain (the merges' deltas, the paths changed later) is taken from the manifests first;
+    /// then the manifests between the full and the newest are let go and each backup is
+    /// opened again (its manifest's SHA-256 checked against the one its link was checked
+    /// with) only for its own step, and released (``ArchiveReader/release()``) once the next
+    /// step no longer needs it: a long chain costs about the memory of two backups, not of all.
     func build(into target: String) throws -> [String] {
         let merged = mergePlans()
-        try extract(chain.links[0], index: 0, applying: false, merged: merged, into: target)
+        var inputs: [String: MergeInputs] = [:]
+        for (path, plan) in merged { inputs[path] = try mergeInputs(of: path, plan: plan) }
+        let changed = chain.links.indices.map { changedLater(than: $0) }
+        let links = chain.links
+        let manifestSHA256 = links.map(\.reader.manifestSHA256)
+        for link in links.dropFirst().dropLast() { link.reader.release() }
+        var readers: [ArchiveReader?] = links.map { _ in nil }
+        readers[0] = links[0].reader
+        try extract(links[0], reader: links[0].reader, index: 0, merged: merged, inputs: inputs, deferred: changed[0], into: target)
         // Files whose content changed since they were last checked against a SHA-256.
         var unchecked = Set<String>()
         let root = try ConfinedTree(opening: target)
-        for index in chain.links.indices.dropFirst() {
+        for index in links.indices.dropFirst() {
             try cancel.throwIfCancelled()
-            let link = chain.links[index]
-            guard let previous = chain.links[index - 1].manifest, let manifest = link.manifest else { continue }
+            let link = links[index]
+            let reader = index == links.count - 1 ? link.reader : try reopen(link, manifestSHA256: manifestSHA256[index])
+            readers[index] = reader
+            guard let previous = readers[index - 1]?.manifest, let manifest = reader.manifest else { continue }
             unchecked.subtract(try makeRoom(in: root, from: previous, for: manifest))
             // Its manifest was the last use of the backup before: its deltas that merges read
-            // are open on handles of their own, and what the next steps need is precomputed.
-            chain.links[index - 1].reader.release()
-            try extract(link, index: index, applying: true, merged: merged, into: target)
+            // are open on handles of their own.
+            readers[index - 1]?.release()
+            readers[index - 1] = nil
+            try extract(link, reader: reader, index: index, merged: merged, inputs: inputs, deferred: changed[index], into: target)
             for file in manifest.files where file.source == nil { unchecked.remove(file.path) }
             // Built already, in one pass with the backup that stored it whole.
             let rebuilt = { (path: String) in merged[path].map { index > $0.whole } ?? false }
-            try applyPageDeltas(of: link, in: root, skipping: rebuilt)
+            try applyPageDeltas(of: link, reader: reader, in: root, skipping: rebuilt)
             for file in manifest.files where file.source == "pages" && !rebuilt(file.path) { unchecked.insert(file.path) }
             TestPausePoint.reach("chain-applied")
         }
@@ -62,6 +76,16 @@ struct ChainApplier {
         guard let manifest = newest.manifest else { return [] }
         try finish(root, manifest: manifest, unchecked: unchecked, rebuilt: Set(merged.keys), backupName: newest.name)
         return manifest.databases.map(\.path).filter(isSelected)
+    }
+
+    /// Opens a backup of the chain again, with the password that opened it, and makes sure
+    /// it is still the archive whose link was checked.
+    private func reopen(_ link: ChainLink, manifestSHA256: String?) throws -> ArchiveReader {
+        let reader = try ArchiveReader(path: link.path, backupName: link.name, passwords: link.reader.password.map { .fixed($0) })
+        guard reader.manifestSHA256 == manifestSHA256 else {
+            throw StoreBackupError.corruptArchive(name: link.name, reason: "it changed while its chain was restored")
+        }
+        return reader
     }
 
     private func isSelected(_ path: String) -> Bool { selection?(path) ?? true }
@@ -104,8 +128,16 @@ struct ChainApplier {
         return plans
     }
 
-    /// The merge that rebuilds `path` (see ``MergePlan``), its deltas opened and their headers checked.
-    private func merge(of path: String, plan: MergePlan) throws -> PageDeltaMerge {
+    /// What the merge that rebuilds a database needs of the chain's manifests: the file as the
+    /// newest manifest lists it, its page size, and each delta (oldest first).
+    struct MergeInputs {
+        let final: Manifest.File
+        let pageSize: Int
+        let deltas: [PageDeltaMerge.Delta]
+    }
+
+    /// The inputs of the merge that rebuilds `path` (see ``MergePlan``), each delta's entry found.
+    private func mergeInputs(of path: String, plan: MergePlan) throws -> MergeInputs {
         let newest = chain.newest
         guard let final = newest.manifest?.files.first(where: { $0.path == path }),
             let pageSize = newest.manifest?.databases.first(where: { $0.path == path })?.pageSize
@@ -121,18 +153,32 @@ struct ChainApplier {
             }
             return PageDeltaMerge.Delta(reader: link.reader, entry: entry, size: file.size)
         }
-        return try PageDeltaMerge(databasePath: path, pageSize: pageSize, deltas: deltas, final: final, backupName: newest.name)
+        return MergeInputs(final: final, pageSize: pageSize, deltas: deltas)
     }
 
     /// Unpacks one backup of the chain with a ``ChainStepApplication`` (the tree as the
     /// backup before it left it is in `target`, less what ``makeRoom(in:from:for:)``
-    /// removed), rebuilding the databases `merged` plans from this backup.
-    private func extract(_ link: ChainLink, index: Int, applying: Bool, merged: [String: MergePlan], into target: String) throws {
+    /// removed), rebuilding the databases `merged` plans from this backup, their deltas
+    /// opened and their headers checked.
+    private func extract(
+        _ link: ChainLink, reader: ArchiveReader, index: Int, merged: [String: MergePlan], inputs: [String: MergeInputs],
+        deferred: Set<String>, into target: String
+    ) throws {
         let rebuilt = merged.filter { $0.value.whole == index }
+        let patches: [String: any DatabasePatch] = try Dictionary(
+            uniqueKeysWithValues: rebuilt.keys.compactMap { path in
+                try inputs[path].map { input in
+                    (
+                        path,
+                        try PageDeltaMerge(
+                            databasePath: path, pageSize: input.pageSize, deltas: input.deltas, final: input.final,
+                            backupName: chain.newest.name) as any DatabasePatch
+                    )
+                }
+            })
         let step = ChainStepApplication(
-            reader: link.reader, step: applying ? .incremental : .full,
-            deferredChecks: changedLater(than: index).subtracting(rebuilt.keys),
-            patches: try Dictionary(uniqueKeysWithValues: rebuilt.map { path, plan in (path, try merge(of: path, plan: plan)) }),
+            reader: reader, step: index > 0 ? .incremental : .full,
+            deferredChecks: deferred.subtracting(rebuilt.keys), patches: patches,
             selection: selection, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases,
             cancel: cancel, progress: progress)
         try step.apply(into: target)
@@ -195,19 +241,21 @@ struct ChainApplier {
     }
 
     /// Patches each database the incremental marks `"pages"` from its page delta.
-    private func applyPageDeltas(of link: ChainLink, in root: ConfinedTree, skipping rebuilt: (String) -> Bool) throws {
-        guard let manifest = link.manifest else { return }
+    private func applyPageDeltas(
+        of link: ChainLink, reader: ArchiveReader, in root: ConfinedTree, skipping rebuilt: (String) -> Bool
+    ) throws {
+        guard let manifest = reader.manifest else { return }
         let pageSizes = Dictionary(manifest.databases.map { ($0.path, $0.pageSize) }) { first, _ in first }
         for file in manifest.files where file.source == "pages" && isSelected(file.path) && !rebuilt(file.path) {
             try cancel.throwIfCancelled()
-            guard let entry = link.reader.pageDeltas[file.path], let pageSize = pageSizes[file.path] else {
+            guard let entry = reader.pageDeltas[file.path], let pageSize = pageSizes[file.path] else {
                 throw StoreBackupError.corruptArchive(name: link.name, reason: "the page delta of \(file.path) is missing")
             }
             progress.report(BackupProgress(phase: .extracting, currentFile: file.path))
             let descriptor = try root.openFileForPatching(file.path)
             defer { close(descriptor) }
             let path = root.root + "/" + file.path
-            try link.reader.withEntryStream(entry) { read in
+            try reader.withEntryStream(entry) { read in
                 try PageDeltaReader(backupName: link.name, databasePath: file.path).apply(
                     entrySize: entry.size, pageSize: pageSize, finalSize: file.size, to: descriptor, path: path, read: read)
             }
