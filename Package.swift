@@ -60,7 +60,7 @@ let package = Package(
         .executableTarget(
             name: "storebackup",
             dependencies: [
-                "StoreBackup",
+                "StoreBackup", "CPosix",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Logging", package: "swift-log"),

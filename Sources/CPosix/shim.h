@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -69,6 +70,12 @@ static inline int sb_spawn_close_from(void *actions, int from) {
     (void)actions; (void)from;
     return ENOSYS;
 #endif
+}
+
+/// mallopt(M_ARENA_MAX, count): at most `count` malloc arenas for the whole process
+/// (glibc). Returns 1 on success, 0 on failure.
+static inline int sb_limit_malloc_arenas(int count) {
+    return mallopt(M_ARENA_MAX, count);
 }
 
 #endif

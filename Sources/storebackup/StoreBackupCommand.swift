@@ -29,6 +29,7 @@ struct StoreBackupCommand: AsyncParsableCommand {
     )
 
     static func main() async {
+        MallocArenas.limitToOnePerCore()
         TestSwitches.install()
         await main(nil)
     }
