@@ -1,0 +1,131 @@
+import Foundation
+
+/// Which parts of a file filled in pieces, out of order and several at once (a backup
+/// downloaded by parallel ranged requests), have arrived, so that the file can be read
+/// while it is still being written: a read waits until its bytes are there.
+///
+/// The file is cut into chunks of ``chunkBytes``. Each fetcher takes the next chunk with
+/// ``nextChunk()``: first a chunk a reader is waiting for, else the one after the chunk
+/// taken last, so the file comes in order from wherever reading last jumped to, and only
+/// at the end the chunks left before it. Readers never wait for a chunk nobody fetches.
+/// A failure (``fail(_:)``) lets every waiting reader and fetcher go with that error.
+// Unchecked: every property but the constants is used only with `monitor` locked.
+final class ArrivingFile: @unchecked Sendable {
+    /// The file's final size in bytes.
+    let size: Int64
+    /// The size of each chunk (the last may be shorter).
+    let chunkBytes: Int64
+    private let monitor = Monitor()
+    /// Readers wait for chunks to arrive.
+    private let arrivedCondition: Monitor.Condition
+    private var taken: [Bool]
+    private var arrived: [Bool]
+    private var takenCount = 0
+    private var arrivedCount = 0
+    /// Where the next chunk is taken from when no reader waits.
+    private var cursor = 0
+    /// How many readers wait for each chunk.
+    private var awaited: [Int: Int] = [:]
+    private var failure: Error?
+
+    init(size: Int64, chunkBytes: Int64) {
+        precondition(size >= 0 && chunkBytes > 0)
+        self.size = size
+        self.chunkBytes = chunkBytes
+        let count = Int((size + chunkBytes - 1) / chunkBytes)
+        taken = Array(repeating: false, count: count)
+        arrived = Array(repeating: false, count: count)
+        arrivedCondition = monitor.makeCondition()
+    }
+
+    /// The number of chunks.
+    var chunkCount: Int { arrived.count }
+
+    /// The bytes of chunk `index`.
+    func range(ofChunk index: Int) -> Range<Int64> {
+        Int64(index) * chunkBytes..<min(size, Int64(index + 1) * chunkBytes)
+    }
+
+    /// The chunk a fetcher fetches next; nil when every chunk is taken or the file failed.
+    func nextChunk() -> Int? {
+        monitor.lock()
+        defer { monitor.unlock() }
+        guard failure == nil, takenCount < taken.count else { return nil }
+        let chosen =
+            awaited.keys.filter { !taken[$0] }.min()
+            ?? (cursor..<taken.count).first { !taken[$0] }
+            ?? taken.firstIndex(of: false)!
+        taken[chosen] = true
+        takenCount += 1
+        cursor = chosen + 1
+        return chosen
+    }
+
+    /// Records that chunk `index` is written in the file.
+    func markArrived(_ index: Int) {
+        monitor.lock()
+        if !arrived[index] {
+            arrived[index] = true
+            arrivedCount += 1
+        }
+        arrivedCondition.broadcast()
+        monitor.unlock()
+    }
+
+    /// Ends the file with `error` (the first one is kept): readers waiting and readers to
+    /// come throw it, and fetchers get no more chunks.
+    func fail(_ error: Error) {
+        monitor.lock()
+        // A file complete stays complete: a late stop is no failure of it.
+        if failure == nil && arrivedCount < arrived.count { failure = error }
+        arrivedCondition.broadcast()
+        monitor.unlock()
+    }
+
+    /// The error the file failed with, if it did.
+    var failed: Error? {
+        monitor.lock()
+        defer { monitor.unlock() }
+        return failure
+    }
+
+    /// Bytes arrived so far.
+    var arrivedBytes: Int64 {
+        monitor.lock()
+        defer { monitor.unlock() }
+        return arrived.indices.reduce(Int64(0)) { $0 + (arrived[$1] ? Int64(range(ofChunk: $1).count) : 0) }
+    }
+
+    /// Waits until every byte of `range` has arrived; throws the file's failure instead.
+    func waitUntilArrived(_ range: Range<Int64>) throws {
+        let lower = max(0, range.lowerBound), upper = min(size, range.upperBound)
+        guard lower < upper else { return }
+        let first = Int(lower / chunkBytes), last = Int((upper - 1) / chunkBytes)
+        monitor.lock()
+        defer { monitor.unlock() }
+        for index in first...last {
+            if let failure { throw failure }
+            guard !arrived[index] else { continue }
+            awaited[index, default: 0] += 1
+            defer {
+                awaited[index]! -= 1
+                if awaited[index] == 0 { awaited[index] = nil }
+            }
+            // Woken by each arrival; the timeout only bounds a missed wake-up.
+            while !arrived[index] && failure == nil { arrivedCondition.wait(seconds: 1) }
+        }
+        if let failure { throw failure }
+    }
+
+    /// Waits until the whole file has arrived; throws the file's failure instead, or
+    /// `cancelled` once `cancel` is set.
+    func waitUntilComplete(cancel: CancellationFlag) throws {
+        monitor.lock()
+        defer { monitor.unlock() }
+        while arrivedCount < arrived.count && failure == nil {
+            if cancel.isCancelled { throw StoreBackupError.cancelled }
+            arrivedCondition.wait(seconds: 0.5)
+        }
+        if let failure { throw failure }
+    }
+}
