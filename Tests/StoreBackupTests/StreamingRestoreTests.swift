@@ -23,13 +23,14 @@ final class StreamingRestoreTests: XCTestCase {
     /// Quick retries, so the faults below heal within the test.
     static let retry = RetryPolicy(budget: 60, initialDelay: 0.02, maximumDelay: 0.1)
 
-    /// The chunks a streamed download of the backup asks for.
-    var chunks: Int { Int((archiveSize + StreamingDownload.chunkBytes - 1) / StreamingDownload.chunkBytes) }
+    /// The chunks a streamed download of the backup asks for (over HTTP; SFTP asks for larger ones).
+    var chunks: Int { Int((archiveSize + Self.chunkBytes - 1) / Self.chunkBytes) }
+    static let chunkBytes: Int64 = 2 << 20
 
     override func setUpWithError() throws {
         work = try TestEnvironment.temporaryDirectory("streaming")
         try StoreFixture.make(at: store, logRows: 300, blobCount: 6)
-        // Incompressible, so the archive spans several chunks (three 10 MiB blobs: 4 chunks).
+        // Incompressible, so the archive spans several chunks, even over SFTP (8 MiB each).
         var generator = SplitMix64(seed: 3601)
         for index in 0..<3 {
             var blob = Data(capacity: 10 << 20)
@@ -40,7 +41,7 @@ final class StreamingRestoreTests: XCTestCase {
         XCTAssertEqual(created.status, 0, created.stderr)
         backupName = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         archiveSize = Int64(try FileSystem.lstatInfo(local + "/" + backupName).st_size)
-        XCTAssertGreaterThan(chunks, 3)
+        XCTAssertGreaterThan(archiveSize, 3 * (8 << 20))
         reference = try StoreFixture.describe(store)
     }
 
@@ -78,7 +79,7 @@ final class StreamingRestoreTests: XCTestCase {
         }
         let sshAllowance = Int64(chunks + 4) * (64 << 10)
         let plain = try await served([])
-        XCTAssertGreaterThanOrEqual(plain.connections, chunks, "[sftp] one read per chunk")
+        XCTAssertGreaterThanOrEqual(plain.connections, Int((archiveSize + (8 << 20) - 1) / (8 << 20)), "[sftp] one read per chunk")
         XCTAssertLessThanOrEqual(plain.bytes, archiveSize + sshAllowance, "[sftp] each byte once")
         // A connection cut in the middle of a chunk, and one cut at once.
         let cut = try await served([
@@ -113,12 +114,37 @@ final class StreamingRestoreTests: XCTestCase {
         for kind in ["drop", "truncate"] {
             let faulty = try await served(faults: only.merging(["kinds": [kind]]) { $1 })
             XCTAssertEqual(faulty.faults, 1, "[dropbox] \(kind)")
-            XCTAssertLessThanOrEqual(faulty.bytes, archiveSize + StreamingDownload.chunkBytes, "[dropbox] \(kind)")
+            XCTAssertLessThanOrEqual(faulty.bytes, archiveSize + Self.chunkBytes, "[dropbox] \(kind)")
         }
         // A server that answers every download with the whole file: downloaded as before.
         let whole = try await served(faults: ["routes": ["/2/files/download"], "kinds": ["ignore_range"]])
         XCTAssertGreaterThan(whole.faults, 0, "[dropbox] ignored ranges")
         XCTAssertGreaterThanOrEqual(whole.bytes, archiveSize, "[dropbox] ignored ranges: downloaded")
+    }
+
+    /// An incremental backup is fetched in ranges too, then restored with its chain once
+    /// its download is complete: the store as the incremental saw it.
+    func testIncrementalBackupRestoresItsChain() async throws {
+        let servers = try TestServers(label: "streaming-chain")
+        defer { servers.stop() }
+        let backend = ContractBackend.s3(try servers.start("s3"), work: work)
+        var helper = StoreHelper(storesDirectory: store, destination: try backend.make("chain", nil, Self.retry))
+        helper.incremental = IncrementalPolicy()
+        let full = try await helper.createBackup()
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try app.execute("UPDATE accounts SET balance = balance + 7 WHERE id = 1", operation: "update")
+        app.close()
+        let incremental = try await helper.createBackup()
+        XCTAssertEqual(incremental.base, full.name)
+        reference = try StoreFixture.describe(store)
+        backupName = incremental.name
+        let proxy = try ContractProxy(servers: servers, backend: backend, rules: [], work: work)
+        try await restoreAndCompare(try backend.make("chain", proxy.port, Self.retry), label: "chain")
+        let gets = proxy.entries().filter { ($0["request"] as? String)?.hasPrefix("GET") == true }
+            .filter { ($0["request"] as? String)?.contains("Stores.zip") == true }
+        // The incremental in ranges (one chunk: it is small), its base downloaded whole.
+        XCTAssertEqual(gets.count, 2, "\(gets)")
+        XCTAssertEqual(RangedReadTests.downBytes(gets), incremental.size + full.size)
     }
 
     /// A download that fails for good (every range after the first answered 500 past the

@@ -7,8 +7,8 @@ import Glibc
 
 /// A remote backup downloaded into restore's staging file by several ranged requests at
 /// once, while restore already reads the file (``ArrivingArchive``): each request fetches
-/// one chunk of ``chunkBytes`` (the most a ranged read asks for) and writes it at its
-/// offset, and ``ArrivingFile`` says which chunks are there and which one to fetch next
+/// one chunk (the reader's ``BackupRangeReader/pieceBytes``: 2 MiB, 8 MiB over SFTP) and
+/// writes it at its offset, and ``ArrivingFile`` says which chunks are there and which one to fetch next
 /// (the one a reader waits for first). Memory is one chunk per request in flight.
 ///
 /// Every answer is checked as any ranged read's is (``BackupRangeReader``: `206` or a
@@ -28,7 +28,6 @@ final class StreamingDownload: Sendable {
     /// Requests in flight at once: enough to fill a link whose round trips would leave one
     /// request's stream idle, few enough to stay polite to a server.
     static let parallelRequests = 4
-    static var chunkBytes: Int64 { BackupRangeReader.maxReadBytes }
 
     /// Whether restore downloads and unpacks at once (`STOREBACKUP_STREAMING_RESTORE=off`
     /// downloads first, as before, for comparing the two).
@@ -49,7 +48,7 @@ final class StreamingDownload: Sendable {
             }
         }
         self.descriptor = descriptor
-        let arrival = ArrivingFile(size: ranges.size, chunkBytes: Self.chunkBytes)
+        let arrival = ArrivingFile(size: ranges.size, chunkBytes: ranges.pieceBytes)
         self.arrival = arrival
         let cancel = self.cancel
         workers = WorkerPool.start(name: "storebackup-download", width: min(Self.parallelRequests, max(1, arrival.chunkCount))) { _ in
@@ -74,6 +73,7 @@ final class StreamingDownload: Sendable {
     /// Waits until every byte is in the file; throws the download's failure instead, or
     /// `cancelled` once `cancel` is set.
     func finish(cancel: CancellationFlag) throws {
+        arrival.fetchEverything()
         try arrival.waitUntilComplete(cancel: cancel)
         workers.join()
     }

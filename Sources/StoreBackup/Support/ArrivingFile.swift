@@ -8,6 +8,11 @@ import Foundation
 /// ``nextChunk()``: first a chunk a reader is waiting for, else the one after the chunk
 /// taken last, so the file comes in order from wherever reading last jumped to, and only
 /// at the end the chunks left before it. Readers never wait for a chunk nobody fetches.
+///
+/// Until a reader asks for more than the file's end (where a ZIP reader starts: its end
+/// records and central directory), fetchers take only what readers wait for: fetching
+/// ahead from the start would fill the link with bytes read last while the reader waits
+/// for the end, then for wherever it goes next. ``fetchEverything()`` lifts that.
 /// A failure (``fail(_:)``) lets every waiting reader and fetcher go with that error.
 // Unchecked: every property but the constants is used only with `monitor` locked.
 final class ArrivingFile: @unchecked Sendable {
@@ -26,6 +31,12 @@ final class ArrivingFile: @unchecked Sendable {
     private var cursor = 0
     /// How many readers wait for each chunk.
     private var awaited: [Int: Int] = [:]
+    /// Whether fetchers may take chunks nobody waits for yet.
+    private var fetchingAhead = false
+    /// Chunks from here on hold the file's last ``endBytes``.
+    private let firstEndChunk: Int
+    /// Fetchers wait for a chunk to take.
+    private let wantedCondition: Monitor.Condition
     private var failure: Error?
 
     init(size: Int64, chunkBytes: Int64) {
@@ -36,7 +47,13 @@ final class ArrivingFile: @unchecked Sendable {
         taken = Array(repeating: false, count: count)
         arrived = Array(repeating: false, count: count)
         arrivedCondition = monitor.makeCondition()
+        wantedCondition = monitor.makeCondition()
+        firstEndChunk = Int(max(0, size - Self.endBytes) / chunkBytes)
     }
+
+    /// The end of a file that readers start with (a ZIP's end records, the longest comment
+    /// and a small central directory).
+    static let endBytes: Int64 = 128 << 10
 
     /// The number of chunks.
     var chunkCount: Int { arrived.count }
@@ -46,15 +63,22 @@ final class ArrivingFile: @unchecked Sendable {
         Int64(index) * chunkBytes..<min(size, Int64(index + 1) * chunkBytes)
     }
 
-    /// The chunk a fetcher fetches next; nil when every chunk is taken or the file failed.
+    /// The chunk a fetcher fetches next, waiting until there is one to take; nil when
+    /// every chunk is taken or the file failed.
     func nextChunk() -> Int? {
         monitor.lock()
         defer { monitor.unlock() }
-        guard failure == nil, takenCount < taken.count else { return nil }
-        let chosen =
-            awaited.keys.filter { !taken[$0] }.min()
-            ?? (cursor..<taken.count).first { !taken[$0] }
-            ?? taken.firstIndex(of: false)!
+        var chosen: Int?
+        while chosen == nil {
+            guard failure == nil, takenCount < taken.count else { return nil }
+            chosen = awaited.keys.filter { !taken[$0] }.min()
+            if chosen == nil && fetchingAhead {
+                chosen = (cursor..<taken.count).first { !taken[$0] } ?? taken.firstIndex(of: false)!
+            }
+            // Woken by each new wait of a reader; the timeout only bounds a missed wake-up.
+            if chosen == nil { wantedCondition.wait(seconds: 1) }
+        }
+        guard let chosen else { return nil }
         taken[chosen] = true
         takenCount += 1
         cursor = chosen + 1
@@ -79,6 +103,7 @@ final class ArrivingFile: @unchecked Sendable {
         // A file complete stays complete: a late stop is no failure of it.
         if failure == nil && arrivedCount < arrived.count { failure = error }
         arrivedCondition.broadcast()
+        wantedCondition.broadcast()
         monitor.unlock()
     }
 
@@ -107,6 +132,8 @@ final class ArrivingFile: @unchecked Sendable {
             if let failure { throw failure }
             guard !arrived[index] else { continue }
             awaited[index, default: 0] += 1
+            if index < firstEndChunk { fetchingAhead = true }
+            wantedCondition.broadcast()
             defer {
                 awaited[index]! -= 1
                 if awaited[index] == 0 { awaited[index] = nil }
@@ -115,6 +142,14 @@ final class ArrivingFile: @unchecked Sendable {
             while !arrived[index] && failure == nil { arrivedCondition.wait(seconds: 1) }
         }
         if let failure { throw failure }
+    }
+
+    /// Lets fetchers take every chunk left, in order, whether a reader waits for it or not.
+    func fetchEverything() {
+        monitor.lock()
+        fetchingAhead = true
+        wantedCondition.broadcast()
+        monitor.unlock()
     }
 
     /// Waits until the whole file has arrived; throws the file's failure instead, or
