@@ -27,6 +27,9 @@ final class ArrivingFile: @unchecked Sendable {
     private var arrived: [Bool]
     private var takenCount = 0
     private var arrivedCount = 0
+    private var arrivedByteCount: Int64 = 0
+    /// No chunk before this one is left to take (so finding one costs no scan from the start).
+    private var firstUntaken = 0
     /// Where the next chunk is taken from when no reader waits.
     private var cursor = 0
     /// How many readers wait for each chunk.
@@ -73,7 +76,13 @@ final class ArrivingFile: @unchecked Sendable {
             guard failure == nil, takenCount < taken.count else { return nil }
             chosen = awaited.keys.filter { !taken[$0] }.min()
             if chosen == nil && fetchingAhead {
-                chosen = (cursor..<taken.count).first { !taken[$0] } ?? taken.firstIndex(of: false)!
+                var next = cursor
+                while next < taken.count && taken[next] { next += 1 }
+                if next == taken.count {
+                    while taken[firstUntaken] { firstUntaken += 1 }
+                    next = firstUntaken
+                }
+                chosen = next
             }
             // Woken by each new wait of a reader; the timeout only bounds a missed wake-up.
             if chosen == nil { wantedCondition.wait(seconds: 1) }
@@ -91,6 +100,7 @@ final class ArrivingFile: @unchecked Sendable {
         if !arrived[index] {
             arrived[index] = true
             arrivedCount += 1
+            arrivedByteCount += Int64(range(ofChunk: index).count)
         }
         arrivedCondition.broadcast()
         monitor.unlock()
@@ -118,7 +128,7 @@ final class ArrivingFile: @unchecked Sendable {
     var arrivedBytes: Int64 {
         monitor.lock()
         defer { monitor.unlock() }
-        return arrived.indices.reduce(Int64(0)) { $0 + (arrived[$1] ? Int64(range(ofChunk: $1).count) : 0) }
+        return arrivedByteCount
     }
 
     /// Waits until every byte of `range` has arrived; throws the file's failure instead.
