@@ -147,6 +147,42 @@ final class StreamingRestoreTests: XCTestCase {
         XCTAssertEqual(RangedReadTests.downBytes(gets), incremental.size + full.size)
     }
 
+    /// libzip's check of every local header against the central directory, which a local
+    /// restore makes when it opens the archive, is made of the whole downloaded file before
+    /// the swap: a folder entry whose local header names another folder (no restore step
+    /// reads it otherwise) fails the restore, and the live store is left alone.
+    func testInconsistentLocalHeaderFailsBeforeTheSwap() async throws {
+        let servers = try TestServers(label: "streaming-hostile")
+        defer { servers.stop() }
+        let backend = ContractBackend.s3(try servers.start("s3"), work: work)
+        var archive = try Data(contentsOf: URL(fileURLWithPath: local + "/" + backupName))
+        let descriptor = open(local + "/" + backupName, O_RDONLY | O_CLOEXEC)
+        let layout = try CentralDirectoryCheck(path: local, backupName: backupName).run(
+            FileArchiveBytes(descriptor: descriptor, size: archiveSize))
+        close(descriptor)
+        let header = Int(try XCTUnwrap(layout.offsets.first))
+        XCTAssertEqual(Array(archive[header..<header + 4]), [0x50, 0x4B, 0x03, 0x04])
+        let nameLength = Int(archive[header + 26]) | Int(archive[header + 27]) << 8
+        XCTAssertEqual(archive[header + 30 + nameLength - 1], UInt8(ascii: "/"), "the first entry is a folder")
+        archive[header + 30] ^= 0x01
+        let copy = work + "/damaged.zip"
+        try archive.write(to: URL(fileURLWithPath: copy))
+        try await backend.make("streaming", nil, Self.retry).upload(file: copy, as: backupName, progress: nil)
+        let target = work + "/Live"
+        try StoreFixture.make(at: target, logRows: 10, blobCount: 1)
+        let before = try StoreFixture.describe(target)
+        do {
+            _ = try await StoreHelper(storesDirectory: target, destination: try backend.make("streaming", nil, Self.retry))
+                .restore(backupName)
+            XCTFail("restored an archive whose local header disagrees with its central directory")
+        } catch StoreBackupError.corruptArchive(let name, _) {
+            XCTAssertEqual(name, backupName)
+        }
+        XCTAssertEqual(try StoreFixture.describe(target), before)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target + "_New"))
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work).filter { $0.hasPrefix(".storebackup-") }, [])
+    }
+
     /// A download that fails for good (every range after the first answered 500 past the
     /// retry budget) fails the restore before the live store is touched: the store is as it
     /// was, and no `_New` or staging file is left.
