@@ -108,13 +108,13 @@ final class StreamingRestoreTests: XCTestCase {
             )
         }
         let plain = try await served(faults: [:])
-        XCTAssertGreaterThanOrEqual(plain.requests, chunks, "[dropbox] one request per chunk")
+        XCTAssertGreaterThanOrEqual(plain.requests, chunks / 4, "[dropbox] ranged requests")
         XCTAssertEqual(plain.bytes, archiveSize, "[dropbox] each byte once")
         let only = ["routes": ["/2/files/download"], "count": 1] as [String: Any]
         for kind in ["drop", "truncate"] {
             let faulty = try await served(faults: only.merging(["kinds": [kind]]) { $1 })
             XCTAssertEqual(faulty.faults, 1, "[dropbox] \(kind)")
-            XCTAssertLessThanOrEqual(faulty.bytes, archiveSize + Self.chunkBytes, "[dropbox] \(kind)")
+            XCTAssertLessThanOrEqual(faulty.bytes, archiveSize + (8 << 20), "[dropbox] \(kind)")
         }
         // A server that answers every download with the whole file: downloaded as before.
         let whole = try await served(faults: ["routes": ["/2/files/download"], "kinds": ["ignore_range"]])
@@ -224,7 +224,9 @@ final class StreamingRestoreTests: XCTestCase {
             return (RangedReadTests.downBytes(entries), ContractProxy.faults(entries), entries.count)
         }
         let plain = try await served([])
-        XCTAssertEqual(plain.gets, chunks, "[\(label)] one ranged request per chunk")
+        // A chunk a reader waits for alone, the others up to four to a request.
+        XCTAssertGreaterThanOrEqual(plain.gets, chunks / 4, "[\(label)] ranged requests")
+        XCTAssertLessThanOrEqual(plain.gets, chunks, "[\(label)] ranged requests")
         XCTAssertEqual(plain.bytes, archiveSize, "[\(label)] each byte once")
 
         let zipGET: [String: Any] = ["method": "GET", "path_contains": "Stores.zip"]

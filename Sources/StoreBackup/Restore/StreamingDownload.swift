@@ -7,8 +7,9 @@ import Glibc
 
 /// A remote backup downloaded into restore's staging file by several ranged requests at
 /// once, while restore already reads the file (``ArrivingArchive``): each request fetches
-/// one chunk (the reader's ``BackupRangeReader/pieceBytes``: 2 MiB, 8 MiB over SFTP) and
-/// writes it at its offset, and ``ArrivingFile`` says which chunks are there and which one to fetch next
+/// one chunk a reader waits for (the reader's ``BackupRangeReader/pieceBytes``: 2 MiB,
+/// 8 MiB over SFTP), or up to 8 MiB of chunks in a row nobody waits for yet, and writes
+/// them at their offset, and ``ArrivingFile`` says which chunks are there and which one to fetch next
 /// (the one a reader waits for first). Memory is one chunk per request in flight.
 ///
 /// Every answer is checked as any ranged read's is (``BackupRangeReader``: `206` or a
@@ -52,13 +53,15 @@ final class StreamingDownload: Sendable {
         self.arrival = arrival
         let cancel = self.cancel
         workers = WorkerPool.start(name: "storebackup-download", width: min(Self.parallelRequests, max(1, arrival.chunkCount))) { _ in
-            while let chunk = arrival.nextChunk() {
-                let range = arrival.range(ofChunk: chunk)
+            // Chunks nobody waits for yet go several to a request, up to the most one asks for.
+            let most = Int(max(1, BackupRangeReader.maxReadBytes / ranges.pieceBytes))
+            while let chunks = arrival.nextChunks(most: most) {
+                let range = arrival.range(ofChunk: chunks.lowerBound).lowerBound..<arrival.range(ofChunk: chunks.upperBound - 1).upperBound
                 do {
                     try cancel.throwIfCancelled()
                     let data = try ranges.read(range, cancel: cancel)
                     try Self.write(data, at: range.lowerBound, descriptor: descriptor, path: path)
-                    arrival.markArrived(chunk)
+                    for chunk in chunks { arrival.markArrived(chunk) }
                     progress?(BackupProgress(phase: .downloading, bytesDone: arrival.arrivedBytes, bytesTotal: arrival.size))
                 } catch {
                     arrival.fail(error)

@@ -5,7 +5,7 @@ import Foundation
 /// while it is still being written: a read waits until its bytes are there.
 ///
 /// The file is cut into chunks of ``chunkBytes``. Each fetcher takes the next chunk with
-/// ``nextChunk()``: first a chunk a reader is waiting for, else the one after the chunk
+/// ``nextChunks(most:)``: first a chunk a reader is waiting for, else the one after the chunk
 /// taken last, so the file comes in order from wherever reading last jumped to, and only
 /// at the end the chunks left before it. Readers never wait for a chunk nobody fetches.
 ///
@@ -66,9 +66,11 @@ final class ArrivingFile: @unchecked Sendable {
         Int64(index) * chunkBytes..<min(size, Int64(index + 1) * chunkBytes)
     }
 
-    /// The chunk a fetcher fetches next, waiting until there is one to take; nil when
-    /// every chunk is taken or the file failed.
-    func nextChunk() -> Int? {
+    /// The chunks a fetcher fetches next in one request, waiting until there is one to
+    /// take: a chunk a reader waits for alone (it comes soonest that way), else up to
+    /// `most` chunks in a row (fewer requests for a long stretch nobody waits for yet).
+    /// nil when every chunk is taken or the file failed.
+    func nextChunks(most: Int) -> Range<Int>? {
         monitor.lock()
         defer { monitor.unlock() }
         var chosen: Int?
@@ -88,10 +90,14 @@ final class ArrivingFile: @unchecked Sendable {
             if chosen == nil { wantedCondition.wait(seconds: 1) }
         }
         guard let chosen else { return nil }
-        taken[chosen] = true
-        takenCount += 1
-        cursor = chosen + 1
-        return chosen
+        var end = chosen + 1
+        if awaited[chosen] == nil {
+            while end < taken.count && end - chosen < most && !taken[end] && awaited[end] == nil { end += 1 }
+        }
+        for index in chosen..<end { taken[index] = true }
+        takenCount += end - chosen
+        cursor = end
+        return chosen..<end
     }
 
     /// Records that chunk `index` is written in the file.
