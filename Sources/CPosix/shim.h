@@ -30,6 +30,19 @@ static inline int sb_syncfs(int fd) {
 #endif
 }
 
+/// Reserves `size` bytes of disk for a file about to be filled out of order (Linux
+/// fallocate, which allocates without writing), so a free-space check sees them taken.
+/// Returns 0, or -1 with errno set (EOPNOTSUPP where the filesystem cannot; ENOSYS elsewhere).
+static inline int sb_reserve(int fd, long long size) {
+#ifdef __linux__
+    return fallocate(fd, 0, 0, (off_t)size);
+#else
+    (void)fd; (void)size;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
 /// Starts writeback of a file's dirty pages in [offset, offset + count) without waiting
 /// (Linux sync_file_range with SYNC_FILE_RANGE_WRITE), so a later fsync has little left to
 /// do. Elsewhere a no-op. Returns 0, or -1 with errno set.

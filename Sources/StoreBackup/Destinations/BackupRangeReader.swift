@@ -16,10 +16,18 @@ import Glibc
 public struct BackupRangeReader: Sendable {
     /// The backup's size in bytes, as the destination listed it.
     public let size: Int64
+    /// What each read of a whole backup read in parallel pieces (a restore while it
+    /// downloads) asks for: small enough that a piece a reader waits for comes soon while
+    /// others share the link, large enough that requests cost little. A service that pays
+    /// a connection per read (SFTP) asks for more.
+    let pieceBytes: Int64
     let readRange: @Sendable (Range<Int64>, CancellationFlag) throws -> Data
 
-    init(size: Int64, read: @escaping @Sendable (Range<Int64>, CancellationFlag) throws -> Data) {
+    init(
+        size: Int64, pieceBytes: Int64 = 2 << 20, read: @escaping @Sendable (Range<Int64>, CancellationFlag) throws -> Data
+    ) {
         self.size = size
+        self.pieceBytes = min(pieceBytes, RangedRead.maxRequestBytes)
         self.readRange = read
     }
 
@@ -65,7 +73,7 @@ extension RetryingDestination {
         guard let reader = base.rangeReader(of: name, size: size) else { return nil }
         let budget = RetryBudget(policy: policy)
         let policy = self.policy, logger = self.logger, displayName = self.displayName
-        return BackupRangeReader(size: size) { range, cancel in
+        return BackupRangeReader(size: size, pieceBytes: reader.pieceBytes) { range, cancel in
             try WorkerPool.$operationBudget.withValue(budget) {
                 var attempt = 1
                 while true {

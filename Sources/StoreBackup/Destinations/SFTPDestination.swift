@@ -384,9 +384,11 @@ struct SFTPDestination: BlockingDestination {
     }
 
     /// A read of the file from an offset (`CURLOPT_RANGE`; SFTP reads at any offset).
+    /// Each read is a connection of its own (key exchange, authentication): pieces of a
+    /// whole download ask for the most a read may.
     func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
         guard (try? BackupName.validate(name)) != nil else { return nil }
-        return BackupRangeReader(size: size) { range, cancel in
+        return BackupRangeReader(size: size, pieceBytes: RangedRead.maxRequestBytes) { range, cancel in
             let label = "\(displayName)/\(name)"
             let get = try RangedRead.request(request("GET", url(path: path(of: name)), label: label), range: range, size: size)
             do {

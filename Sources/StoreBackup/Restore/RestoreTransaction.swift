@@ -66,6 +66,7 @@ struct RestoreTransaction {
             throw StoreBackupError.restoreRefused(
                 reason: "\(layout.new) already exists and is not from an interrupted restore; move it away first")
         }
+        if let streamed = try await restoreWhileDownloading(backup, progress: progress) { return streamed }
         let staged = try await stage(backup.name, progress: progress)
         defer { if staged.downloaded { unlink(staged.path) } }
         let chain = try await fetchChain(newest: backup.name, staged: staged, progress: progress)
@@ -75,7 +76,7 @@ struct RestoreTransaction {
 
     /// Opens the staged backup and, when it is incremental, fetches and checks its chain
     /// down to a full (``BackupChain``): nothing is written before every link holds.
-    private func fetchChain(
+    func fetchChain(
         newest name: String, staged: (path: String, downloaded: Bool), progress: ProgressHandler?
     ) async throws -> BackupChain {
         let reader = try await BackupChain.open(staged.path, name: name, passwords: passwords)
@@ -102,8 +103,12 @@ struct RestoreTransaction {
     }
 
     /// Unpacks, checks and swaps in the staged chain (one full, or a full and the
-    /// incrementals on it), then reloads and commits or rolls back.
-    private func install(chain: BackupChain, throttle: ProgressThrottle) async throws -> RestoreResult {
+    /// incrementals on it), then reloads and commits or rolls back. `whenUnpacked` runs once a
+    /// full backup is unpacked, before the swap (a streamed restore waits there for the
+    /// rest of its download and checks it); a failure there fails the restore as any other.
+    func install(
+        chain: BackupChain, throttle: ProgressThrottle, whenUnpacked: (@Sendable (CancellationFlag) throws -> Void)? = nil
+    ) async throws -> RestoreResult {
         let backupName = chain.newest.name
         let layout = self.layout, allowUnverified = self.allowUnverified
         let acceptDamagedDatabases = self.acceptDamagedDatabases
@@ -140,6 +145,7 @@ struct RestoreTransaction {
                 // Every unpacked file and folder reaches the disk before the journal says
                 // "swapping" (RestoreUnpacking syncs the tree).
                 let databases = try unpacking.unpack(into: layout.new)
+                try whenUnpacked?(cancel)
                 try cancel.throwIfCancelled()
                 TestPausePoint.reach("synced")
                 return (databases, reader.entries.count, reader.manifest == nil, unpacking.damagedDatabases.current.keys.sorted())

@@ -66,6 +66,8 @@ final class ArchiveReader: @unchecked Sendable {
     let pageCache: ArchivePageCache?
     /// The remote archive read in ranges, when it is one (see ``init(ranged:backupName:passwords:)``).
     private(set) var ranged: RangedArchive?
+    /// The downloaded file still arriving, when it is one (see ``init(arriving:backupName:passwords:)``).
+    private(set) var arriving: ArrivingArchive?
 
     /// Opens the archive. If it is encrypted, asks `passwords` for the password and checks
     /// it on the manifest (or the first encrypted entry) before anything else is read:
@@ -96,9 +98,31 @@ final class ArchiveReader: @unchecked Sendable {
         try readEntries(passwords: passwords)
     }
 
+    /// Opens a download still arriving, with every check a file gets but libzip's check of
+    /// each local header (`ZIP_CHECKCONS`, which reads them all and so would wait for the
+    /// whole download): the caller makes it with ``checkConsistency(path:backupName:)`` once
+    /// the file is complete, before anything unpacked from it is used.
+    init(arriving: ArrivingArchive, backupName: String, passwords: PasswordProvider? = nil) throws {
+        self.path = arriving.path
+        self.backupName = backupName
+        localHeaderOffsets = try CentralDirectoryCheck(path: arriving.path, backupName: backupName).run(arriving).offsets
+        pageCache = ArchivePageCache(path: arriving.path)
+        self.arriving = arriving
+        archive = try arriving.openHandle(backupName: backupName)
+        try readEntries(passwords: passwords)
+    }
+
+    /// libzip's consistency check of the complete archive at `path` (every local header
+    /// against the central directory), as ``init(path:backupName:passwords:)`` makes it.
+    static func checkConsistency(path: String, backupName: String) throws {
+        zip_discard(try open(path: path, backupName: backupName))
+    }
+
     /// Another handle on the same file, for another thread, with the password set.
     func openHandle() throws -> OpaquePointer {
-        let handle = try ranged?.openHandle(backupName: backupName) ?? Self.open(path: path, backupName: backupName)
+        let handle =
+            try ranged?.openHandle(backupName: backupName) ?? arriving?.openHandle(backupName: backupName)
+            ?? Self.open(path: path, backupName: backupName)
         if let password {
             guard password.withCString({ zip_set_default_password(handle, $0) }) == 0 else {
                 zip_discard(handle)

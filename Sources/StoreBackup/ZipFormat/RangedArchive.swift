@@ -16,7 +16,7 @@ import Foundation
 ///
 /// What went wrong in a fetch (a network failure, a server that does not serve ranges) is
 /// kept in ``lastFailure``: libzip only knows that a read failed.
-final class RangedArchive: ArchiveBytes, Sendable {
+final class RangedArchive: ArchiveBytes, PositionedBytes, Sendable {
     let size: Int64
     private let fetch: @Sendable (Range<Int64>) throws -> Data
     private let state = Locked(State())
@@ -234,100 +234,6 @@ final class RangedArchive: ArchiveBytes, Sendable {
     /// reads every entry's local header, one request each; ``ArchiveReader`` checks the
     /// local header of each entry it reads instead.
     func openHandle(backupName: String) throws -> OpaquePointer {
-        var error = zip_error_t()
-        zip_error_init(&error)
-        defer { zip_error_fini(&error) }
-        let reader = RangedSourceReader(archive: self)
-        let context = Unmanaged.passRetained(reader).toOpaque()
-        guard let source = zip_source_function_create(rangedSourceCallback, context, &error) else {
-            Unmanaged<RangedSourceReader>.fromOpaque(context).release()
-            throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_error_strerror(&error)))
-        }
-        let handle = ArchiveReader.openLock.withLock { zip_open_from_source(source, ZIP_RDONLY, &error) }
-        guard let handle else {
-            zip_source_free(source)
-            if let failure = lastFailure { throw failure }
-            throw StoreBackupError.corruptArchive(
-                name: backupName, reason: "not a readable ZIP archive (\(String(cString: zip_error_strerror(&error))))")
-        }
-        return handle
+        try ZipSource.openHandle(over: self, backupName: backupName) { self.lastFailure }
     }
-}
-
-/// One libzip source over a ``RangedArchive``: its own position, the archive's bytes.
-/// Used by the one thread that owns the libzip handle.
-private final class RangedSourceReader {
-    let archive: RangedArchive
-    var position: Int64 = 0
-    var error = zip_error_t()
-
-    init(archive: RangedArchive) {
-        self.archive = archive
-        zip_error_init(&error)
-    }
-
-    deinit { zip_error_fini(&error) }
-
-    func handle(command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
-        switch command {
-        case ZIP_SOURCE_OPEN:
-            position = 0
-            return 0
-        case ZIP_SOURCE_READ:
-            guard let data else { return -1 }
-            let buffer = UnsafeMutableRawBufferPointer(start: data, count: Int(min(length, UInt64(Int.max))))
-            var done = 0
-            do {
-                // Filled as far as the archive goes: libzip takes a short read for its end.
-                while done < buffer.count {
-                    let got = try archive.read(at: position, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]))
-                    if got == 0 { break }
-                    done += got
-                    position += Int64(got)
-                }
-            } catch {
-                if case StoreBackupError.cancelled = error {
-                    zip_error_set(&self.error, ZIP_ER_CANCELLED, 0)
-                } else {
-                    zip_error_set(&self.error, ZIP_ER_READ, EIO)
-                }
-                return -1
-            }
-            return Int64(done)
-        case ZIP_SOURCE_CLOSE:
-            return 0
-        case ZIP_SOURCE_STAT:
-            guard let data, length >= UInt64(MemoryLayout<zip_stat_t>.size) else { return -1 }
-            let stat = data.assumingMemoryBound(to: zip_stat_t.self)
-            zip_stat_init(stat)
-            stat.pointee.valid = UInt64(ZIP_STAT_SIZE)
-            stat.pointee.size = UInt64(archive.size)
-            return Int64(MemoryLayout<zip_stat_t>.size)
-        case ZIP_SOURCE_SEEK:
-            let offset = zip_source_seek_compute_offset(UInt64(position), UInt64(archive.size), data, length, &error)
-            guard offset >= 0 else { return -1 }
-            position = offset
-            return 0
-        case ZIP_SOURCE_TELL:
-            return position
-        case ZIP_SOURCE_ERROR:
-            return zip_error_to_data(&error, data, length)
-        case ZIP_SOURCE_SUPPORTS:
-            let commands = [
-                ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
-                ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS,
-            ]
-            return commands.reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
-        case ZIP_SOURCE_FREE:
-            Unmanaged.passUnretained(self).release()
-            return 0
-        default:
-            zip_error_set(&error, ZIP_ER_OPNOTSUPP, 0)
-            return -1
-        }
-    }
-}
-
-private let rangedSourceCallback: zip_source_callback = { context, data, length, command in
-    Unmanaged<RangedSourceReader>.fromOpaque(context!).takeUnretainedValue().handle(command: command, data: data, length: length)
 }
