@@ -204,7 +204,7 @@ struct Extractor {
 
     /// Reads every link's target (raw bytes, escaped); where each leads is judged by
     /// ``ArchiveTree``, through the archive's other links.
-    private func readLinks(manifestByPath: [String: Manifest.File]) throws -> [(entry: ArchiveEntry, target: String)] {
+    private func readLinks(manifestByPath: ManifestLookup) throws -> [(entry: ArchiveEntry, target: String)] {
         try reader.entries.filter { $0.kind == .symlink }.map { link in
             let bytes = try reader.readSmallEntry(index: link.index, limit: ArchiveLimits.maxLinkTargetBytes)
             let target = EscapedName.escape(bytes)
@@ -220,56 +220,9 @@ struct Extractor {
 
     /// Every archive entry must be in the manifest with the same kind and size, and every
     /// manifest entry in the archive: a missing or extra file is damage.
-    private func crossCheckManifest() throws -> [String: Manifest.File] {
-        guard let manifest = reader.manifest else { return [:] }
-        var byPath: [String: Manifest.File] = [:]
-        for file in manifest.files {
-            guard byPath.updateValue(file, forKey: file.path) == nil else {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "its manifest lists \(file.path) twice")
-            }
-        }
-        for entry in reader.entries {
-            guard let expected = byPath[entry.path] else {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) is not in its manifest")
-            }
-            let expectedKind: ArchiveEntry.Kind =
-                switch expected.type {
-                case "directory": .directory
-                case "symlink": .symlink
-                case "fifo": .fifo
-                default: .file
-                }
-            guard expectedKind == entry.kind else {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) has the wrong type")
-            }
-            // The central directory and the manifest must agree on the size: it bounds the write.
-            if entry.kind == .file && expected.size != entry.size {
-                throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
-            }
-        }
-        let present = Set(reader.entries.map(\.path))
-        // A file whose content is elsewhere in the chain (`source`) has no entry, and one
-        // that has an entry must not claim to be elsewhere.
-        if let misplaced = manifest.files.first(where: { $0.source != nil && present.contains($0.path) }) {
-            throw StoreBackupError.corruptArchive(
-                name: reader.backupName, reason: "\(misplaced.path) has an entry although its manifest says its content is in the base")
-        }
-        // Such a file's path is no entry name ArchiveReader checked: check it here, as one.
-        if let unsafe = manifest.files.first(where: { $0.source != nil && !ArchiveReader.isSafeRelativePath($0.path) }) {
-            throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: unsafe.path)
-        }
-        if let unknown = manifest.files.first(where: { $0.source.map { $0 != "base" && $0 != "pages" } ?? false }) {
-            throw StoreBackupError.corruptArchive(
-                name: reader.backupName, reason: "\(unknown.path) has an unknown source \"\(unknown.source ?? "")\"")
-        }
-        if let missing = manifest.files.first(where: { $0.source == nil && !present.contains($0.path) }) {
-            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(missing.path) is missing")
-        }
-        if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type != "file" && $0.type != "database" } ?? true }) {
-            throw StoreBackupError.corruptArchive(
-                name: reader.backupName, reason: "its manifest names \(stray.path) as a database but has no such file")
-        }
-        return byPath
+    private func crossCheckManifest() throws -> ManifestLookup {
+        guard let manifest = reader.manifest else { return .empty }
+        return try ManifestLookup.crossChecked(manifest, entries: reader.entries, backupName: reader.backupName)
     }
 
     /// A database to pass through `PRAGMA integrity_check`; with `unpacking`, while it is written.
@@ -334,15 +287,15 @@ struct Extractor {
     /// files, so that a mismatch is the error reported even if the check fails too. The
     /// checks are left running; the caller waits for them.
     private func extractInParallel(
-        _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: [String: Manifest.File],
+        _ files: [ArchiveEntry], into root: ConfinedTree, manifestByPath: ManifestLookup,
         checks: WorkerPool.Feed<DatabaseCheckJob>, flushes: WorkerPool.Feed<String>?,
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let databases = files.filter(isDatabase)
-        let others = files.filter { !isDatabase($0) }
         let otherWidth = min(max(1, workers - (databases.isEmpty ? 0 : 1)), ArchiveLimits.maxExtractionHandles)
+        // One libzip handle for every thread: the reader's, idle meanwhile.
+        let archive = SharedArchiveHandle(borrowing: reader.idleHandle)
         if !databases.isEmpty {
-            let archive = try ArchiveHandle(reader.openHandle())
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             var digests: [DeferredDigest] = []
             for database in databases {
@@ -359,7 +312,7 @@ struct Extractor {
                 let followed = !deferred && expected.flatMap { Self.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: patch?.finalSize ?? database.size) : nil
                 let digest = try extractFile(
-                    database, archive: archive.pointer, buffer: &buffer, into: root, expected: expected, patch: patch,
+                    database, archive: archive, buffer: &buffer, into: root, expected: expected, patch: patch,
                     unpacking: unpacking.map { unpacking in
                         (unpacking, { checks.submit(DatabaseCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) })
                     },
@@ -373,20 +326,16 @@ struct Extractor {
             }
             try verifyDigests(&digests)
         }
-        // The first thread borrows the reader's handle (idle meanwhile): each handle holds a
-        // copy of the central directory, the largest memory per entry.
-        let readerHandleLent = Locked(false)
-        try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
-            // Each thread reads through its own libzip handle and buffer.
-            let borrow = readerHandleLent.withLock { lent in
-                defer { lent = true }; return !lent
-            }
-            let archive = borrow ? ArchiveHandle(reader.idleHandle, owned: false) : try ArchiveHandle(reader.openHandle())
+        // The databases are skipped as they come rather than filtered out: a copy of the
+        // list would cost memory per entry.
+        try WorkerPool.forEach(files, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
+            // Each thread has a buffer of its own; the handle is shared.
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             return { entry in
+                if isDatabase(entry) { return }
                 if let failure = checks.firstFailure { throw failure }
                 try extractFile(
-                    entry, archive: archive.pointer, buffer: &buffer, into: root,
+                    entry, archive: archive, buffer: &buffer, into: root,
                     expected: manifestByPath[entry.path], onBytes: onBytes)
             }
         }
@@ -405,7 +354,7 @@ struct Extractor {
     /// file as the patch leaves it.
     @discardableResult
     private func extractFile(
-        _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], into root: ConfinedTree,
+        _ entry: ArchiveEntry, archive: SharedArchiveHandle, buffer: inout [UInt8], into root: ConfinedTree,
         expected: Manifest.File?, patch: (any DatabasePatch)? = nil, unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
         onBytes: @Sendable (Int64, String) -> Void
     ) throws -> DeferredDigest? {
@@ -423,7 +372,7 @@ struct Extractor {
             unpacking?.start()
             patch?.hashesContent = false
             let inflater = ParallelInflater(
-                archive: archive, entry: entry, blockSize: plan.blockSize,
+                archive: archive.pointer, archiveLock: archive.lock, entry: entry, blockSize: plan.blockSize,
                 compressedBlocks: plan.blocks, workers: workers, cancel: cancel,
                 password: reader.password, backupName: reader.backupName,
                 pageCache: reader.pageCache, hashesContent: unpacking == nil)
@@ -455,18 +404,25 @@ struct Extractor {
             return digest
         }
         precondition(unpacking == nil, "only an entry read in blocks is checked while it is written")
-        guard let file = zip_fopen_index(archive, entry.index, 0) else {
-            throw StoreBackupError.corruptArchive(
-                name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(archive)))")
+        var failure = ""
+        let opened = archive.withLock { handle in
+            let file = zip_fopen_index(handle, entry.index, 0)
+            if file == nil { failure = String(cString: zip_strerror(handle)) }
+            return file
         }
-        defer { zip_fclose(file) }
+        guard let file = opened else {
+            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(failure)")
+        }
+        defer { archive.withLock { _ in _ = zip_fclose(file) } }
         var hasher = SHA256()
         var written: Int64 = 0
         while true {
-            let got = buffer.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress, zip_uint64_t($0.count)) }
+            let (got, failure) = archive.withLock { _ in
+                let got = buffer.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress, zip_uint64_t($0.count)) }
+                return (got, got < 0 ? String(cString: zip_file_strerror(file)) : "")
+            }
             if got < 0 {
-                throw StoreBackupError.corruptArchive(
-                    name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
+                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(failure)")
             }
             if got == 0 { break }
             // Stop before writing a byte past the declared size (libzip checks the CRC only at the end).
@@ -597,13 +553,4 @@ struct Extractor {
             try Self.checkDatabase(path)
         }
     }
-}
-
-/// A libzip handle of one thread, discarded (read-only: nothing to write) when it goes.
-private final class ArchiveHandle {
-    let pointer: OpaquePointer
-    /// False for a handle lent by the reader, which discards it itself.
-    let owned: Bool
-    init(_ pointer: OpaquePointer, owned: Bool = true) { self.pointer = pointer; self.owned = owned }
-    deinit { if owned { zip_discard(pointer) } }
 }
