@@ -141,7 +141,11 @@ struct RestoreTransaction {
                 let databases = try extractor.extract(into: layout.new)
                 try cancel.throwIfCancelled()
                 TestPausePoint.reach("synced")
-                return (databases, reader.entries.count, reader.manifest == nil, extractor.damagedDatabases.current.keys.sorted())
+                let result = (databases, reader.entries.count, reader.manifest == nil, extractor.damagedDatabases.current.keys.sorted())
+                // Nothing reads the backup again: its handle, entry list and manifest go before
+                // the reload's check walks the restored tree (memory per entry, not at once).
+                reader.release()
+                return result
             }
         } catch {
             discardExtracted()
