@@ -21,6 +21,9 @@ import Glibc
 /// counter offset (known from the block sizes) before inflating it.
 struct ParallelInflater {
     let archive: OpaquePointer
+    /// Held around every call on `archive` and the entry read through it, when other
+    /// threads use the same handle (``SharedArchiveHandle``).
+    var archiveLock: NSLock? = nil
     let entry: ArchiveEntry
     let blockSize: Int
     let compressedBlocks: [Int]
@@ -65,10 +68,14 @@ struct ParallelInflater {
     func run(descriptor: Int32, path: String, onBytes: (Int64) throws -> Void) throws -> Result {
         // ZIP_FL_ENCRYPTED: the bytes as stored (salt, verifier, ciphertext, MAC), not decrypted by libzip.
         let flags = entry.isEncrypted ? ZIP_FL_ENCRYPTED : ZIP_FL_COMPRESSED
-        guard let raw = zip_fopen_index(archive, entry.index, zip_flags_t(flags)) else {
-            throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
+        var failure = ""
+        let opened = locked {
+            let raw = zip_fopen_index(archive, entry.index, zip_flags_t(flags))
+            if raw == nil { failure = String(cString: zip_strerror(archive)) }
+            return raw
         }
-        defer { zip_fclose(raw) }
+        guard let raw = opened else { throw StoreBackupError.corruptArchive(name: backupName, reason: failure) }
+        defer { locked { _ = zip_fclose(raw) } }
         var authenticator: WinZipAuthenticator?
         var encryptionKey: [UInt8]?
         if entry.isEncrypted {
@@ -158,7 +165,7 @@ struct ParallelInflater {
                 let wanted = compressedBlocks[nextToRead]
                 var got = 0
                 while got < wanted {
-                    let count = zip_fread(raw, buffer.bytes + got, zip_uint64_t(wanted - got))
+                    let count = locked { zip_fread(raw, buffer.bytes + got, zip_uint64_t(wanted - got)) }
                     guard count > 0 else {
                         buffer.recycle()
                         throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) ends early")
@@ -213,11 +220,19 @@ struct ParallelInflater {
         }
     }
 
+    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+        archiveLock?.lock()
+        defer { archiveLock?.unlock() }
+        return try body()
+    }
+
     private func readExactly(_ file: OpaquePointer, count: Int, path: String) throws -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
         var got = 0
         while got < count {
-            let read = bytes.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress! + got, zip_uint64_t(count - got)) }
+            let read = bytes.withUnsafeMutableBytes { bytes in
+                locked { zip_fread(file, bytes.baseAddress! + got, zip_uint64_t(count - got)) }
+            }
             guard read > 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) ends early") }
             got += Int(read)
         }

@@ -55,7 +55,8 @@ struct EntryWriter {
     /// file as the patch leaves it.
     @discardableResult
     func writeFile(
-        _ entry: ArchiveEntry, archive: OpaquePointer, buffer: inout [UInt8], expected: Manifest.File?, patch: (any DatabasePatch)? = nil,
+        _ entry: ArchiveEntry, archive: SharedArchiveHandle, buffer: inout [UInt8], expected: Manifest.File?,
+        patch: (any DatabasePatch)? = nil,
         unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
         onBytes: @Sendable (Int64, String) -> Void
     ) throws -> DeferredDigest? {
@@ -70,7 +71,7 @@ struct EntryWriter {
             unpacking?.start()
             patch?.hashesContent = false
             let inflater = ParallelInflater(
-                archive: archive, entry: entry, blockSize: blockPlan.blockSize,
+                archive: archive.pointer, archiveLock: archive.lock, entry: entry, blockSize: blockPlan.blockSize,
                 compressedBlocks: blockPlan.blocks, workers: workers, cancel: cancel,
                 password: reader.password, backupName: reader.backupName,
                 pageCache: reader.pageCache, hashesContent: unpacking == nil,
@@ -103,18 +104,25 @@ struct EntryWriter {
             return digest
         }
         precondition(unpacking == nil, "only an entry read in blocks is checked while it is written")
-        guard let file = zip_fopen_index(archive, entry.index, 0) else {
-            throw StoreBackupError.corruptArchive(
-                name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(archive)))")
+        var failure = ""
+        let opened = archive.withLock { handle in
+            let file = zip_fopen_index(handle, entry.index, 0)
+            if file == nil { failure = String(cString: zip_strerror(handle)) }
+            return file
         }
-        defer { zip_fclose(file) }
+        guard let file = opened else {
+            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(failure)")
+        }
+        defer { archive.withLock { _ in _ = zip_fclose(file) } }
         var hasher = SHA256()
         var written: Int64 = 0
         while true {
-            let got = buffer.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress, zip_uint64_t($0.count)) }
+            let (got, failure) = archive.withLock { _ in
+                let got = buffer.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress, zip_uint64_t($0.count)) }
+                return (got, got < 0 ? String(cString: zip_file_strerror(file)) : "")
+            }
             if got < 0 {
-                throw StoreBackupError.corruptArchive(
-                    name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_file_strerror(file)))")
+                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(failure)")
             }
             if got == 0 { break }
             // Stop before writing a byte past the declared size (libzip checks the CRC only at the end).

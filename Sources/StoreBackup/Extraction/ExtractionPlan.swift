@@ -10,7 +10,7 @@ import Foundation
 struct ExtractionPlan {
     let reader: ArchiveReader
     /// The manifest's files by path; empty for an archive without a manifest.
-    let manifestByPath: [String: Manifest.File]
+    let manifestByPath: ManifestLookup
     /// Every link of the archive with its target (raw bytes, escaped), checked.
     let links: [(entry: ArchiveEntry, target: String)]
 
@@ -78,7 +78,7 @@ struct ExtractionPlan {
     /// Reads every link's target (raw bytes, escaped); where each leads is judged by
     /// ``ArchiveTree``, through the archive's other links.
     private static func readLinks(
-        _ reader: ArchiveReader, manifestByPath: [String: Manifest.File]
+        _ reader: ArchiveReader, manifestByPath: ManifestLookup
     ) throws -> [(entry: ArchiveEntry, target: String)] {
         try reader.entries.filter { $0.kind == .symlink }.map { link in
             let bytes = try reader.readSmallEntry(index: link.index, limit: ArchiveLimits.maxLinkTargetBytes)
@@ -95,55 +95,8 @@ struct ExtractionPlan {
 
     /// Every archive entry must be in the manifest with the same kind and size, and every
     /// manifest entry in the archive: a missing or extra file is damage.
-    private static func crossCheckManifest(_ reader: ArchiveReader) throws -> [String: Manifest.File] {
-        guard let manifest = reader.manifest else { return [:] }
-        var byPath: [String: Manifest.File] = [:]
-        for file in manifest.files {
-            guard byPath.updateValue(file, forKey: file.path) == nil else {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "its manifest lists \(file.path) twice")
-            }
-        }
-        for entry in reader.entries {
-            guard let expected = byPath[entry.path] else {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) is not in its manifest")
-            }
-            let expectedKind: ArchiveEntry.Kind =
-                switch expected.type {
-                case "directory": .directory
-                case "symlink": .symlink
-                case "fifo": .fifo
-                default: .file
-                }
-            guard expectedKind == entry.kind else {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path) has the wrong type")
-            }
-            // The central directory and the manifest must agree on the size: it bounds the write.
-            if entry.kind == .file && expected.size != entry.size {
-                throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
-            }
-        }
-        let present = Set(reader.entries.map(\.path))
-        // A file whose content is elsewhere in the chain (`source`) has no entry, and one
-        // that has an entry must not claim to be elsewhere.
-        if let misplaced = manifest.files.first(where: { $0.source != nil && present.contains($0.path) }) {
-            throw StoreBackupError.corruptArchive(
-                name: reader.backupName, reason: "\(misplaced.path) has an entry although its manifest says its content is in the base")
-        }
-        // Such a file's path is no entry name ArchiveReader checked: check it here, as one.
-        if let unsafe = manifest.files.first(where: { $0.source != nil && !ArchiveReader.isSafeRelativePath($0.path) }) {
-            throw StoreBackupError.unsafeArchiveEntry(name: reader.backupName, entry: unsafe.path)
-        }
-        if let unknown = manifest.files.first(where: { $0.source.map { $0 != "base" && $0 != "pages" } ?? false }) {
-            throw StoreBackupError.corruptArchive(
-                name: reader.backupName, reason: "\(unknown.path) has an unknown source \"\(unknown.source ?? "")\"")
-        }
-        if let missing = manifest.files.first(where: { $0.source == nil && !present.contains($0.path) }) {
-            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(missing.path) is missing")
-        }
-        if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type != "file" && $0.type != "database" } ?? true }) {
-            throw StoreBackupError.corruptArchive(
-                name: reader.backupName, reason: "its manifest names \(stray.path) as a database but has no such file")
-        }
-        return byPath
+    private static func crossCheckManifest(_ reader: ArchiveReader) throws -> ManifestLookup {
+        guard let manifest = reader.manifest else { return .empty }
+        return try ManifestLookup.crossChecked(manifest, entries: reader.entries, backupName: reader.backupName)
     }
 }

@@ -28,7 +28,7 @@ struct ParallelUnpacking {
     static let defaultPendingDigestLimit = 32
 
     private var reader: ArchiveReader { writer.plan.reader }
-    private var manifestByPath: [String: Manifest.File] { writer.plan.manifestByPath }
+    private var manifestByPath: ManifestLookup { writer.plan.manifestByPath }
     private var root: ConfinedTree { writer.root }
     private var cancel: CancellationFlag { writer.cancel }
     private var workers: Int { writer.workers }
@@ -101,10 +101,10 @@ struct ParallelUnpacking {
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let databases = files.filter(writer.plan.isDatabase)
-        let others = files.filter { !writer.plan.isDatabase($0) }
         let otherWidth = min(max(1, workers - (databases.isEmpty ? 0 : 1)), ArchiveLimits.maxExtractionHandles)
+        // One libzip handle for every thread: the reader's, idle meanwhile.
+        let archive = SharedArchiveHandle(borrowing: reader.idleHandle)
         if !databases.isEmpty {
-            let archive = try ArchiveHandle(reader.openHandle())
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             var digests: [DeferredDigest] = []
             for database in databases {
@@ -121,7 +121,7 @@ struct ParallelUnpacking {
                 let followed = !deferred && expected.flatMap { EntryWriter.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: patch?.finalSize ?? database.size) : nil
                 let digest = try writer.writeFile(
-                    database, archive: archive.pointer, buffer: &buffer, expected: expected, patch: patch,
+                    database, archive: archive, buffer: &buffer, expected: expected, patch: patch,
                     unpacking: unpacking.map { unpacking in
                         (unpacking, { checks.submit(IntegrityCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) })
                     },
@@ -135,20 +135,16 @@ struct ParallelUnpacking {
             }
             try verifyDigests(&digests)
         }
-        // The first thread borrows the reader's handle (idle meanwhile): each handle holds a
-        // copy of the central directory, the largest memory per entry.
-        let readerHandleLent = Locked(false)
-        try WorkerPool.forEach(others, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
-            // Each thread reads through its own libzip handle and buffer.
-            let borrow = readerHandleLent.withLock { lent in
-                defer { lent = true }; return !lent
-            }
-            let archive = borrow ? ArchiveHandle(reader.idleHandle, owned: false) : try ArchiveHandle(reader.openHandle())
+        // The databases are skipped as they come rather than filtered out: a copy of the
+        // list would cost memory per entry.
+        try WorkerPool.forEach(files, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
+            // Each thread has a buffer of its own; the handle is shared.
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
             return { entry in
+                if writer.plan.isDatabase(entry) { return }
                 if let failure = checks.firstFailure { throw failure }
                 try writer.writeFile(
-                    entry, archive: archive.pointer, buffer: &buffer, expected: manifestByPath[entry.path], onBytes: onBytes)
+                    entry, archive: archive, buffer: &buffer, expected: manifestByPath[entry.path], onBytes: onBytes)
             }
         }
     }
@@ -158,13 +154,4 @@ struct ParallelUnpacking {
         for digest in digests { try digest.verify(backupName: reader.backupName, cancel: cancel) }
         digests.removeAll()
     }
-}
-
-/// A libzip handle of one thread, discarded (read-only: nothing to write) when it goes.
-private final class ArchiveHandle {
-    let pointer: OpaquePointer
-    /// False for a handle lent by the reader, which discards it itself.
-    let owned: Bool
-    init(_ pointer: OpaquePointer, owned: Bool = true) { self.pointer = pointer; self.owned = owned }
-    deinit { if owned { zip_discard(pointer) } }
 }

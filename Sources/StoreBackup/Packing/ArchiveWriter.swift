@@ -257,6 +257,8 @@ struct ArchiveWriter {
         snapshots: [String: DatabaseSnapshot], pipeline: CompressionPipeline
     ) throws -> Manifest {
         var files: [Manifest.File] = []
+        // Grown by doubling, the rows would be held twice for a moment, at create's peak.
+        files.reserveCapacity(items.count)
         for item in items {
             var file = Manifest.File(
                 path: item.relativePath, type: item.kind.rawValue, size: item.size, sha256: nil,

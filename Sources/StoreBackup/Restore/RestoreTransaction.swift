@@ -148,7 +148,11 @@ struct RestoreTransaction {
                 try whenUnpacked?(cancel)
                 try cancel.throwIfCancelled()
                 TestPausePoint.reach("synced")
-                return (databases, reader.entries.count, reader.manifest == nil, unpacking.damagedDatabases.current.keys.sorted())
+                let result = (databases, reader.entries.count, reader.manifest == nil, unpacking.damagedDatabases.current.keys.sorted())
+                // Nothing reads the backup again: its handle, entry list and manifest go before
+                // the reload's check walks the restored tree (memory per entry, not at once).
+                reader.release()
+                return result
             }
         } catch {
             discardExtracted()

@@ -49,9 +49,9 @@ enum ArchiveLimits {
     /// Largest compressed size of one deflate block of `blockSize` bytes: deflate never
     /// grows data by more than a few bytes per 16 KiB stored block.
     static func maxCompressedBlock(blockSize: Int) -> Int { blockSize + blockSize / 16 + 1024 }
-    /// Threads extracting files side by side. Each holds its own libzip handle, and so its
-    /// own copy of the central directory: the count is fixed, not the machine's core count,
-    /// so the memory budget holds on any machine (large files still inflate on every core).
+    /// Threads extracting small files side by side. They share the reader's one libzip
+    /// handle (``SharedArchiveHandle``), taking turns for every read from it, so more
+    /// threads would mostly wait for each other (large files still inflate on every core).
     static let maxExtractionHandles = 2
     /// Free space left on the target's file system after a restore: this share of it...
     static let reserveFraction = 0.05

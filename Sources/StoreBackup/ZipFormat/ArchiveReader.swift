@@ -175,6 +175,8 @@ final class ArchiveReader: @unchecked Sendable {
         guard count >= 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot read the entry list") }
         markerFormat = try checkFormatMarkers(count: UInt64(count))
         var seen = Set<String>()
+        // Grown by doubling, the list would hold two copies at once for a moment.
+        entries.reserveCapacity(Int(min(UInt64(count), UInt64(ArchiveLimits.maxEntries))))
         var nameBytes = 0
         var manifestIndex: UInt64?
         var encryptedIndex: UInt64?
@@ -257,21 +259,33 @@ final class ArchiveReader: @unchecked Sendable {
                 throw StoreBackupError.corruptArchive(
                     name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
             }
-            let data = try readSmallEntry(index: manifestIndex, limit: Int(manifestLimit), expectedSize: Int(stat.size))
-            // Decoding costs memory per row: bound the rows by the entries before decoding
-            // (one row per entry, and one per database, each with a "path" key).
+            // Read as a stream and decoded row by row (the text is never held whole), with the
+            // rows bounded by the entries as they come (one row per entry, and one per database).
             let rowLimit = markerFormat >= 3 ? max(entries.count, ArchiveLimits.maxChainManifestRows) : entries.count
-            guard Self.occurrences(of: Array("\"path\"".utf8), in: data) <= 2 * rowLimit + 2 else {
+            try checkLocalHeader(index: manifestIndex)
+            guard let file = zip_fopen_index(archive, manifestIndex, 0) else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
+            }
+            defer { zip_fclose(file) }
+            do {
+                (manifest, manifestSHA256) = try ManifestStreamDecoder.decode(
+                    maxBytes: Int(manifestLimit), maxRows: 2 * rowLimit + 2, entries: entries
+                ) { buffer in
+                    let got = zip_fread(file, buffer.baseAddress, zip_uint64_t(buffer.count))
+                    guard got >= 0 else {
+                        throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_file_strerror(file)))
+                    }
+                    return Int(got)
+                }
+            } catch ManifestStreamDecoder.Failure.tooManyRows {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest lists more files than the archive holds")
-            }
-            // The format first, alone: a newer manifest may not decode as this version's.
-            if let format = try? Manifest.decodeFormat(data), format > Manifest.newestReadableFormat {
+            } catch ManifestStreamDecoder.Failure.newer(let format) {
                 throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.newestReadableFormat)
-            }
-            do { manifest = try Manifest.decode(data) } catch {
+            } catch ManifestStreamDecoder.Failure.tooLarge {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "entry too large")
+            } catch is ManifestStreamDecoder.Failure {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
             }
-            manifestSHA256 = FileDigest.hex(SHA256.hash(data: data))
             // Format 3's own entries (page deltas, page maps) are accepted only where the
             // manifest says format 3 too, and a delta only for a database the manifest patches.
             if !pageDeltas.isEmpty, let manifest {

@@ -176,7 +176,7 @@ public struct Manifest: Codable, Sendable, Equatable {
 
     /// Format 1 wrote paths and link targets as plain UTF-8: give them the escaped form
     /// every reader compares with (only a `%` or an unusual spelling changes).
-    private mutating func escapeFormat1Paths() {
+    mutating func escapeFormat1Paths() {
         for index in files.indices {
             files[index].path = EscapedName.escape(plain: files[index].path)
             files[index].linkTarget = files[index].linkTarget.map { EscapedName.escape(plain: $0) }

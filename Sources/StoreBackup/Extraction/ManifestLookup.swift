@@ -1,0 +1,110 @@
+/// The manifest's rows found by path, for checking each archive entry against its row.
+///
+/// A sorted array of row numbers searched by halves, instead of a dictionary keyed by path
+/// holding a copy of every row: 4 bytes per row beside the manifest itself, which it
+/// shares (the rows are not copied).
+struct ManifestLookup: Sendable {
+    let files: [Manifest.File]
+    /// Row numbers in the order of their paths' bytes.
+    private let order: [Int32]
+
+    /// Throws `duplicatePath` (the path) when two rows have the same path.
+    init(files: [Manifest.File]) throws(DuplicatePath) {
+        self.files = files
+        var order = [Int32](0..<Int32(clamping: files.count))
+        order.sort { Self.precedes(files[Int($0)].path, files[Int($1)].path) }
+        for (first, second) in zip(order, order.dropFirst()) where files[Int(first)].path.utf8.elementsEqual(files[Int(second)].path.utf8) {
+            throw DuplicatePath(path: files[Int(first)].path)
+        }
+        self.order = order
+    }
+
+    struct DuplicatePath: Error {
+        let path: String
+    }
+
+    static let empty = try! ManifestLookup(files: [])
+
+    /// The lookup of `manifest`'s rows, once every archive entry is found in it with the same
+    /// kind and size, and every row without a `source` has its entry: a missing or extra file
+    /// is damage.
+    static func crossChecked(_ manifest: Manifest, entries: [ArchiveEntry], backupName: String) throws -> ManifestLookup {
+        let byPath: ManifestLookup
+        do { byPath = try ManifestLookup(files: manifest.files) } catch {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest lists \(error.path) twice")
+        }
+        let files = manifest.files
+        // Which rows have an entry: a byte per row, not a set of every entry's path.
+        var present = [Bool](repeating: false, count: files.count)
+        for entry in entries {
+            guard let row = byPath.index(of: entry.path) else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) is not in its manifest")
+            }
+            present[row] = true
+            let expected = files[row]
+            let expectedKind: ArchiveEntry.Kind =
+                switch expected.type {
+                case "directory": .directory
+                case "symlink": .symlink
+                case "fifo": .fifo
+                default: .file
+                }
+            guard expectedKind == entry.kind else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) has the wrong type")
+            }
+            // The central directory and the manifest must agree on the size: it bounds the write.
+            if entry.kind == .file && expected.size != entry.size {
+                throw StoreBackupError.checksumMismatch(name: backupName, entry: entry.path)
+            }
+        }
+        // A file whose content is elsewhere in the chain (`source`) has no entry, and one
+        // that has an entry must not claim to be elsewhere.
+        if let misplaced = files.indices.first(where: { files[$0].source != nil && present[$0] }) {
+            throw StoreBackupError.corruptArchive(
+                name: backupName, reason: "\(files[misplaced].path) has an entry although its manifest says its content is in the base")
+        }
+        // Such a file's path is no entry name ArchiveReader checked: check it here, as one.
+        if let unsafe = files.first(where: { $0.source != nil && !ArchiveReader.isSafeRelativePath($0.path) }) {
+            throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: unsafe.path)
+        }
+        if let unknown = files.first(where: { $0.source.map { $0 != "base" && $0 != "pages" } ?? false }) {
+            throw StoreBackupError.corruptArchive(
+                name: backupName, reason: "\(unknown.path) has an unknown source \"\(unknown.source ?? "")\"")
+        }
+        if let missing = files.indices.first(where: { files[$0].source == nil && !present[$0] }) {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "\(files[missing].path) is missing")
+        }
+        if let stray = manifest.databases.first(where: { byPath[$0.path].map { $0.type != "file" && $0.type != "database" } ?? true }) {
+            throw StoreBackupError.corruptArchive(
+                name: backupName, reason: "its manifest names \(stray.path) as a database but has no such file")
+        }
+        return byPath
+    }
+
+    /// The row number of `path`, or nil.
+    func index(of path: String) -> Int? {
+        var low = 0
+        var high = order.count
+        while low < high {
+            let middle = (low + high) / 2
+            let candidate = files[Int(order[middle])].path
+            if Self.precedes(candidate, path) {
+                low = middle + 1
+            } else {
+                high = middle
+            }
+        }
+        guard low < order.count, files[Int(order[low])].path.utf8.elementsEqual(path.utf8) else { return nil }
+        return Int(order[low])
+    }
+
+    subscript(path: String) -> Manifest.File? {
+        index(of: path).map { files[$0] }
+    }
+
+    /// Byte order, and byte equality: paths are escaped bytes (two spellings of `café` are two
+    /// files), not text compared by canonical equivalence.
+    private static func precedes(_ a: String, _ b: String) -> Bool {
+        a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
+}
