@@ -46,9 +46,13 @@ struct DatabasePageScan {
         let pageSize = snapshot.pageSize
         let pages = snapshot.pageCount
         let map = try PageMapWriter(path: mapPath, kind: .complete, hash: hasher.kind, pageSize: pageSize, pages: pages)
-        let deltaWriter = try delta.map { try PageDeltaWriter(path: $0.deltaPath, pageSize: pageSize, pages: pages) }
+        // The delta and its map are scratch files that only this run's archive reads back.
+        let deltaWriter = try delta.map {
+            try PageDeltaWriter(path: $0.deltaPath, pageSize: pageSize, pages: pages, durable: false)
+        }
         let changedMap = try delta.map {
-            try PageMapWriter(path: $0.changedMapPath, kind: .changedOnly, hash: hasher.kind, pageSize: pageSize, pages: pages)
+            try PageMapWriter(
+                path: $0.changedMapPath, kind: .changedOnly, hash: hasher.kind, pageSize: pageSize, pages: pages, durable: false)
         }
         let pagesPerBatch = max(1, Self.batchBytes / pageSize)
         let batches = (pages + pagesPerBatch - 1) / pagesPerBatch
