@@ -29,74 +29,124 @@ struct DatabasePageScan {
     let cancel: CancellationFlag
 
     /// Pages read and hashed per batch: a few MiB, whatever the page size.
-    private static let batchBytes = 4 << 20
+    private static let batchBytes = 2 << 20
+    /// Batches in flight: one being read, one being hashed, one being written.
+    private static let ringSlots = 3
 
     /// Scans `snapshot`; writes its complete map to `mapPath`, and with `delta` the changed
     /// pages and their map. `wholeFileSHA256`: also hash the whole file (an incremental's
     /// database never goes through the compression pipeline, which would do it otherwise).
+    ///
+    /// One thread reads the snapshot into a ring of batches, `workers` threads hash them
+    /// (one of them the whole file, which is sequential, the others the pages), and this
+    /// thread compares each batch's hashes with the base's and writes the delta.
     func scan(
         _ snapshot: DatabaseSnapshot, mapPath: String, delta: DeltaOutput?, wholeFileSHA256: Bool
     ) throws -> Result {
         let pageSize = snapshot.pageSize
         let pages = snapshot.pageCount
         let map = try PageMapWriter(path: mapPath, kind: .complete, hash: hasher.kind, pageSize: pageSize, pages: pages)
-        let deltaWriter = try delta.map { try PageDeltaWriter(path: $0.deltaPath, pageSize: pageSize, pages: pages) }
+        // The delta and its map are scratch files that only this run's archive reads back.
+        let deltaWriter = try delta.map {
+            try PageDeltaWriter(path: $0.deltaPath, pageSize: pageSize, pages: pages, durable: false)
+        }
         let changedMap = try delta.map {
-            try PageMapWriter(path: $0.changedMapPath, kind: .changedOnly, hash: hasher.kind, pageSize: pageSize, pages: pages)
+            try PageMapWriter(
+                path: $0.changedMapPath, kind: .changedOnly, hash: hasher.kind, pageSize: pageSize, pages: pages, durable: false)
         }
         let pagesPerBatch = max(1, Self.batchBytes / pageSize)
-        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: pagesPerBatch * pageSize, alignment: 4096)
-        defer { buffer.deallocate() }
-        let hashes = UnsafeMutableRawBufferPointer.allocate(byteCount: pagesPerBatch * PageMapFormat.hashSize, alignment: 16)
-        defer { hashes.deallocate() }
-        var oldHashes: [UInt8] = []
+        let batches = (pages + pagesPerBatch - 1) / pagesPerBatch
+        // The whole-file hash takes one thread for itself; the pages share the others.
+        let pageHashers = max(1, min(wholeFileSHA256 ? workers - 1 : workers, WorkerPool.maximumWidth - 2))
+        let ring = PageBatchRing(
+            slots: Self.ringSlots, slotBytes: pagesPerBatch * pageSize, hashBytesPerSlot: pagesPerBatch * PageMapFormat.hashSize,
+            pageHashers: pageHashers, hashesWholeFile: wholeFileSHA256)
         let fileHasher = RunningSHA256()
-        var changed = 0
-        let width = max(1, min(workers, WorkerPool.maximumWidth - 1))
         let pageHasher = self.hasher
+        let cancel = self.cancel
+        @Sendable func pageCount(of batch: Int) -> Int { min(pagesPerBatch, pages - batch * pagesPerBatch) }
 
-        var first = 1
-        while first <= pages {
-            try cancel.throwIfCancelled()
-            let count = min(pagesPerBatch, pages - first + 1)
-            let bytes = count * pageSize
-            let got = try snapshot.read(into: buffer.baseAddress!, count: bytes, offset: Int64(first - 1) * Int64(pageSize))
-            guard got == bytes else {
-                throw StoreBackupError.sqlite(path: snapshot.path, operation: "read snapshot", message: "short read")
-            }
-            // Pages are hashed on `width` threads, the whole file on one more, meanwhile.
-            let batch = SendableBuffers(pages: UnsafeRawBufferPointer(buffer), hashes: hashes)
-            try WorkerPool.run(name: "storebackup-pagehash", width: wholeFileSHA256 ? width + 1 : width) { worker in
-                if worker == width {
-                    fileHasher.hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: batch.pages.prefix(bytes)))
-                    return
-                }
-                for index in stride(from: worker, to: count, by: width) {
-                    let page = UnsafeRawBufferPointer(rebasing: batch.pages[(index * pageSize)..<((index + 1) * pageSize)])
-                    let slot = UnsafeMutableRawBufferPointer(
-                        rebasing: batch.hashes[(index * PageMapFormat.hashSize)..<((index + 1) * PageMapFormat.hashSize)])
-                    pageHasher.hash(page, into: slot)
-                }
-            }
-
-            let known = try delta?.base.readHashes(from: first, count: count, into: &oldHashes) ?? 0
-            for index in 0..<count {
-                let hash = UnsafeRawBufferPointer(
-                    rebasing: hashes[(index * PageMapFormat.hashSize)..<((index + 1) * PageMapFormat.hashSize)])
-                try map.add(page: first + index, hash: hash)
-                let same =
-                    index < known
-                    && oldHashes.withUnsafeBytes {
-                        memcmp($0.baseAddress! + index * PageMapFormat.hashSize, hash.baseAddress!, PageMapFormat.hashSize) == 0
+        let threads = WorkerPool.start(name: "storebackup-pagescan", width: 1 + (wholeFileSHA256 ? 1 : 0) + pageHashers) {
+            worker in
+            if worker == 0 {
+                // The reader.
+                do {
+                    for batch in 0..<batches {
+                        try cancel.throwIfCancelled()
+                        guard ring.waitForFreeSlot(batch) else { return }
+                        let bytes = pageCount(of: batch) * pageSize
+                        let got = try snapshot.read(
+                            into: ring.pages(of: batch).baseAddress!, count: bytes, offset: Int64(batch * pagesPerBatch) * Int64(pageSize))
+                        guard got == bytes else {
+                            throw StoreBackupError.sqlite(path: snapshot.path, operation: "read snapshot", message: "short read")
+                        }
+                        ring.markRead(batch)
                     }
-                guard !same else { continue }
-                changed += 1
-                try deltaWriter?.add(
-                    page: first + index,
-                    bytes: UnsafeRawBufferPointer(rebasing: buffer[(index * pageSize)..<((index + 1) * pageSize)]))
-                try changedMap?.add(page: first + index, hash: hash)
+                } catch {
+                    ring.stop(error)
+                }
+            } else if wholeFileSHA256 && worker == 1 {
+                for batch in 0..<batches {
+                    guard ring.waitForRead(batch) else { return }
+                    let bytes = pageCount(of: batch) * pageSize
+                    fileHasher.hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: ring.pages(of: batch).prefix(bytes)))
+                    ring.markFileHashed(batch)
+                }
+            } else {
+                let hasherNumber = worker - (wholeFileSHA256 ? 2 : 1)
+                for batch in 0..<batches {
+                    guard ring.waitForRead(batch) else { return }
+                    let pages = UnsafeRawBufferPointer(ring.pages(of: batch))
+                    let hashes = ring.hashes(of: batch)
+                    for index in stride(from: hasherNumber, to: pageCount(of: batch), by: pageHashers) {
+                        let page = UnsafeRawBufferPointer(rebasing: pages[(index * pageSize)..<((index + 1) * pageSize)])
+                        let slot = UnsafeMutableRawBufferPointer(
+                            rebasing: hashes[(index * PageMapFormat.hashSize)..<((index + 1) * PageMapFormat.hashSize)])
+                        pageHasher.hash(page, into: slot)
+                    }
+                    ring.markPagesHashed(batch)
+                }
             }
-            first += count
+        }
+        defer {
+            ring.stop(nil)
+            threads.join()
+        }
+
+        var oldHashes: [UInt8] = []
+        var changed = 0
+        for batch in 0..<batches {
+            guard ring.waitForPageHashes(batch) else { throw ring.error ?? StoreBackupError.cancelled }
+            let first = batch * pagesPerBatch + 1
+            let count = pageCount(of: batch)
+            let pageBytes = UnsafeRawBufferPointer(ring.pages(of: batch))
+            let hashes = UnsafeRawBufferPointer(ring.hashes(of: batch))
+            do {
+                let known = try delta?.base.readHashes(from: first, count: count, into: &oldHashes) ?? 0
+                for index in 0..<count {
+                    let hash = UnsafeRawBufferPointer(
+                        rebasing: hashes[(index * PageMapFormat.hashSize)..<((index + 1) * PageMapFormat.hashSize)])
+                    try map.add(page: first + index, hash: hash)
+                    let same =
+                        index < known
+                        && oldHashes.withUnsafeBytes {
+                            memcmp($0.baseAddress! + index * PageMapFormat.hashSize, hash.baseAddress!, PageMapFormat.hashSize) == 0
+                        }
+                    guard !same else { continue }
+                    changed += 1
+                    try deltaWriter?.add(
+                        page: first + index,
+                        bytes: UnsafeRawBufferPointer(rebasing: pageBytes[(index * pageSize)..<((index + 1) * pageSize)]))
+                    try changedMap?.add(page: first + index, hash: hash)
+                }
+            } catch {
+                ring.stop(error)
+                throw error
+            }
+            ring.markConsumed(batch)
+        }
+        if wholeFileSHA256 {
+            guard ring.waitForFileHash(batches) else { throw ring.error ?? StoreBackupError.cancelled }
         }
         _ = try map.finish()
         return Result(
@@ -107,15 +157,8 @@ struct DatabasePageScan {
     }
 }
 
-/// A batch's buffers handed to the hashing threads, which each touch their own pages and
-/// hash slots only; the batch outlives them (``WorkerPool/run(name:width:batch:_:)`` joins).
-private struct SendableBuffers: @unchecked Sendable {
-    let pages: UnsafeRawBufferPointer
-    let hashes: UnsafeMutableRawBufferPointer
-}
-
-/// The whole file's running SHA-256, updated by one hashing thread per batch (the batches
-/// one after another: each thread group is joined before the next starts).
+/// The whole file's running SHA-256, updated by the one whole-file hashing thread (batch
+/// after batch, in order) and read once that thread is done.
 private final class RunningSHA256: @unchecked Sendable {
     var hasher = SHA256()
 }

@@ -14,10 +14,11 @@ final class PageDeltaWriter {
     private let output: BufferedFileWriter
     private(set) var records = 0
 
-    init(path: String, pageSize: Int, pages: Int) throws {
+    /// `durable: false`: the delta is a scratch file read back only into this run's archive.
+    init(path: String, pageSize: Int, pages: Int, durable: Bool = true) throws {
         self.path = path
         self.pageSize = pageSize
-        output = try BufferedFileWriter(path: path)
+        output = try BufferedFileWriter(path: path, durable: durable)
         var header = Self.magic + [Self.version, 0, 0, 0]
         header += withUnsafeBytes(of: UInt32(pageSize).littleEndian, Array.init)
         header += withUnsafeBytes(of: UInt32(pages).littleEndian, Array.init)
@@ -28,12 +29,12 @@ final class PageDeltaWriter {
     /// Adds one changed page; pages must come in ascending order.
     func add(page: Int, bytes: UnsafeRawBufferPointer) throws {
         precondition(bytes.count == pageSize)
-        try output.write(withUnsafeBytes(of: UInt32(page).littleEndian, Array.init))
+        try withUnsafeBytes(of: UInt32(page).littleEndian) { try output.write($0) }
         try output.write(bytes)
         records += 1
     }
 
-    /// Writes the record count and fsyncs; returns the file's size.
+    /// Writes the record count and fsyncs (when durable); returns the file's size.
     func finish() throws -> Int64 {
         try output.patch(withUnsafeBytes(of: UInt32(records).littleEndian, Array.init), at: Self.recordCountOffset)
         return try output.finish()

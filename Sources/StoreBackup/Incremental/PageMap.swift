@@ -87,21 +87,22 @@ final class PageMapWriter {
     private let output: BufferedFileWriter
     private(set) var records = 0
 
-    init(path: String, kind: PageMapFormat.Kind, hash: PageHashKind, pageSize: Int, pages: Int) throws {
+    /// `durable: false` for a scratch file read back by this run only (no fsync).
+    init(path: String, kind: PageMapFormat.Kind, hash: PageHashKind, pageSize: Int, pages: Int, durable: Bool = true) throws {
         self.path = path
         self.kind = kind
-        output = try BufferedFileWriter(path: path)
+        output = try BufferedFileWriter(path: path, durable: durable)
         try output.write(PageMapFormat.header(kind: kind, hash: hash, pageSize: pageSize, pages: pages))
     }
 
     /// Adds page `page`'s hash (kind 0: every page, in order; kind 1: changed pages, ascending).
     func add(page: Int, hash: UnsafeRawBufferPointer) throws {
-        if kind == .changedOnly { try output.write(withUnsafeBytes(of: UInt32(page).littleEndian, Array.init)) }
+        if kind == .changedOnly { try withUnsafeBytes(of: UInt32(page).littleEndian) { try output.write($0) } }
         try output.write(hash)
         records += 1
     }
 
-    /// Flushes and fsyncs; the file's size is final.
+    /// Flushes (and fsyncs, when durable); the file's size is final.
     func finish() throws -> Int64 { try output.finish() }
 }
 
@@ -110,12 +111,16 @@ final class PageMapWriter {
 final class BufferedFileWriter {
     let path: String
     let descriptor: Int32
+    /// False: a scratch file that only this run reads back (into the archive, which is
+    /// made durable itself), so it is not fsynced.
+    let durable: Bool
     private var buffer: [UInt8] = []
     private(set) var written: Int64 = 0
     private static let capacity = 1 << 20
 
-    init(path: String) throws {
+    init(path: String, durable: Bool = true) throws {
         self.path = path
+        self.durable = durable
         descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else { throw StoreBackupError.io(path: path, operation: "create", errno: errno) }
         buffer.reserveCapacity(Self.capacity)
@@ -146,7 +151,7 @@ final class BufferedFileWriter {
 
     func finish() throws -> Int64 {
         try flush()
-        guard fsync(descriptor) == 0 else { throw StoreBackupError.io(path: path, operation: "fsync", errno: errno) }
+        guard !durable || fsync(descriptor) == 0 else { throw StoreBackupError.io(path: path, operation: "fsync", errno: errno) }
         return written
     }
 
