@@ -246,6 +246,64 @@ final class RangedReadTests: XCTestCase {
         }
     }
 
+    /// An answer written in place (a restore's parallel ranges) is checked as one kept in
+    /// memory, on the count of bytes written; a whole object stands in only for a range
+    /// that is the whole object.
+    func testAnswersWrittenInPlaceAreChecked() throws {
+        func answer(_ status: Int, _ range: String?, written: Int64) -> TransferResponse {
+            TransferResponse(
+                status: status, headers: range.map { ["content-range": $0] } ?? [:], body: Data(), bytesReceived: written,
+                bytesWritten: written)
+        }
+        func check(_ response: TransferResponse, _ range: Range<Int64> = 10..<20) throws {
+            _ = try RangedRead.bytes(of: response, range: range, size: 100, label: "test", target: .file(descriptor: -1))
+        }
+        XCTAssertNoThrow(try check(answer(206, "bytes 10-19/100", written: 10)))
+        XCTAssertNoThrow(try check(answer(200, "bytes 10-19/100", written: 10)), "rclone's 200")
+        XCTAssertNoThrow(try check(answer(0, nil, written: 10)), "sftp")
+        XCTAssertNoThrow(try check(answer(200, nil, written: 100), 0..<100), "the whole object for the whole object")
+        for wrong in [
+            answer(206, "bytes 11-20/100", written: 10), answer(206, "bytes 10-19/99", written: 10),
+            answer(206, "bytes 10-19/100", written: 9), answer(206, nil, written: 10),
+            answer(200, nil, written: 10), answer(0, nil, written: 5),
+        ] {
+            XCTAssertThrowsError(try check(wrong), "\(wrong.status) \(wrong.headers)") { error in
+                guard case StoreBackupError.transfer(let failure) = error else { return XCTFail("\(error)") }
+                XCTAssertEqual(failure.serviceCode, BackupRangeReader.rangesNotHonoured, failure.message)
+            }
+        }
+    }
+
+    /// The sink that writes an answer in place puts its bytes at the range's offset and
+    /// never past the range: an answer longer than asked for (the whole file) stops at the
+    /// limit. Real libcurl transfers of a local file (`file://` honours a range as a server does).
+    func testAnswerInPlaceNeverWritesPastItsRange() throws {
+        let work = try TestEnvironment.temporaryDirectory("inplace")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let object = Data((0..<100).map { UInt8($0) })
+        let source = work + "/object", staging = work + "/staging"
+        FileManager.default.createFile(atPath: source, contents: object)
+        FileManager.default.createFile(atPath: staging, contents: Data(repeating: 0xEE, count: 100))
+        let descriptor = open(staging, O_WRONLY | O_CLOEXEC)
+        XCTAssertGreaterThanOrEqual(descriptor, 0)
+        defer { close(descriptor) }
+        let transfer = CurlTransfer(options: TransportOptions())
+        var ranged = try RangedRead.request(
+            TransferRequest(method: "GET", url: "file://" + source, label: "object"), range: 10..<20, size: 100,
+            into: .file(descriptor: descriptor))
+        let response = try transfer.perform(ranged, cancel: nil)
+        XCTAssertEqual(response.bytesWritten, 10)
+        XCTAssertTrue(response.body.isEmpty)
+        ranged.byteRange = nil  // the whole file, as a server that ignores ranges sends it
+        XCTAssertThrowsError(try transfer.perform(ranged, cancel: nil)) { error in
+            guard case StoreBackupError.transfer(let failure) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(failure.serviceCode, RangedRead.answerTooLarge, failure.message)
+        }
+        let staged = try Data(contentsOf: URL(fileURLWithPath: staging))
+        XCTAssertEqual(staged[0..<10], Data(repeating: 0xEE, count: 10), "nothing before the range")
+        XCTAssertEqual(staged[20..<100], Data(repeating: 0xEE, count: 80), "nothing past the range")
+    }
+
     /// A small backup (at most 8 MiB) from a server that ignores ranges is read from the
     /// whole answers it sends, each cut to the range asked for.
     func testSmallBackupFromAServerThatIgnoresRanges() async throws {

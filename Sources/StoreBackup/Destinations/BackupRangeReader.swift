@@ -21,14 +21,31 @@ public struct BackupRangeReader: Sendable {
     /// others share the link, large enough that requests cost little. A service that pays
     /// a connection per read (SFTP) asks for more.
     let pieceBytes: Int64
-    let readRange: @Sendable (Range<Int64>, CancellationFlag) throws -> Data
+    /// Fetches a range into memory (returned) or into a file at the range's offset (the
+    /// result is empty), after the backend's checks of the answer.
+    let readRange: @Sendable (Range<Int64>, RangedRead.Target, CancellationFlag) throws -> Data
 
+    /// A reader whose backend writes into a `.file` target itself, as the answer arrives.
     init(
-        size: Int64, pieceBytes: Int64 = 2 << 20, read: @escaping @Sendable (Range<Int64>, CancellationFlag) throws -> Data
+        size: Int64, pieceBytes: Int64 = 2 << 20,
+        fetch: @escaping @Sendable (Range<Int64>, RangedRead.Target, CancellationFlag) throws -> Data
     ) {
         self.size = size
         self.pieceBytes = min(pieceBytes, RangedRead.maxRequestBytes)
-        self.readRange = read
+        self.readRange = fetch
+    }
+
+    /// A reader whose backend only returns bytes: a `.file` target gets them written after.
+    init(
+        size: Int64, pieceBytes: Int64 = 2 << 20, read: @escaping @Sendable (Range<Int64>, CancellationFlag) throws -> Data
+    ) {
+        self.init(size: size, pieceBytes: pieceBytes) { range, target, cancel in
+            let data = try read(range, cancel)
+            guard case .file(let descriptor) = target else { return data }
+            guard data.count == range.count else { throw Self.shortRead(data.count, of: range) }
+            try data.withUnsafeBytes { try Self.write($0, at: range.lowerBound, descriptor: descriptor) }
+            return Data()
+        }
     }
 
     /// The most bytes one read may ask for.
@@ -43,14 +60,42 @@ public struct BackupRangeReader: Sendable {
                 .other, label: "", "cannot read bytes \(range.lowerBound)..<\(range.upperBound) of a backup of \(size)")
         }
         if range.isEmpty { return Data() }
-        let data = try readRange(range, cancel)
+        let data = try readRange(range, .memory, cancel)
         // Every backend checks its answer; this holds whatever a backend of one's own does.
-        guard data.count == range.count else {
-            throw StoreBackupError.transferFailed(
-                .other, label: "", "a ranged read returned \(data.count) of \(range.count) bytes",
-                serviceCode: Self.rangesNotHonoured)
-        }
+        guard data.count == range.count else { throw Self.shortRead(data.count, of: range) }
         return data
+    }
+
+    /// Writes the bytes `range` of the backup at the same offset in `descriptor` as they
+    /// arrive, so a whole backup read in parallel ranges holds no answer in memory. Returns
+    /// only once every byte of the range was received and checked; on a failure the range's
+    /// bytes in the file are undefined (asking again rewrites them from the start).
+    func read(_ range: Range<Int64>, into descriptor: Int32, cancel: CancellationFlag) throws {
+        guard range.lowerBound >= 0, range.upperBound <= size, Int64(range.count) <= Self.maxReadBytes else {
+            throw StoreBackupError.transferFailed(
+                .other, label: "", "cannot read bytes \(range.lowerBound)..<\(range.upperBound) of a backup of \(size)")
+        }
+        if range.isEmpty { return }
+        let data = try readRange(range, .file(descriptor: descriptor), cancel)
+        // Bytes handed back instead of written are a backend's short answer.
+        guard data.isEmpty else { throw Self.shortRead(data.count, of: range) }
+    }
+
+    private static func shortRead(_ count: Int, of range: Range<Int64>) -> StoreBackupError {
+        StoreBackupError.transferFailed(
+            .other, label: "", "a ranged read returned \(count) of \(range.count) bytes", serviceCode: rangesNotHonoured)
+    }
+
+    private static func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64, descriptor: Int32) throws {
+        var written = 0
+        while written < bytes.count {
+            let result = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+            if result < 0 {
+                if errno == EINTR { continue }
+                throw StoreBackupError.io(path: "", operation: "write downloaded bytes", errno: errno)
+            }
+            written += result
+        }
     }
 }
 
@@ -73,12 +118,12 @@ extension RetryingDestination {
         guard let reader = base.rangeReader(of: name, size: size) else { return nil }
         let budget = RetryBudget(policy: policy)
         let policy = self.policy, logger = self.logger, displayName = self.displayName
-        return BackupRangeReader(size: size, pieceBytes: reader.pieceBytes) { range, cancel in
+        return BackupRangeReader(size: size, pieceBytes: reader.pieceBytes) { range, target, cancel in
             try WorkerPool.$operationBudget.withValue(budget) {
                 var attempt = 1
                 while true {
                     do {
-                        return try reader.readRange(range, cancel)
+                        return try reader.readRange(range, target, cancel)
                     } catch StoreBackupError.transfer(let failure) where failure.isRetryable {
                         let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
                         guard attempt < policy.operationAttempts, budget.allows(delay: delay) else {

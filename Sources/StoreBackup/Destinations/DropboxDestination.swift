@@ -267,12 +267,12 @@ struct DropboxDestination: BlockingDestination {
     /// `/2/files/download` with a `Range` header, which Dropbox honours (see ``RangedRead``).
     func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
         guard (try? BackupName.validate(name)) != nil else { return nil }
-        return BackupRangeReader(size: size) { range, cancel in
+        return BackupRangeReader(size: size) { range, target, cancel in
             let label = "\(displayName)/\(name)"
             var download = TransferRequest(method: "POST", url: contentURL + "/2/files/download", label: label)
             download.headers.append(("Dropbox-API-Arg", DropboxAPI.json(["path": path(of: name)])))
             download.headers.append(("Content-Type", ""))
-            let ranged = try RangedRead.request(download, range: range, size: size)
+            let ranged = try RangedRead.request(download, range: range, size: size, into: target)
             let response = try RangedRead.perform(ranged) { request in
                 try send(label: label, cancel: cancel) { token in
                     var request = request
@@ -284,7 +284,7 @@ struct DropboxDestination: BlockingDestination {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }
             if response.status != 206 { try check(response, context: "read \(name)") }
-            return try RangedRead.bytes(of: response, range: range, size: size, label: label)
+            return try RangedRead.bytes(of: response, range: range, size: size, label: label, target: target)
         }
     }
 

@@ -514,13 +514,13 @@ struct S3Destination: BlockingDestination {
     /// A ranged GET of the object (see ``RangedRead``).
     func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
         guard (try? BackupName.validate(name)) != nil else { return nil }
-        return BackupRangeReader(size: size) { range, cancel in
+        return BackupRangeReader(size: size) { range, target, cancel in
             let label = "\(displayName)/\(name)"
-            let get = try RangedRead.request(request("GET", url(key: key(name)), label: label), range: range, size: size)
+            let get = try RangedRead.request(request("GET", url(key: key(name)), label: label), range: range, size: size, into: target)
             let response = try RangedRead.perform(get) { try perform($0, cancel: cancel) }
             if response.status == 404 { throw StoreBackupError.backupNotFound(name: name, destination: displayName) }
             try check(response, expecting: [200, 206], context: "read \(name)")
-            return try RangedRead.bytes(of: response, range: range, size: size, label: label)
+            return try RangedRead.bytes(of: response, range: range, size: size, label: label, target: target)
         }
     }
 

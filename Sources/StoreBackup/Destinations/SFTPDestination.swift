@@ -388,12 +388,13 @@ struct SFTPDestination: BlockingDestination {
     /// whole download ask for the most a read may.
     func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
         guard (try? BackupName.validate(name)) != nil else { return nil }
-        return BackupRangeReader(size: size, pieceBytes: RangedRead.maxRequestBytes) { range, cancel in
+        return BackupRangeReader(size: size, pieceBytes: RangedRead.maxRequestBytes) { range, target, cancel in
             let label = "\(displayName)/\(name)"
-            let get = try RangedRead.request(request("GET", url(path: path(of: name)), label: label), range: range, size: size)
+            let get = try RangedRead.request(
+                request("GET", url(path: path(of: name)), label: label), range: range, size: size, into: target)
             do {
                 let response = try RangedRead.perform(get) { try perform($0, cancel: cancel) }
-                return try RangedRead.bytes(of: response, range: range, size: size, label: label)
+                return try RangedRead.bytes(of: response, range: range, size: size, label: label, target: target)
             } catch StoreBackupError.transfer(let failure) where failure.kind == .notFound {
                 throw StoreBackupError.backupNotFound(name: name, destination: displayName)
             }

@@ -9,8 +9,9 @@ import Glibc
 /// once, while restore already reads the file (``ArrivingArchive``): each request fetches
 /// one chunk a reader waits for (the reader's ``BackupRangeReader/pieceBytes``: 2 MiB,
 /// 8 MiB over SFTP), or up to 8 MiB of chunks in a row nobody waits for yet, and writes
-/// them at their offset, and ``ArrivingFile`` says which chunks are there and which one to fetch next
-/// (the one a reader waits for first). Memory is one chunk per request in flight.
+/// them at their offset as their bytes come (no answer is held in memory), and
+/// ``ArrivingFile`` says which chunks are there and which one to fetch next (the one a
+/// reader waits for first).
 ///
 /// Every answer is checked as any ranged read's is (``BackupRangeReader``: `206` or a
 /// matching `Content-Range`, the total size, the exact length) and retried within the
@@ -59,8 +60,8 @@ final class StreamingDownload: Sendable {
                 let range = arrival.range(ofChunk: chunks.lowerBound).lowerBound..<arrival.range(ofChunk: chunks.upperBound - 1).upperBound
                 do {
                     try cancel.throwIfCancelled()
-                    let data = try ranges.read(range, cancel: cancel)
-                    try Self.write(data, at: range.lowerBound, descriptor: descriptor, path: path)
+                    // Written in place as the answer arrives; arrived only once it is whole and checked.
+                    try ranges.read(range, into: descriptor, cancel: cancel)
                     for chunk in chunks { arrival.markArrived(chunk) }
                     progress?(BackupProgress(phase: .downloading, bytesDone: arrival.arrivedBytes, bytesTotal: arrival.size))
                 } catch {
@@ -98,19 +99,5 @@ final class StreamingDownload: Sendable {
     func cancelNow() {
         cancel.cancel()
         arrival.fail(StoreBackupError.cancelled)
-    }
-
-    private static func write(_ data: Data, at offset: Int64, descriptor: Int32, path: String) throws {
-        try data.withUnsafeBytes { bytes in
-            var written = 0
-            while written < bytes.count {
-                let result = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
-                if result < 0 {
-                    if errno == EINTR { continue }
-                    throw StoreBackupError.io(path: path, operation: "write", errno: errno)
-                }
-                written += result
-            }
-        }
     }
 }

@@ -161,7 +161,7 @@ struct CurlTransfer {
         try context.checkDownloadComplete(status: status)
         return TransferResponse(
             status: status, headers: context.headers, body: context.memory, bytesReceived: context.received,
-            sha256: context.hasher.map { FileDigest.hex($0.finalize()) })
+            sha256: context.hasher.map { FileDigest.hex($0.finalize()) }, bytesWritten: context.positionedWritten)
     }
 
     static func classify(code: CURLcode, label: String, url: String, status: Int, cancelled: Bool) -> Error {
@@ -214,6 +214,11 @@ final class TransferContext: @unchecked Sendable {
     private var sinkFile: Int32 = -1
     private var sinkOffset: Int64 = 0
     private var memoryLimit = 0
+    /// The `.positioned` sink: where its bytes go, how many it may take, how many it wrote.
+    private var positionedFile: Int32 = -1
+    private var positionedOffset: Int64 = 0
+    private var positionedLimit = 0
+    private(set) var positionedWritten: Int64 = 0
     /// The running hash of a `.sha256` sink.
     private(set) var hasher: SHA256?
 
@@ -254,6 +259,12 @@ final class TransferContext: @unchecked Sendable {
             sinkOffset = offset
             ftruncate(sinkFile, off_t(offset))
             lseek(sinkFile, off_t(offset), SEEK_SET)
+        case .positioned(let descriptor, let offset, let limit):
+            // Not owned: the caller opened it and keeps it open across requests.
+            positionedFile = descriptor
+            positionedOffset = offset
+            positionedLimit = limit
+            memoryLimit = 1 << 20
         }
     }
 
@@ -302,6 +313,7 @@ final class TransferContext: @unchecked Sendable {
             hasher!.update(bufferPointer: bytes)
             return bytes.count
         }
+        if positionedFile >= 0 && success { return writePositioned(bytes) }
         if sinkFile >= 0 && success {
             var offset = 0
             while offset < bytes.count {
@@ -325,11 +337,35 @@ final class TransferContext: @unchecked Sendable {
         return bytes.count
     }
 
+    /// The `.positioned` sink: the bytes go to their place in the file as they come, and an
+    /// answer longer than asked for stops before it writes past its range.
+    private func writePositioned(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard positionedWritten + Int64(bytes.count) <= Int64(positionedLimit) else {
+            failure = StoreBackupError.transferFailed(
+                .other, label: request.label, "the answer is larger than expected", serviceCode: RangedRead.answerTooLarge)
+            return 0
+        }
+        var done = 0
+        while done < bytes.count {
+            let at = off_t(positionedOffset + positionedWritten) + off_t(done)
+            let wrote = pwrite(positionedFile, bytes.baseAddress! + done, bytes.count - done, at)
+            if wrote < 0 {
+                if errno == EINTR { continue }
+                failure = StoreBackupError.io(path: request.label, operation: "write download", errno: errno)
+                return 0
+            }
+            done += wrote
+        }
+        positionedWritten += Int64(bytes.count)
+        return bytes.count
+    }
+
     func receiveHeader(_ line: String) {
         let trimmed = line.trimmingCharacters(in: .whitespacesAndNewlines)
         if trimmed.hasPrefix("HTTP/") {
             // A new response (after 100 Continue or a redirect): start over.
             headers = [:]
+            positionedWritten = 0
             let parts = trimmed.split(separator: " ")
             currentStatus = parts.count > 1 ? Int(parts[1]) ?? 0 : 0
             return

@@ -19,6 +19,11 @@ struct TransferRequest: Sendable {
         /// Hash a success body with SHA-256 without keeping it (read-back checks);
         /// an error body goes to memory.
         case sha256
+        /// Write a success body with `pwrite` into an open file from `offset` on, at most
+        /// `limit` bytes (a ranged read straight into the file it fills, so no answer is held
+        /// in memory); a longer answer fails as ``RangedRead/answerTooLarge`` without writing
+        /// past the limit. An error body goes to memory.
+        case positioned(descriptor: Int32, offset: Int64, limit: Int)
     }
 
     enum Credentials: Sendable {
@@ -67,6 +72,8 @@ struct TransferResponse: Sendable {
     var bytesReceived: Int64
     /// SHA-256 (hex) of the body, for the `.sha256` sink.
     var sha256: String? = nil
+    /// Bytes of a success body the `.positioned` sink wrote.
+    var bytesWritten: Int64 = 0
 
     func header(_ name: String) -> String? { headers[name.lowercased()] }
     var bodyText: String { String(decoding: body.prefix(4096), as: UTF8.self) }

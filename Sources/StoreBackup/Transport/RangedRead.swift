@@ -18,8 +18,20 @@ enum RangedRead {
     /// The service code `CurlTransfer` gives an answer that outgrew its memory limit.
     static let answerTooLarge = "AnswerTooLarge"
 
+    /// Where the bytes of a range go.
+    enum Target: Sendable {
+        /// Returned as `Data` (`ls` and `extract` read a few ranges).
+        case memory
+        /// Written at the range's own offset in this open file as they arrive (a whole
+        /// backup fetched in parallel ranges): no answer is held in memory, and nothing is
+        /// written outside the range.
+        case file(descriptor: Int32)
+    }
+
     /// `request` (a GET of the whole object) limited to `range` of an object of `size` bytes.
-    static func request(_ request: TransferRequest, range: Range<Int64>, size: Int64) throws -> TransferRequest {
+    static func request(
+        _ request: TransferRequest, range: Range<Int64>, size: Int64, into target: Target = .memory
+    ) throws -> TransferRequest {
         guard range.lowerBound >= 0, range.upperBound <= size, !range.isEmpty, Int64(range.count) <= maxRequestBytes else {
             throw StoreBackupError.transferFailed(
                 .other, label: request.label, "cannot read bytes \(range.lowerBound)..<\(range.upperBound) of \(size)")
@@ -28,7 +40,14 @@ enum RangedRead {
         ranged.byteRange = range
         // Room for the whole object only when it is small enough to take in place of the range.
         let room = size <= maxWholeObjectBytes ? max(Int64(range.count), size) : Int64(range.count)
-        ranged.sink = .memory(limit: Int(room))
+        switch target {
+        case .memory:
+            ranged.sink = .memory(limit: Int(room))
+        case .file(let descriptor):
+            // A whole object in place of the range fits only when the range is the whole
+            // object; any other such answer overflows the range and is ``notHonoured``.
+            ranged.sink = .positioned(descriptor: descriptor, offset: range.lowerBound, limit: range.count)
+        }
         return ranged
     }
 
@@ -44,7 +63,12 @@ enum RangedRead {
 
     /// The bytes of `range` from a successful answer (`status` 200 or 206 over HTTP, 0 over
     /// sftp), after checking that they are the bytes asked for.
-    static func bytes(of response: TransferResponse, range: Range<Int64>, size: Int64, label: String) throws -> Data {
+    /// With a `.file` target the bytes are already in the file and the result is empty;
+    /// the same checks hold (the count is of the bytes written).
+    static func bytes(
+        of response: TransferResponse, range: Range<Int64>, size: Int64, label: String, target: Target = .memory
+    ) throws -> Data {
+        if case .file = target { return try checkWritten(response, range: range, size: size, label: label) }
         let body = response.body
         let wanted = Int(range.count)
         if response.status == 0 {
@@ -66,6 +90,33 @@ enum RangedRead {
             throw mismatch(label: label, "\(body.count) bytes of an object of \(size)")
         }
         return body.subdata(in: Int(range.lowerBound)..<Int(range.upperBound))
+    }
+
+    /// The checks of ``bytes(of:range:size:label:target:)`` for an answer already written at
+    /// the range's offset. Bytes written by an answer that fails them are never used: the
+    /// caller marks nothing arrived and downloads the backup whole, or asks again.
+    private static func checkWritten(_ response: TransferResponse, range: Range<Int64>, size: Int64, label: String) throws -> Data {
+        let written = response.bytesWritten
+        let wanted = Int64(range.count)
+        if response.status == 0 {
+            guard written == wanted else { throw mismatch(label: label, "\(written) bytes instead of \(wanted)") }
+            return Data()
+        }
+        if let header = response.header("content-range") {
+            guard let answered = ContentRange(header), answered.first == range.lowerBound,
+                answered.last == range.upperBound - 1, answered.total == nil || answered.total == size,
+                written == wanted
+            else { throw mismatch(label: label, "the range \(header) with \(written) bytes") }
+            return Data()
+        }
+        guard response.status == 200 else { throw mismatch(label: label, "HTTP \(response.status) without a Content-Range") }
+        // The whole object, range ignored: usable only when the range is the whole object
+        // (the sink wrote it from the range's start, which is then 0).
+        guard range == 0..<size, written == size else {
+            if written > wanted || size > wanted { throw ignored(label: label) }
+            throw mismatch(label: label, "\(written) bytes of an object of \(size)")
+        }
+        return Data()
     }
 
     private static func ignored(label: String) -> StoreBackupError {
