@@ -192,7 +192,7 @@ struct ParallelInflater {
             if let patchBlock, descriptor >= 0 {
                 let offset = Int64(nextToHash) * Int64(blockSize)
                 try patchBlock(offset, UnsafeMutableRawBufferPointer(start: plain.bytes, count: plain.count))
-                try Self.writeAll(descriptor, plain.contents, at: offset, path: path)
+                try FileSystem.write(descriptor, plain.contents, at: offset, path: path)
                 writeback?.wrote(plain.count)
             }
             try onBytes(Int64(plain.count))
@@ -206,18 +206,6 @@ struct ParallelInflater {
         }
         let digest = hashesContent ? FileDigest.hex(hasher.finalize()) : nil
         return Result(sha256: digest, crc: crc, size: size)
-    }
-
-    private static func writeAll(_ descriptor: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
-        var written = 0
-        while written < bytes.count {
-            let result = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset + Int64(written)))
-            if result < 0 {
-                if errno == EINTR { continue }
-                throw StoreBackupError.io(path: path, operation: "write", errno: errno)
-            }
-            written += result
-        }
     }
 
     private func locked<T>(_ body: () throws -> T) rethrows -> T {

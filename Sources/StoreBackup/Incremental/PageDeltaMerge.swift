@@ -96,7 +96,7 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
             // page size) has its head on disk already: that part is written in place.
             let head = Int(max(0, offset - start))
             if head > 0 {
-                try PageDeltaReader.writeAll(descriptor, UnsafeRawBufferPointer(rebasing: page[0..<head]), at: start, path: path)
+                try FileSystem.write(descriptor, UnsafeRawBufferPointer(rebasing: page[0..<head]), at: start, path: path)
             }
             (block.baseAddress! + Int(start + Int64(head) - offset)).copyMemory(from: page.baseAddress! + head, byteCount: pageSize - head)
         }
@@ -105,7 +105,7 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
     /// Writes, in page order, each page that ends by `limit` from the newest delta holding it.
     private func writePages(descriptor: Int32, path: String, through limit: Int64) throws {
         while let (number, page) = try nextPage(endingBy: limit) {
-            try PageDeltaReader.writeAll(descriptor, UnsafeRawBufferPointer(page), at: Int64(number - 1) * Int64(pageSize), path: path)
+            try FileSystem.write(descriptor, UnsafeRawBufferPointer(page), at: Int64(number - 1) * Int64(pageSize), path: path)
         }
     }
 

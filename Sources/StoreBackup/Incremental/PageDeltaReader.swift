@@ -64,7 +64,7 @@ struct PageDeltaReader {
             try checkRecord(number, after: previous, in: header)
             previous = number
             try readExactly(pageSize)
-            try Self.writeAll(
+            try FileSystem.write(
                 descriptor, UnsafeRawBufferPointer(rebasing: page[0..<pageSize]), at: Int64(number - 1) * Int64(pageSize), path: path)
         }
         // Nothing may follow the last record (libzip stops at the declared size; a stream
@@ -116,17 +116,5 @@ struct PageDeltaReader {
 
     static func uint32(_ bytes: UnsafeRawBufferPointer, at offset: Int) -> UInt32 {
         UInt32(bytes[offset]) | UInt32(bytes[offset + 1]) << 8 | UInt32(bytes[offset + 2]) << 16 | UInt32(bytes[offset + 3]) << 24
-    }
-
-    static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
-        var done = 0
-        while done < bytes.count {
-            let wrote = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + Int64(done)))
-            if wrote < 0 {
-                if errno == EINTR { continue }
-                throw StoreBackupError.io(path: path, operation: "write", errno: errno)
-            }
-            done += wrote
-        }
     }
 }

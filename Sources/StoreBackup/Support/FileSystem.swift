@@ -102,6 +102,20 @@ enum FileSystem {
         }
     }
 
+    /// Writes all of `bytes` at `offset` (pwrite, retried on EINTR and short writes);
+    /// `path` names the file in the error.
+    static func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+        var done = 0
+        while done < bytes.count {
+            let wrote = pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset + Int64(done)))
+            if wrote < 0 {
+                if errno == EINTR { continue }
+                throw StoreBackupError.io(path: path, operation: "write", errno: errno)
+            }
+            done += wrote
+        }
+    }
+
     static func parentDirectory(of path: String) -> String {
         (path as NSString).deletingLastPathComponent
     }
