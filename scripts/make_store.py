@@ -2,7 +2,7 @@
 """Generates a realistic app stores directory for demos, tests and benchmarks.
 
     python3 scripts/make_store.py DIR [--size-mb N] [--seed S]
-    python3 scripts/make_store.py DIR --files N [--seed S]
+    python3 scripts/make_store.py DIR --files N [--blob-kib MIN-MAX] [--seed S]
 
 DIR (which must not exist, or be empty) gets:
   App.sqlite            WAL mode, ~80% of the size: rows of text (id, created_at, title,
@@ -19,6 +19,7 @@ DIR (which must not exist, or be empty) gets:
 With --files N the store is many small files instead (an app that keeps every large
 attribute as its own file): N blobs of 1-16 KiB under .App_SUPPORT/_EXTERNAL_DATA/<UUID>
 (half random, half compressible), App.sqlite of about 8 MiB in WAL mode, Settings.sqlite.
+--blob-kib 1-1 makes every blob 1 KiB (the million-file run: 1 GiB instead of 8.5).
 
 The same --seed gives the same contents. Standard library only.
 """
@@ -116,12 +117,12 @@ def make_blobs(rng, folder, total):
     return count
 
 
-def make_small_blobs(rng, folder, count):
-    """count blobs of 1-16 KiB, half random and half structured text."""
+def make_small_blobs(rng, folder, count, smallest=1, largest=16):
+    """count blobs of smallest-largest KiB, half random and half structured text."""
     os.makedirs(folder, exist_ok=True)
     for index in range(count):
         name = str(uuid.UUID(int=rng.getrandbits(128), version=4)).upper()
-        size = rng.randint(1 << 10, 16 << 10)
+        size = rng.randint(smallest << 10, largest << 10)
         if index % 2 == 0:
             data = rng.randbytes(size)
         else:
@@ -187,7 +188,15 @@ def main():
     parser.add_argument("--size-mb", type=int, default=250, help="total size in MiB (default 250)")
     parser.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     parser.add_argument("--files", type=int, help="many small files: N blobs of 1-16 KiB and an ~8 MiB database")
+    parser.add_argument("--blob-kib", default="1-16", metavar="MIN-MAX",
+                        help="with --files: the blobs' sizes in KiB (default 1-16)")
     args = parser.parse_args()
+    try:
+        smallest, largest = (int(part) for part in args.blob_kib.split("-"))
+    except ValueError:
+        parser.error("--blob-kib takes MIN-MAX, e.g. 1-16")
+    if not 0 <= smallest <= largest:
+        parser.error("--blob-kib: MIN must be at most MAX, both at least 0")
     if args.size_mb < 1:
         parser.error("--size-mb must be at least 1")
     if args.files is not None and args.files < 1:
@@ -201,7 +210,7 @@ def main():
 
     blob_folder = os.path.join(root, ".App_SUPPORT", "_EXTERNAL_DATA")
     if args.files is not None:
-        blobs = make_small_blobs(rng, blob_folder, args.files)
+        blobs = make_small_blobs(rng, blob_folder, args.files, smallest, largest)
         total = int(8 / 0.8 * (1 << 20))  # the database below: about 8 MiB
     else:
         blobs = make_blobs(rng, blob_folder, total * 0.2)
