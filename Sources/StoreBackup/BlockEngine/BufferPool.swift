@@ -1,6 +1,15 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A fixed-size byte buffer that is allocated once and reused.
+///
+/// Its memory is mapped for it alone and unmapped when it ends: from malloc, a freed buffer
+/// of a megabyte can stay in the process (once glibc has raised its mmap threshold, such
+/// blocks come from the heap), so releasing the pipeline's buffers before the manifest is
+/// built would not lower the peak.
 // Unchecked: one owner at a time; a buffer changes threads only through its pool or a queue under a lock.
 final class PooledBuffer: @unchecked Sendable {
     let bytes: UnsafeMutableRawPointer
@@ -12,12 +21,15 @@ final class PooledBuffer: @unchecked Sendable {
     init(capacity: Int, owner: BufferPool) {
         self.capacity = capacity
         self.owner = owner
-        bytes = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 64)
+        guard let mapped = mmap(nil, max(1, capacity), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+            mapped != MAP_FAILED
+        else { fatalError("out of memory for a \(capacity)-byte buffer") }
+        bytes = mapped
     }
 
     func recycle() { owner.give(self) }
 
-    deinit { bytes.deallocate() }
+    deinit { munmap(bytes, max(1, capacity)) }
 
     var contents: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: bytes, count: count) }
 }
