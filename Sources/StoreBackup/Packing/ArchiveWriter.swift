@@ -58,6 +58,7 @@ struct ArchiveWriter {
         defer { writeback.stop() }
         pipeline.writeback = writeback
         let sources = PipelineEntrySources(pipeline: pipeline, password: settings.password)
+        let contents = ItemContentSources(items: items)
 
         // Names are the path's raw bytes; ZIP_FL_ENC_GUESS keeps bytes that are not UTF-8 as they
         // are (libzip marks UTF-8 names as such and leaves the others unmarked).
@@ -76,8 +77,7 @@ struct ArchiveWriter {
                 index = try addPipelineEntry(archive, name: name, jobIndex: jobIndex, plan: plan, sources: sources)
                 try setAttributes(archive, index, type: UnixMode.regular, item: item)
             case .symlink:
-                let target = Data(EscapedName.bytes(item.linkTarget ?? ""))
-                let source = try LazyDataSource(modificationTime: item.modificationTime) { target }.makeSource(in: archive)
+                let source = try contents.makeSource(in: archive, item: itemIndex)
                 index = zip_file_add(archive, name, source, nameFlags)
                 guard index >= 0 else {
                     zip_source_free(source)
@@ -88,7 +88,7 @@ struct ArchiveWriter {
                 try setAttributes(archive, index, type: UnixMode.symlink, item: item)
             case .fifo:
                 // An empty entry whose mode says FIFO: restore makes it with mkfifo.
-                let source = try LazyDataSource(modificationTime: item.modificationTime) { Data() }.makeSource(in: archive)
+                let source = try contents.makeSource(in: archive, item: itemIndex)
                 index = zip_file_add(archive, name, source, nameFlags)
                 guard index >= 0 else {
                     zip_source_free(source)

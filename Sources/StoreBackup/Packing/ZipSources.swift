@@ -79,12 +79,9 @@ private let zipSourceTrampoline: zip_source_callback = { context, data, length, 
 /// The libzip sources of all the pipeline's entries (files, databases, a chain's extra
 /// entries), each serving its data from the compression pipeline, already deflated (or stored).
 ///
-/// libzip keeps every entry's source until the archive is closed, so an object per source
-/// would cost a store of many files an object per file. One object serves them all
-/// instead: a source's context pointer is the address of its job's slot in one table (8
-/// bytes per entry), the slot holds this object, and its position is the job index. The
-/// state of reading exists only for the entry libzip is reading (one at a time, in
-/// `zip_close`), from ZIP_SOURCE_OPEN to ZIP_SOURCE_CLOSE.
+/// One object for all of them (``ZipSourceTable``; a slot is a job index). The state of
+/// reading exists only for the entry libzip is reading (one at a time, in `zip_close`),
+/// from ZIP_SOURCE_OPEN to ZIP_SOURCE_CLOSE.
 ///
 /// With a password, the data is also already encrypted (WinZip AES-256, by the pipeline's
 /// workers; the HMAC and the salt header are added here) and says so in
@@ -92,13 +89,9 @@ private let zipSourceTrampoline: zip_source_callback = { context, data, length, 
 /// (`zip_file_set_encryption(archive, index, ZIP_EM_AES_256, NULL)`), libzip sees the
 /// source and the entry agree and copies the bytes unchanged (zip_close.c, add_data),
 /// writing the AES extra field (0x9901) itself.
-final class PipelineEntrySources {
+final class PipelineEntrySources: ZipSourceTable {
     private let pipeline: CompressionPipeline
     private let password: BackupPassword?
-    /// One per job: this object (retained once per live source), or nil.
-    private let slots: UnsafeMutablePointer<UnsafeMutableRawPointer?>
-    private let slotCount: Int
-    private var error = zip_error_t()
     /// Per job, once all of its data is served: its CRC-32, for libzip's STAT after reading.
     private var crcs: [UInt32]
     private var served: [Bool]
@@ -124,57 +117,18 @@ final class PipelineEntrySources {
     init(pipeline: CompressionPipeline, password: BackupPassword?) {
         self.pipeline = pipeline
         self.password = password
-        slotCount = pipeline.jobs.count
-        slots = .allocate(capacity: max(1, slotCount))
-        slots.initialize(repeating: nil, count: max(1, slotCount))
-        crcs = [UInt32](repeating: 0, count: slotCount)
-        served = [Bool](repeating: false, count: slotCount)
-        zip_error_init(&error)
-    }
-
-    deinit {
-        slots.deallocate()
-        zip_error_fini(&error)
+        crcs = [UInt32](repeating: 0, count: pipeline.jobs.count)
+        served = [Bool](repeating: false, count: pipeline.jobs.count)
+        super.init(slotCount: pipeline.jobs.count)
     }
 
     /// Creates the libzip source of job `jobIndex`; libzip holds this object until it frees the source.
     func makeSource(in archive: OpaquePointer, jobIndex: Int) throws -> OpaquePointer {
-        precondition(jobIndex >= 0 && jobIndex < slotCount && slots[jobIndex] == nil, "one source per job")
-        let slot = slots + jobIndex
-        slot.pointee = Unmanaged.passRetained(self).toOpaque()
-        guard let source = zip_source_function(archive, pipelineSourceTrampoline, UnsafeMutableRawPointer(slot)) else {
-            Self.free(slot)
-            throw StoreBackupError.archiveWrite(reason: String(cString: zip_strerror(archive)))
-        }
-        return source
+        try makeSource(in: archive, slot: jobIndex)
     }
 
-    /// Empties a slot and lets go of the object it held (which may end it: nothing after).
-    private static func free(_ slot: UnsafeMutablePointer<UnsafeMutableRawPointer?>) {
-        guard let object = slot.pointee else { return }
-        slot.pointee = nil
-        Unmanaged<PipelineEntrySources>.fromOpaque(object).release()
-    }
-
-    fileprivate static func answer(
-        slot: UnsafeMutablePointer<UnsafeMutableRawPointer?>, command: zip_source_cmd_t, data: UnsafeMutableRawPointer?,
-        length: UInt64
-    ) -> Int64 {
-        guard let object = slot.pointee else { return -1 }
-        if command == ZIP_SOURCE_FREE {
-            free(slot)
-            return 0
-        }
-        let sources = Unmanaged<PipelineEntrySources>.fromOpaque(object).takeUnretainedValue()
-        return sources.handle(jobIndex: slot - sources.slots, command: command, data: data, length: length)
-    }
-
-    private func handle(jobIndex: Int, command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
+    override func handle(slot jobIndex: Int, command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
         switch command {
-        case ZIP_SOURCE_SUPPORTS:
-            return ZipSourceCallbackObject.supportedCommands()
-        case ZIP_SOURCE_ERROR:
-            return zip_error_to_data(&error, data, length)
         case ZIP_SOURCE_OPEN:
             let entry = EntryReading(jobIndex: jobIndex)
             reading = entry
@@ -274,9 +228,67 @@ final class PipelineEntrySources {
     }
 }
 
-private let pipelineSourceTrampoline: zip_source_callback = { context, data, length, command in
-    PipelineEntrySources.answer(
-        slot: context!.assumingMemoryBound(to: UnsafeMutableRawPointer?.self), command: command, data: data, length: length)
+/// The libzip sources of the store's links and FIFOs: a link's entry holds its target's
+/// bytes, a FIFO's nothing. One object for all of them (``ZipSourceTable``; a slot is the
+/// link's or FIFO's number among them, in the items' order); the content is made from the
+/// item when libzip asks for it.
+final class ItemContentSources: ZipSourceTable {
+    private let items: [StoreItem]
+    /// Per slot, the item's index in `items`.
+    private var itemOfSlot: [Int32] = []
+    /// The content of the entry libzip is reading, and how much of it is served.
+    private var reading: (slot: Int, content: [UInt8], position: Int)?
+
+    init(items: [StoreItem]) {
+        self.items = items
+        var count = 0
+        for item in items where item.kind == .symlink || item.kind == .fifo { count += 1 }
+        super.init(slotCount: count)
+        itemOfSlot.reserveCapacity(count)
+    }
+
+    /// Creates the source of `items[index]`, a link or a FIFO.
+    func makeSource(in archive: OpaquePointer, item index: Int) throws -> OpaquePointer {
+        itemOfSlot.append(Int32(index))
+        return try makeSource(in: archive, slot: itemOfSlot.count - 1)
+    }
+
+    private func content(ofSlot slot: Int) -> [UInt8] {
+        let item = items[Int(itemOfSlot[slot])]
+        return item.kind == .symlink ? EscapedName.bytes(item.linkTarget ?? "") : []
+    }
+
+    override func handle(slot: Int, command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
+        switch command {
+        case ZIP_SOURCE_OPEN:
+            reading = (slot, content(ofSlot: slot), 0)
+            return 0
+        case ZIP_SOURCE_CLOSE:
+            if reading?.slot == slot { reading = nil }
+            return 0
+        case ZIP_SOURCE_STAT:
+            let size = reading.flatMap { $0.slot == slot ? $0.content.count : nil } ?? content(ofSlot: slot).count
+            let modificationTime = items[Int(itemOfSlot[slot])].modificationTime
+            return ZipSourceCallbackObject.writeStat(data, length: length) { stat in
+                stat.valid = UInt64(ZIP_STAT_SIZE | ZIP_STAT_MTIME)
+                stat.size = UInt64(size)
+                stat.mtime = time_t(modificationTime)
+            }
+        case ZIP_SOURCE_READ:
+            guard let data, var current = reading, current.slot == slot else {
+                zip_error_set(&error, ZIP_ER_INTERNAL, 0)
+                return -1
+            }
+            let count = min(Int(length), current.content.count - current.position)
+            guard count > 0 else { return 0 }
+            current.content.withUnsafeBytes { data.copyMemory(from: $0.baseAddress! + current.position, byteCount: count) }
+            current.position += count
+            reading = current
+            return Int64(count)
+        default:
+            return super.handle(slot: slot, command: command, data: data, length: length)
+        }
+    }
 }
 
 /// Serves bytes that are only known once earlier entries are written (the manifest),
