@@ -17,11 +17,13 @@ struct BlockLane {
     /// the queue holds (the block libzip is being fed). A worker takes its output buffer
     /// after claiming a queued block that has none yet, so at most `capacity - 1` other
     /// queued blocks plus the one being fed hold outputs: one is always free (no deadlock).
+    /// Mapped buffers: their memory goes back by ``release()``, before create's peak.
     init(blockSize: Int, capacity: Int) {
         self.blockSize = blockSize
         self.capacity = capacity
-        inputs = BufferPool(count: capacity + 1, capacity: blockSize)
-        outputs = BufferPool(count: capacity + 1, capacity: ArchiveLimits.maxCompressedBlock(blockSize: blockSize))
+        inputs = BufferPool(count: capacity + 1, capacity: blockSize, mapped: true)
+        outputs = BufferPool(
+            count: capacity + 1, capacity: ArchiveLimits.maxCompressedBlock(blockSize: blockSize), mapped: true)
     }
 
     func close() {

@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A fixed-size byte buffer that is allocated once and reused.
 // Unchecked: one owner at a time; a buffer changes threads only through its pool or a queue under a lock.
 final class PooledBuffer: @unchecked Sendable {
@@ -8,16 +12,28 @@ final class PooledBuffer: @unchecked Sendable {
     var count = 0
     /// The pool this buffer goes back to.
     unowned let owner: BufferPool
+    /// Mapped for this buffer alone (see ``BufferPool/init(count:capacity:mapped:)``).
+    private let mapped: Bool
 
-    init(capacity: Int, owner: BufferPool) {
+    init(capacity: Int, owner: BufferPool, mapped: Bool) {
         self.capacity = capacity
         self.owner = owner
-        bytes = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 64)
+        self.mapped = mapped
+        if mapped {
+            guard let memory = mmap(nil, max(1, capacity), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0),
+                memory != MAP_FAILED
+            else { fatalError("out of memory for a \(capacity)-byte buffer") }
+            bytes = memory
+        } else {
+            bytes = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 64)
+        }
     }
 
     func recycle() { owner.give(self) }
 
-    deinit { bytes.deallocate() }
+    deinit {
+        if mapped { munmap(bytes, max(1, capacity)) } else { bytes.deallocate() }
+    }
 
     var contents: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: bytes, count: count) }
 }
@@ -32,8 +48,12 @@ final class BufferPool: @unchecked Sendable {
     /// Released: buffers given back are freed instead of kept.
     private var released = false
 
-    init(count: Int, capacity: Int) {
-        free = (0..<count).map { _ in PooledBuffer(capacity: capacity, owner: self) }
+    /// `mapped`: each buffer's memory is mapped for it alone and unmapped when it ends, so
+    /// that ``release()`` gives it back to the system. From malloc, freed buffers of a
+    /// megabyte can stay in the process (once glibc has raised its mmap threshold, such
+    /// blocks come from the heap); malloc's reuse suits pools made again and again.
+    init(count: Int, capacity: Int, mapped: Bool = false) {
+        free = (0..<count).map { _ in PooledBuffer(capacity: capacity, owner: self, mapped: mapped) }
     }
 
     /// A free buffer, or nil once the pool is closed.

@@ -28,22 +28,8 @@ import Glibc
 /// entry's keys (PBKDF2, about a millisecond). Only the HMAC runs in order, in the writer.
 // Unchecked: the mutable state is used only with `monitor` locked; `writeback` and `groups` are set before the threads start.
 final class CompressionPipeline: @unchecked Sendable {
-    enum Method {
-        case deflate, store
-        /// Deflate at level 0 (stored deflate blocks): how incompressible files go into an
-        /// encrypted archive. libzip cannot take encrypted data declared as STORE as it is
-        /// (zip_close.c add_data would compute the CRC of the ciphertext), but it copies
-        /// encrypted DEFLATE data unchanged. The cost is 5 bytes per 64 KiB.
-        case storedDeflate
-    }
-
-    struct Job {
-        let entryIndex: Int
-        let item: StoreItem
-        let snapshot: DatabaseSnapshot?
-        let method: Method
-        let plannedSize: Int64
-    }
+    typealias Method = CompressionPlan.Method
+    typealias Job = CompressionPlan.Job
 
     struct FileResult {
         var size: Int64
@@ -52,6 +38,8 @@ final class CompressionPipeline: @unchecked Sendable {
 
     final class Block {
         let jobIndex: Int
+        /// The first block of its job; with `isLast`, the job's only one.
+        let isFirst: Bool
         let isLast: Bool
         /// Which of the pipeline's lanes the block's buffers come from.
         let lane: Int
@@ -69,8 +57,9 @@ final class CompressionPipeline: @unchecked Sendable {
         /// Ready for the writer: compressed, and encrypted when there is a password.
         var done = false
 
-        init(jobIndex: Int, isLast: Bool, lane: Int, input: PooledBuffer) {
+        init(jobIndex: Int, isFirst: Bool, isLast: Bool, lane: Int, input: PooledBuffer) {
             self.jobIndex = jobIndex
+            self.isFirst = isFirst
             self.isLast = isLast
             self.lane = lane
             self.input = input
@@ -82,7 +71,8 @@ final class CompressionPipeline: @unchecked Sendable {
     /// Files this small go through the small lane. The benchmark's blobs are 128 KiB.
     static let smallBlockSize = 128 << 10
 
-    let jobs: [Job]
+    let plan: CompressionPlan
+    var jobs: [Job] { plan.jobs }
     /// Paces writeback of the archive file as its entries' data is served to libzip.
     var writeback: WritebackPacer?
     private let level: Int32
@@ -90,8 +80,11 @@ final class CompressionPipeline: @unchecked Sendable {
     private let cancel: CancellationFlag
     private let onBytesRead: @Sendable (Int64, String) -> Void
     private let password: BackupPassword?
-    private let secrets: [LazyEntrySecrets]
-    /// Per job, the compressed bytes that already have an offset (encrypted archives).
+    /// The salt and keys of the encrypted entries being written, by job; each is dropped
+    /// once its entry is written (see ``finishedEntry(forJob:)``).
+    private var secrets: [Int: LazyEntrySecrets] = [:]
+    /// Per job whose blocks are being encrypted, the compressed bytes that already have an
+    /// offset; dropped with the job's last block.
     private var assignedCipherBytes: [Int: Int64] = [:]
 
     /// `bigLane` for 1 MiB blocks, `smallLane` for files of at most `smallBlockSize`.
@@ -110,17 +103,23 @@ final class CompressionPipeline: @unchecked Sendable {
     private var readerFinished = false
     private var failure: Error?
     private var stopped = false
-    private var results: [Int: FileResult] = [:]
-    private var compressedBlockSizes: [Int: [Int]] = [:]
+    /// Per job, the bytes read (-1 until the last block is read), and the SHA-256 of them:
+    /// compact arrays, not a value per job.
+    private var sizes: [Int64]
+    private var digests: [UInt8]
+    private static let digestLength = 32
+    /// The compressed size of each block, for deflated jobs of more than one block only.
+    private var compressedBlockSizes: [Int32: [Int32]] = [:]
     private var groups: [WorkerPool.Group] = []
 
     init(
-        jobs: [Job], level: Int, workers: Int, cancel: CancellationFlag, password: BackupPassword? = nil,
+        plan: CompressionPlan, level: Int, workers: Int, cancel: CancellationFlag, password: BackupPassword? = nil,
         onBytesRead: @escaping @Sendable (Int64, String) -> Void
     ) {
-        self.jobs = jobs
+        self.plan = plan
         self.password = password
-        secrets = password == nil ? [] : jobs.map { _ in LazyEntrySecrets() }
+        sizes = [Int64](repeating: -1, count: plan.jobs.count)
+        digests = [UInt8](repeating: 0, count: plan.jobs.count * Self.digestLength)
         self.level = Int32(max(1, min(9, level)))
         self.workerCount = max(1, workers)
         self.cancel = cancel
@@ -177,6 +176,9 @@ final class CompressionPipeline: @unchecked Sendable {
                 queue.removeFirst()
                 queuedInLane[head.lane] -= 1
                 roomInQueue.signal()
+                if jobs[jobIndex].method != .store && !(head.isFirst && head.isLast) {
+                    compressedBlockSizes[Int32(jobIndex), default: []].append(Int32(head.output?.count ?? 0))
+                }
                 return head
             }
             if readerFinished && queue.isEmpty {
@@ -187,38 +189,62 @@ final class CompressionPipeline: @unchecked Sendable {
         }
     }
 
-    /// Called by the writer for each block of a deflated entry, in order.
-    func recordCompressedBlock(job jobIndex: Int, size: Int) {
-        monitor.lock()
-        compressedBlockSizes[jobIndex, default: []].append(size)
-        monitor.unlock()
-    }
-
-    /// The compressed size of each block of a deflated entry (an index for parallel inflating).
+    /// The compressed size of each block of a deflated entry (an index for parallel
+    /// inflating), once the writer has taken them; nil for stored entries and entries of
+    /// one block (which need no index).
     func compressedBlocks(forJob jobIndex: Int) -> [Int]? {
         monitor.lock()
         defer { monitor.unlock() }
-        return jobs[jobIndex].method == .store ? nil : compressedBlockSizes[jobIndex]
+        return compressedBlockSizes[Int32(jobIndex)]?.map(Int.init)
     }
 
-    /// The salt and keys of an encrypted job's entry, made once by whichever thread asks first.
+    /// The salt and keys of an encrypted job's entry, made once by whichever thread asks
+    /// first, and kept until ``finishedEntry(forJob:)``.
     func entrySecrets(forJob jobIndex: Int) throws -> WinZipAES.EntrySecrets {
         guard let password else { throw StoreBackupError.archiveWrite(reason: "internal error: no password") }
-        return try secrets[jobIndex].get(password: password)
+        monitor.lock()
+        let lazy: LazyEntrySecrets
+        if let existing = secrets[jobIndex] {
+            lazy = existing
+        } else {
+            lazy = LazyEntrySecrets()
+            secrets[jobIndex] = lazy
+        }
+        monitor.unlock()
+        // Derived outside the pipeline's lock: PBKDF2 takes about a millisecond.
+        return try lazy.get(password: password)
     }
 
+    /// The writer has served every byte of the job's entry: its keys are not needed again
+    /// (every block of it is encrypted by then).
+    func finishedEntry(forJob jobIndex: Int) {
+        monitor.lock()
+        secrets[jobIndex] = nil
+        monitor.unlock()
+    }
+
+    /// The bytes read for the job, once its last block is read.
+    func readSize(forJob jobIndex: Int) -> Int64? {
+        monitor.lock()
+        defer { monitor.unlock() }
+        return sizes[jobIndex] >= 0 ? sizes[jobIndex] : nil
+    }
+
+    /// The size and SHA-256 (hex) of what was read for the job, once its last block is read.
     func result(forJob jobIndex: Int) -> FileResult? {
         monitor.lock()
         defer { monitor.unlock() }
-        return results[jobIndex]
+        guard sizes[jobIndex] >= 0 else { return nil }
+        let start = jobIndex * Self.digestLength
+        return FileResult(size: sizes[jobIndex], sha256: FileDigest.hex(digests[start..<start + Self.digestLength]))
     }
 
     // MARK: Reader
 
     private func runReader() {
         do {
-            for (jobIndex, job) in jobs.enumerated() {
-                try readJob(jobIndex, job)
+            for jobIndex in jobs.indices {
+                try readJob(jobIndex)
             }
             monitor.lock()
             readerFinished = true
@@ -231,17 +257,20 @@ final class CompressionPipeline: @unchecked Sendable {
         }
     }
 
-    private func readJob(_ jobIndex: Int, _ job: Job) throws {
+    private func readJob(_ jobIndex: Int) throws {
+        let job = jobs[jobIndex]
+        let item = plan.item(ofJob: jobIndex)
+        let snapshot = plan.snapshots[jobIndex]
         let lane = job.plannedSize <= Int64(Self.smallBlockSize) ? smallLane : bigLane
         // Each read fills at most one of this lane's buffers (128 KiB ones for small files).
         let blockSize = lanes[lane].blockSize
         var hasher = SHA256()
         var offset: Int64 = 0
         var descriptor: Int32 = -1
-        if job.snapshot == nil {
-            descriptor = EscapedName.withSystemPath(job.item.absolutePath) { open($0, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
+        if snapshot == nil {
+            descriptor = EscapedName.withSystemPath(item.absolutePath) { open($0, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
             guard descriptor >= 0 else {
-                throw StoreBackupError.io(path: job.item.absolutePath, operation: "open", errno: errno)
+                throw StoreBackupError.io(path: item.absolutePath, operation: "open", errno: errno)
             }
             posix_fadvise(descriptor, 0, 0, POSIX_FADV_SEQUENTIAL)
         }
@@ -253,26 +282,29 @@ final class CompressionPipeline: @unchecked Sendable {
             let got: Int
             if wanted == 0 {
                 got = 0
-            } else if let snapshot = job.snapshot {
+            } else if let snapshot {
                 got = try snapshot.read(into: input.bytes, count: wanted, offset: offset)
             } else {
-                got = try Self.readFully(descriptor, into: input.bytes, count: wanted, path: job.item.absolutePath)
+                got = try Self.readFully(descriptor, into: input.bytes, count: wanted, path: item.absolutePath)
             }
             input.count = got
             hasher.update(bufferPointer: input.contents)
+            let isFirst = offset == 0
             offset += Int64(got)
             let isLast = got < blockSize || offset >= job.plannedSize
-            let block = Block(jobIndex: jobIndex, isLast: isLast, lane: lane, input: input)
+            let block = Block(jobIndex: jobIndex, isFirst: isFirst, isLast: isLast, lane: lane, input: input)
             if isLast {
                 // Recorded before the last block is queued, so it is known once that block is consumed.
-                let digest = FileDigest.hex(hasher.finalize())
+                let digest = hasher.finalize()
                 monitor.lock()
-                results[jobIndex] = FileResult(size: offset, sha256: digest)
+                sizes[jobIndex] = offset
+                let start = jobIndex * Self.digestLength
+                for (offset, byte) in digest.enumerated() { digests[start + offset] = byte }
                 monitor.unlock()
-                job.snapshot?.finish()
+                snapshot?.finish()
             }
             try enqueue(block)
-            onBytesRead(Int64(got), job.item.relativePath)
+            onBytesRead(Int64(got), item.relativePath)
             if isLast { break }
         } while true
     }
@@ -406,7 +438,7 @@ final class CompressionPipeline: @unchecked Sendable {
             }
             let offset = assignedCipherBytes[block.jobIndex, default: 0]
             block.cipherOffset = offset
-            assignedCipherBytes[block.jobIndex] = offset + Int64(output.count)
+            assignedCipherBytes[block.jobIndex] = block.isLast ? nil : offset + Int64(output.count)
             workQueued.signal()  // a block to encrypt
         }
     }

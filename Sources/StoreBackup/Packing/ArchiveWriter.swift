@@ -42,12 +42,12 @@ struct ArchiveWriter {
         var closed = false
         defer { if !closed { zip_discard(archive) } }
 
-        let jobs = planJobs(items: items, snapshots: snapshots)
-        let totalBytes = jobs.reduce(Int64(0)) { $0 + $1.plannedSize }
+        let plan = planJobs(items: items, snapshots: snapshots)
+        let totalBytes = plan.totalPlannedSize
         let counter = ByteCounter()
         let progress = self.progress
         let pipeline = CompressionPipeline(
-            jobs: jobs, level: settings.compressionLevel, workers: settings.workers, cancel: cancel,
+            plan: plan, level: settings.compressionLevel, workers: settings.workers, cancel: cancel,
             password: settings.password
         ) { bytes, file in
             let done = counter.add(bytes)
@@ -57,16 +57,13 @@ struct ArchiveWriter {
         let writeback = WritebackPacer(libzipTemporaryFor: archivePath)
         defer { writeback.stop() }
         pipeline.writeback = writeback
-
-        // The store's jobs only: an extra entry's name may equal a store path.
-        let storeJobCount = jobs.count - (settings.chain?.extraEntries.count ?? 0)
-        var jobIndexByPath: [String: Int] = [:]
-        for (index, job) in jobs.prefix(storeJobCount).enumerated() { jobIndexByPath[job.item.relativePath] = index }
+        let sources = PipelineEntrySources(pipeline: pipeline, password: settings.password)
+        let contents = ItemContentSources(items: items)
 
         // Names are the path's raw bytes; ZIP_FL_ENC_GUESS keeps bytes that are not UTF-8 as they
         // are (libzip marks UTF-8 names as such and leaves the others unmarked).
         let nameFlags = zip_flags_t(ZIP_FL_ENC_GUESS)
-        for item in items {
+        for (itemIndex, item) in items.enumerated() {
             let index: Int64
             let name = ArchiveNames.entryName(for: item.relativePath)
             switch item.kind {
@@ -76,12 +73,11 @@ struct ArchiveWriter {
                 try setAttributes(archive, index, type: UnixMode.directory, item: item)
             case .file, .database:
                 // In an incremental, an unchanged file or a page-patched database has no entry.
-                guard let jobIndex = jobIndexByPath[item.relativePath] else { continue }
-                index = try addPipelineEntry(archive, name: name, jobIndex: jobIndex, jobs: jobs, pipeline: pipeline)
+                guard let jobIndex = plan.job(ofItem: itemIndex) else { continue }
+                index = try addPipelineEntry(archive, name: name, jobIndex: jobIndex, plan: plan, sources: sources)
                 try setAttributes(archive, index, type: UnixMode.regular, item: item)
             case .symlink:
-                let target = Data(EscapedName.bytes(item.linkTarget ?? ""))
-                let source = try LazyDataSource(modificationTime: item.modificationTime) { target }.makeSource(in: archive)
+                let source = try contents.makeSource(in: archive, item: itemIndex)
                 index = zip_file_add(archive, name, source, nameFlags)
                 guard index >= 0 else {
                     zip_source_free(source)
@@ -92,7 +88,7 @@ struct ArchiveWriter {
                 try setAttributes(archive, index, type: UnixMode.symlink, item: item)
             case .fifo:
                 // An empty entry whose mode says FIFO: restore makes it with mkfifo.
-                let source = try LazyDataSource(modificationTime: item.modificationTime) { Data() }.makeSource(in: archive)
+                let source = try contents.makeSource(in: archive, item: itemIndex)
                 index = zip_file_add(archive, name, source, nameFlags)
                 guard index >= 0 else {
                     zip_source_free(source)
@@ -104,11 +100,13 @@ struct ArchiveWriter {
             }
         }
 
+        // The extras' jobs come after the store's.
+        let storeJobCount = plan.jobs.count - plan.extras.count
         for (number, extra) in (settings.chain?.extraEntries ?? []).enumerated() {
             let jobIndex = storeJobCount + number
             let index = try addPipelineEntry(
-                archive, name: extra.name.map { CChar(bitPattern: $0) } + [0], jobIndex: jobIndex, jobs: jobs, pipeline: pipeline)
-            try setAttributes(archive, index, type: UnixMode.regular, item: jobs[jobIndex].item)
+                archive, name: extra.name.map { CChar(bitPattern: $0) } + [0], jobIndex: jobIndex, plan: plan, sources: sources)
+            try setAttributes(archive, index, type: UnixMode.regular, item: plan.item(ofJob: jobIndex))
         }
 
         let markerText = Data((settings.chain == nil ? ArchiveNames.formatMarkerText : ArchiveChainParts.formatMarkerText).utf8)
@@ -127,8 +125,7 @@ struct ArchiveWriter {
         let manifestSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
             // Every file's data is written by now (the manifest is the last entry).
             pipeline.releaseBuffers()
-            var built = try buildManifest(
-                items: items, jobs: jobs, jobIndexByPath: jobIndexByPath, snapshots: snapshots, pipeline: pipeline)
+            var built = try buildManifest(items: items, plan: plan, snapshots: snapshots, pipeline: pipeline)
             built.outsideLinks = outsideLinks.isEmpty ? nil : outsideLinks
             built.leftOut = leftOut.isEmpty ? nil : leftOut
             if let root {
@@ -166,29 +163,30 @@ struct ArchiveWriter {
 
     /// Adds the pipeline's entry `jobIndex` (a file, database or extra entry) under `name`.
     private func addPipelineEntry(
-        _ archive: OpaquePointer, name: [CChar], jobIndex: Int, jobs: [CompressionPipeline.Job], pipeline: CompressionPipeline
+        _ archive: OpaquePointer, name: [CChar], jobIndex: Int, plan: CompressionPlan, sources: PipelineEntrySources
     ) throws -> Int64 {
-        let what = jobs[jobIndex].item.relativePath
-        let source = try PipelineEntrySource(pipeline: pipeline, jobIndex: jobIndex, password: settings.password)
-            .makeSource(in: archive)
+        let source = try sources.makeSource(in: archive, jobIndex: jobIndex)
         let index = zip_file_add(archive, name, source, zip_flags_t(ZIP_FL_ENC_GUESS))
+        // Only for the rare failure: each path string costs an allocation.
+        func what() -> String { plan.item(ofJob: jobIndex).relativePath }
         guard index >= 0 else {
             zip_source_free(source)
-            throw libzipError(archive, "add \(what)")
+            throw libzipError(archive, "add \(what())")
         }
-        if jobs[jobIndex].method == .store {
+        if plan.jobs[jobIndex].method == .store {
             zip_set_file_compression(archive, zip_uint64_t(index), ZIP_CM_STORE, 0)
         }
         if settings.password != nil {
             // Already encrypted by the pipeline: no password here, so libzip copies it as it is.
             guard zip_file_set_encryption(archive, zip_uint64_t(index), UInt16(ZIP_EM_AES_256), nil) == 0 else {
-                throw libzipError(archive, "encrypt \(what)")
+                throw libzipError(archive, "encrypt \(what())")
             }
         }
         return index
     }
 
-    private func planJobs(items: [StoreItem], snapshots: [String: DatabaseSnapshot]) -> [CompressionPipeline.Job] {
+    /// One job per file and database with an entry (in the store's order), then the extras.
+    private func planJobs(items: [StoreItem], snapshots: [String: DatabaseSnapshot]) -> CompressionPlan {
         let notStored = settings.chain?.notStored ?? [:]
         let extras = (settings.chain?.extraEntries ?? []).map { extra in
             StoreItem(
@@ -196,16 +194,27 @@ struct ArchiveWriter {
                 kind: .file, permissions: 0o644, modificationTime: Int64(settings.createdAt.timeIntervalSince1970),
                 size: extra.size, linkTarget: nil)
         }
-        let files = items.filter { ($0.kind == .file || $0.kind == .database) && notStored[$0.relativePath] == nil } + extras
+        var plan = CompressionPlan(items: items, extras: extras)
+        // Indices, not copies of the items: the list of files is as long as the store.
+        var files: [Int] = []
+        for (index, item) in items.enumerated()
+        where (item.kind == .file || item.kind == .database) && notStored[item.relativePath] == nil {
+            files.append(index)
+        }
+        files += extras.indices.map { items.count + $0 }
+        func item(_ index: Int) -> StoreItem { index < items.count ? items[index] : extras[index - items.count] }
         // Sampled on every core: a blob store's thousands of files take tens of
         // milliseconds on one, while nothing else can start.
-        let sampled = settings.compressionLevel == 0 ? [] : files.filter { snapshots[$0.relativePath] == nil && $0.size > 0 }
-        let incompressible = IncompressibleSample.incompressiblePaths(sampled, width: settings.workers)
-        var jobs: [CompressionPipeline.Job] = []
-        for item in files {
+        let sampled =
+            settings.compressionLevel == 0
+            ? [] : files.lazy.map(item).filter { snapshots[$0.relativePath] == nil && $0.size > 0 }
+        let incompressible = IncompressibleSample.incompressiblePaths(Array(sampled), width: settings.workers)
+        plan.reserveJobs(files.count)
+        for index in files {
+            let item = item(index)
             let snapshot = snapshots[item.relativePath]
             let size = snapshot?.size ?? item.size
-            let method: CompressionPipeline.Method
+            let method: CompressionPlan.Method
             if settings.compressionLevel == 0 || size == 0 {
                 method = settings.password == nil ? .store : .storedDeflate
             } else if incompressible.contains(item.relativePath) {
@@ -213,9 +222,9 @@ struct ArchiveWriter {
             } else {
                 method = .deflate
             }
-            jobs.append(.init(entryIndex: jobs.count, item: item, snapshot: snapshot, method: method, plannedSize: size))
+            plan.addJob(item: index, method: method, plannedSize: size, snapshot: snapshot)
         }
-        return jobs
+        return plan
     }
 
     /// The comment of encrypted archives.
@@ -253,17 +262,16 @@ struct ArchiveWriter {
     }
 
     private func buildManifest(
-        items: [StoreItem], jobs: [CompressionPipeline.Job], jobIndexByPath: [String: Int],
-        snapshots: [String: DatabaseSnapshot], pipeline: CompressionPipeline
+        items: [StoreItem], plan: CompressionPlan, snapshots: [String: DatabaseSnapshot], pipeline: CompressionPipeline
     ) throws -> Manifest {
         var files: [Manifest.File] = []
         // Grown by doubling, the rows would be held twice for a moment, at create's peak.
         files.reserveCapacity(items.count)
-        for item in items {
+        for (itemIndex, item) in items.enumerated() {
             var file = Manifest.File(
                 path: item.relativePath, type: item.kind.rawValue, size: item.size, sha256: nil,
                 mode: item.permissions, mtime: item.modificationTime, linkTarget: item.linkTarget)
-            if let jobIndex = jobIndexByPath[item.relativePath] {
+            if let jobIndex = plan.job(ofItem: itemIndex) {
                 guard let result = pipeline.result(forJob: jobIndex) else {
                     throw StoreBackupError.archiveWrite(reason: "checksum of \(item.relativePath) not ready")
                 }

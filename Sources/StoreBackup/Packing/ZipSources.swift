@@ -25,10 +25,15 @@ class ZipSourceCallbackObject {
     }
 
     func fail(_ error: Error) -> Int64 {
+        Self.record(error, in: &self.error)
+    }
+
+    /// Sets `zipError` to what libzip should say of `error`; returns -1, a callback's failure.
+    static func record(_ error: Error, in zipError: inout zip_error_t) -> Int64 {
         if case StoreBackupError.cancelled = error {
-            zip_error_set(&self.error, ZIP_ER_CANCELLED, 0)
+            zip_error_set(&zipError, ZIP_ER_CANCELLED, 0)
         } else {
-            zip_error_set(&self.error, ZIP_ER_READ, EIO)
+            zip_error_set(&zipError, ZIP_ER_READ, EIO)
         }
         return -1
     }
@@ -71,7 +76,12 @@ private let zipSourceTrampoline: zip_source_callback = { context, data, length, 
     return object.handle(command: command, data: data, length: length)
 }
 
-/// Serves one file's data from the compression pipeline, already deflated (or stored).
+/// The libzip sources of all the pipeline's entries (files, databases, a chain's extra
+/// entries), each serving its data from the compression pipeline, already deflated (or stored).
+///
+/// One object for all of them (``ZipSourceTable``; a slot is a job index). The state of
+/// reading exists only for the entry libzip is reading (one at a time, in `zip_close`),
+/// from ZIP_SOURCE_OPEN to ZIP_SOURCE_CLOSE.
 ///
 /// With a password, the data is also already encrypted (WinZip AES-256, by the pipeline's
 /// workers; the HMAC and the salt header are added here) and says so in
@@ -79,105 +89,204 @@ private let zipSourceTrampoline: zip_source_callback = { context, data, length, 
 /// (`zip_file_set_encryption(archive, index, ZIP_EM_AES_256, NULL)`), libzip sees the
 /// source and the entry agree and copies the bytes unchanged (zip_close.c, add_data),
 /// writing the AES extra field (0x9901) itself.
-final class PipelineEntrySource: ZipSourceCallbackObject {
+final class PipelineEntrySources: ZipSourceTable {
     private let pipeline: CompressionPipeline
-    private let jobIndex: Int
-    private let job: CompressionPipeline.Job
     private let password: BackupPassword?
-    /// The HMAC over the ciphertext, which has to be computed in order, so here.
-    private var authenticator: WinZipAuthenticator?
-    /// Bytes to serve before the next block (the AES header) or after the last (the MAC).
-    private var pending: [UInt8] = []
-    private var pendingPosition = 0
-    private var current: CompressionPipeline.Block?
-    private var position = 0
-    private var finished = false
-    private var crc: UInt32 = 0
-    private var size: Int64 = 0
+    /// Per job, once all of its data is served: its CRC-32, for libzip's STAT after reading.
+    private var crcs: [UInt32]
+    private var served: [Bool]
+    /// The entry libzip is reading.
+    private var reading: EntryReading?
 
-    init(pipeline: CompressionPipeline, jobIndex: Int, password: BackupPassword?) {
-        self.pipeline = pipeline
-        self.jobIndex = jobIndex
-        self.job = pipeline.jobs[jobIndex]
-        self.password = password
+    /// Where libzip is in one entry's data.
+    private final class EntryReading {
+        let jobIndex: Int
+        /// The HMAC over the ciphertext, which has to be computed in order, so here.
+        var authenticator: WinZipAuthenticator?
+        /// Bytes to serve before the next block (the AES header) or after the last (the MAC).
+        var pending: [UInt8] = []
+        var pendingPosition = 0
+        var current: CompressionPipeline.Block?
+        var position = 0
+        var finished = false
+        var crc: UInt32 = 0
+
+        init(jobIndex: Int) { self.jobIndex = jobIndex }
     }
 
-    override func handle(command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
+    init(pipeline: CompressionPipeline, password: BackupPassword?) {
+        self.pipeline = pipeline
+        self.password = password
+        crcs = [UInt32](repeating: 0, count: pipeline.jobs.count)
+        served = [Bool](repeating: false, count: pipeline.jobs.count)
+        super.init(slotCount: pipeline.jobs.count)
+    }
+
+    /// Creates the libzip source of job `jobIndex`; libzip holds this object until it frees the source.
+    func makeSource(in archive: OpaquePointer, jobIndex: Int) throws -> OpaquePointer {
+        try makeSource(in: archive, slot: jobIndex)
+    }
+
+    override func handle(slot jobIndex: Int, command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
         switch command {
         case ZIP_SOURCE_OPEN:
+            let entry = EntryReading(jobIndex: jobIndex)
+            reading = entry
             guard password != nil else { return 0 }
             do {
                 let secrets = try pipeline.entrySecrets(forJob: jobIndex)
-                authenticator = WinZipAuthenticator(keys: secrets.keys)
-                pending = secrets.header
-                pendingPosition = 0
+                entry.authenticator = WinZipAuthenticator(keys: secrets.keys)
+                entry.pending = secrets.header
                 return 0
             } catch {
-                return fail(error)
+                return ZipSourceCallbackObject.record(error, in: &self.error)
             }
+        case ZIP_SOURCE_CLOSE:
+            if let entry = reading, entry.jobIndex == jobIndex {
+                if let block = entry.current { pipeline.recycle(block) }
+                reading = nil
+            }
+            return 0
         case ZIP_SOURCE_STAT:
-            return Self.writeStat(data, length: length) { stat in
+            let job = pipeline.jobs[jobIndex]
+            let modificationTime = pipeline.plan.item(ofJob: jobIndex).modificationTime
+            let finished = served[jobIndex]
+            let size = finished ? pipeline.readSize(forJob: jobIndex) ?? job.plannedSize : job.plannedSize
+            return ZipSourceCallbackObject.writeStat(data, length: length) { stat in
                 stat.valid = UInt64(ZIP_STAT_SIZE | ZIP_STAT_COMP_METHOD | ZIP_STAT_MTIME)
-                stat.size = UInt64(finished ? size : job.plannedSize)
+                stat.size = UInt64(size)
                 stat.comp_method = job.method == .store ? UInt16(ZIP_CM_STORE) : UInt16(ZIP_CM_DEFLATE)
-                stat.mtime = time_t(job.item.modificationTime)
+                stat.mtime = time_t(modificationTime)
                 if password != nil {
                     stat.valid |= UInt64(ZIP_STAT_ENCRYPTION_METHOD)
                     stat.encryption_method = UInt16(ZIP_EM_AES_256)
                 }
                 if finished {
                     stat.valid |= UInt64(ZIP_STAT_CRC)
-                    stat.crc = crc
+                    stat.crc = crcs[jobIndex]
                 }
             }
         case ZIP_SOURCE_READ:
-            guard let data else { return -1 }
-            do { return Int64(try read(into: data, capacity: Int(length))) } catch { return fail(error) }
+            guard let data, let entry = reading, entry.jobIndex == jobIndex else {
+                zip_error_set(&error, ZIP_ER_INTERNAL, 0)
+                return -1
+            }
+            do {
+                return Int64(try read(entry, into: data, capacity: Int(length)))
+            } catch {
+                return ZipSourceCallbackObject.record(error, in: &self.error)
+            }
         default:
             zip_error_set(&error, ZIP_ER_OPNOTSUPP, 0)
             return -1
         }
     }
 
-    private func read(into destination: UnsafeMutableRawPointer, capacity: Int) throws -> Int {
+    private func read(_ entry: EntryReading, into destination: UnsafeMutableRawPointer, capacity: Int) throws -> Int {
         while true {
-            if pendingPosition < pending.count {
-                let count = min(capacity, pending.count - pendingPosition)
-                pending.withUnsafeBytes { destination.copyMemory(from: $0.baseAddress! + pendingPosition, byteCount: count) }
-                pendingPosition += count
+            if entry.pendingPosition < entry.pending.count {
+                let count = min(capacity, entry.pending.count - entry.pendingPosition)
+                entry.pending.withUnsafeBytes {
+                    destination.copyMemory(from: $0.baseAddress! + entry.pendingPosition, byteCount: count)
+                }
+                entry.pendingPosition += count
                 return count
             }
-            if let block = current, let output = block.output, position < output.count {
-                let count = min(capacity, output.count - position)
-                destination.copyMemory(from: output.bytes + position, byteCount: count)
-                position += count
+            if let block = entry.current, let output = block.output, entry.position < output.count {
+                let count = min(capacity, output.count - entry.position)
+                destination.copyMemory(from: output.bytes + entry.position, byteCount: count)
+                entry.position += count
                 // libzip writes what it reads straight on, so this counts the archive's bytes.
                 pipeline.writeback?.wrote(count)
                 return count
             }
-            if let block = current {
+            if let block = entry.current {
                 pipeline.recycle(block)
-                current = nil
+                entry.current = nil
                 if block.isLast {
-                    finished = true
-                    if let authenticator {
-                        pending = authenticator.code()
-                        pendingPosition = 0
+                    entry.finished = true
+                    crcs[entry.jobIndex] = entry.crc
+                    served[entry.jobIndex] = true
+                    pipeline.finishedEntry(forJob: entry.jobIndex)
+                    if let authenticator = entry.authenticator {
+                        entry.pending = authenticator.code()
+                        entry.pendingPosition = 0
                         continue
                     }
                     return 0
                 }
             }
-            if finished { return 0 }
-            let block = try pipeline.nextBlock(forJob: jobIndex)
-            pipeline.recordCompressedBlock(job: jobIndex, size: block.output?.count ?? 0)
-            crc = UInt32(crc32_combine(uLong(crc), uLong(block.crc), off_t(block.uncompressedCount)))
-            size += Int64(block.uncompressedCount)
+            if entry.finished { return 0 }
+            let block = try pipeline.nextBlock(forJob: entry.jobIndex)
+            entry.crc = UInt32(crc32_combine(uLong(entry.crc), uLong(block.crc), off_t(block.uncompressedCount)))
             if let output = block.output {
-                authenticator?.update(output.contents)
+                entry.authenticator?.update(output.contents)
             }
-            current = block
-            position = 0
+            entry.current = block
+            entry.position = 0
+        }
+    }
+}
+
+/// The libzip sources of the store's links and FIFOs: a link's entry holds its target's
+/// bytes, a FIFO's nothing. One object for all of them (``ZipSourceTable``; a slot is the
+/// link's or FIFO's number among them, in the items' order); the content is made from the
+/// item when libzip asks for it.
+final class ItemContentSources: ZipSourceTable {
+    private let items: [StoreItem]
+    /// Per slot, the item's index in `items`.
+    private var itemOfSlot: [Int32] = []
+    /// The content of the entry libzip is reading, and how much of it is served.
+    private var reading: (slot: Int, content: [UInt8], position: Int)?
+
+    init(items: [StoreItem]) {
+        self.items = items
+        var count = 0
+        for item in items where item.kind == .symlink || item.kind == .fifo { count += 1 }
+        super.init(slotCount: count)
+        itemOfSlot.reserveCapacity(count)
+    }
+
+    /// Creates the source of `items[index]`, a link or a FIFO.
+    func makeSource(in archive: OpaquePointer, item index: Int) throws -> OpaquePointer {
+        itemOfSlot.append(Int32(index))
+        return try makeSource(in: archive, slot: itemOfSlot.count - 1)
+    }
+
+    private func content(ofSlot slot: Int) -> [UInt8] {
+        let item = items[Int(itemOfSlot[slot])]
+        return item.kind == .symlink ? EscapedName.bytes(item.linkTarget ?? "") : []
+    }
+
+    override func handle(slot: Int, command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
+        switch command {
+        case ZIP_SOURCE_OPEN:
+            reading = (slot, content(ofSlot: slot), 0)
+            return 0
+        case ZIP_SOURCE_CLOSE:
+            if reading?.slot == slot { reading = nil }
+            return 0
+        case ZIP_SOURCE_STAT:
+            let size = reading.flatMap { $0.slot == slot ? $0.content.count : nil } ?? content(ofSlot: slot).count
+            let modificationTime = items[Int(itemOfSlot[slot])].modificationTime
+            return ZipSourceCallbackObject.writeStat(data, length: length) { stat in
+                stat.valid = UInt64(ZIP_STAT_SIZE | ZIP_STAT_MTIME)
+                stat.size = UInt64(size)
+                stat.mtime = time_t(modificationTime)
+            }
+        case ZIP_SOURCE_READ:
+            guard let data, var current = reading, current.slot == slot else {
+                zip_error_set(&error, ZIP_ER_INTERNAL, 0)
+                return -1
+            }
+            let count = min(Int(length), current.content.count - current.position)
+            guard count > 0 else { return 0 }
+            current.content.withUnsafeBytes { data.copyMemory(from: $0.baseAddress! + current.position, byteCount: count) }
+            current.position += count
+            reading = current
+            return Int64(count)
+        default:
+            return super.handle(slot: slot, command: command, data: data, length: length)
         }
     }
 }
