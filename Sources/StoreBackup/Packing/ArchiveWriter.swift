@@ -124,7 +124,7 @@ struct ArchiveWriter {
         try encryptSmallEntry(archive, markerIndex, what: "the format marker")
 
         var manifest: Manifest?
-        let manifestSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
+        let manifestSource = try ManifestEntrySource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
             // Every file's data is written by now (the manifest is the last entry).
             pipeline.releaseBuffers()
             var built = try buildManifest(
@@ -136,7 +136,7 @@ struct ArchiveWriter {
                 built.rootMtime = root.modificationTime
             }
             manifest = built
-            return try built.encoded()
+            return built
         }.makeSource(in: archive)
         let manifestIndex = zip_file_add(archive, Manifest.archivePath, manifestSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
         guard manifestIndex >= 0 else {
