@@ -80,4 +80,12 @@ final class StoreScanSampleTests: XCTestCase {
             IncompressibleSample.incompressiblePaths(plain.items.filter { $0.kind == .file }, width: 2))
         XCTAssertTrue(IncompressibleSample.incompressiblePaths(files, width: 2).contains("blobs/00005-wal"))
     }
+
+    func testEntropyOfKnownSamples() {
+        func entropy(_ bytes: [UInt8]) -> Double { bytes.withUnsafeBytes { CompressibilitySample.entropy($0) } }
+        XCTAssertEqual(entropy([UInt8](repeating: 7, count: 8191)), 0)
+        XCTAssertEqual(entropy((0..<8192).map { UInt8(truncatingIfNeeded: $0) }), 8, accuracy: 1e-12)
+        XCTAssertEqual(entropy((0..<4099).map { UInt8($0 % 2) }), 1, accuracy: 1e-3)
+        XCTAssertEqual(entropy([1, 2, 3]), log2(3), accuracy: 1e-12)
+    }
 }
