@@ -175,6 +175,11 @@ enum StoreScanner {
         return result
     }
 
+    /// Whether `name` is `X-wal`, `X-shm` or `X-journal` for one of the folder's `databases`.
+    private static func isCompanion(_ name: String, of databases: Set<String>) -> Bool {
+        companionSuffixes.contains { name.hasSuffix($0) && databases.contains(String(name.dropLast($0.count))) }
+    }
+
     private static func walk(root: String, relative: String, sample: Bool, into result: inout Result) throws {
         let directory = relative.isEmpty ? root : root + "/" + relative
         // Sorted by bytes (the escaped form sorts as its bytes do for ASCII), so a name
@@ -188,6 +193,10 @@ enum StoreScanner {
             let childRelative = relative.isEmpty ? name : relative + "/" + name
             let childPath = root + "/" + childRelative
             guard info.failure == 0 else {
+                // SQLite deletes a rollback journal at the end of every write transaction, so
+                // an app's journal may be gone since the folder was read; it would be left
+                // out anyway (below).
+                if info.failure == ENOENT && isCompanion(name, of: databaseNames) { continue }
                 throw StoreBackupError.io(path: childPath, operation: "stat", errno: info.failure)
             }
             let permissions = UInt32(info.mode) & 0o7777
@@ -203,9 +212,7 @@ enum StoreScanner {
                 // A database's companions are left out, unread: SQLite's VFS keeps a
                 // descriptor open only for a database file it has open, so reading the
                 // header of an app's `-shm` would drop the app's locks on it.
-                if companionSuffixes.contains(where: { name.hasSuffix($0) && databaseNames.contains(String(name.dropLast($0.count))) }) {
-                    continue
-                }
+                if isCompanion(name, of: databaseNames) { continue }
                 let isDatabase = info.isDatabase ?? (info.size >= 512 && SQLiteHeader.isDatabase(path: childPath))
                 if isDatabase { databaseNames.insert(name) }
                 result.items.append(
