@@ -26,7 +26,12 @@ static inline int sb_sqlite_file_read(sqlite3_file *file, void *buffer, int amou
 /// four times as much, which adds up over thousands of blobs). Like a connection, the VFS
 /// keeps the descriptor open while this process holds locks on the file, so reading does
 /// not drop them. A short read fills the rest with zeros. Returns an SQLite result code.
-static inline int sb_sqlite_vfs_read(const char *path, void *buffer, int amount, sqlite3_int64 offset) {
+/// With `second` not null, also reads `secondAmount` bytes at `secondOffset` through the same
+/// open file and stores that read's result code in `*secondResult` (create's scan reads a
+/// file's header and its compressibility sample with one open).
+static inline int sb_sqlite_vfs_read_two(
+    const char *path, void *buffer, int amount, sqlite3_int64 offset,
+    void *second, int secondAmount, sqlite3_int64 secondOffset, int *secondResult) {
     sqlite3_vfs *vfs = sqlite3_vfs_find(0);
     if (vfs == 0) return SQLITE_ERROR;
     // A name laid out as SQLite passes it to xOpen (followed by its parameter list).
@@ -37,10 +42,18 @@ static inline int sb_sqlite_vfs_read(const char *path, void *buffer, int amount,
     int flags = 0;
     int rc = vfs->xOpen(vfs, name, file, SQLITE_OPEN_READONLY | SQLITE_OPEN_MAIN_DB, &flags);
     if (rc == SQLITE_OK) rc = file->pMethods->xRead(file, buffer, amount, offset);
+    if (second != 0 && secondResult != 0) {
+        *secondResult = file->pMethods != 0 ? file->pMethods->xRead(file, second, secondAmount, secondOffset) : rc;
+    }
     if (file->pMethods != 0) file->pMethods->xClose(file);
     sqlite3_free(file);
     sqlite3_free_filename(name);
     return rc;
+}
+
+/// One range of sb_sqlite_vfs_read_two.
+static inline int sb_sqlite_vfs_read(const char *path, void *buffer, int amount, sqlite3_int64 offset) {
+    return sb_sqlite_vfs_read_two(path, buffer, amount, offset, 0, 0, 0, 0);
 }
 
 #endif

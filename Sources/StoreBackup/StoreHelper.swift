@@ -300,7 +300,7 @@ public struct StoreHelper: Sendable {
         do {
             manifest = try await runBlocking(name: "storebackup-create") { cancel in
                 throttle.report(BackupProgress(phase: .scanning), force: true)
-                let scan = try StoreScanner.scan(storesDirectory: storesDirectory)
+                let scan = try StoreScanner.scan(storesDirectory: storesDirectory, sampleCompressibility: level > 0)
                 var linkTargets: [String: String] = [:]
                 for item in scan.items where item.kind == .symlink { linkTargets[item.relativePath] = item.linkTarget ?? "" }
                 let outsideLinks = ArchiveTree.outsideLinks(linkTargets)

@@ -85,4 +85,55 @@ final class ManifestWriterTests: XCTestCase {
         XCTAssertNotNil(ours)
         XCTAssertEqual(ours, theirs)
     }
+
+    /// Every optional field and every kind of value, format 3: what the layout fixture holds.
+    func layoutSample() -> Manifest {
+        var manifest = sample(fileCount: 13)
+        manifest.format = 3
+        manifest.kind = "incremental"
+        manifest.base = .init(
+            name: "2026-11-27 020000 Stores.zip", manifestSHA256: String(repeating: "c", count: 64),
+            createdAt: Date(timeIntervalSince1970: 1_764_200_000))
+        manifest.chainLength = 2
+        manifest.hashSalt = "00112233445566778899aabbccddeeff"
+        manifest.pageMaps = [
+            .init(path: "App.sqlite", hash: "hmac-sha256-128", complete: false),
+            .init(path: "B.sqlite", hash: "sha256-128", complete: true),
+        ]
+        manifest.files[2].source = "pages"
+        manifest.files[3].source = "base"
+        manifest.files[6].deflateBlocks = []
+        manifest.leftOut = []
+        return manifest
+    }
+
+    /// The text is byte for byte the layout earlier versions wrote (Fixtures/manifest-layout.json,
+    /// written by the JSONEncoder-shaped writer of 0.1.0): the manifest's SHA-256 names an
+    /// incremental's base, and tools may compare manifests as text.
+    func testTextKeepsTheLayoutByteForByte() throws {
+        let fixture = Bundle.module.resourceURL!.appendingPathComponent("Fixtures/manifest-layout.json")
+        XCTAssertEqual(ManifestWriter.encode(layoutSample()), try Data(contentsOf: fixture))
+    }
+
+    /// Parts of any size (create deflates the text part by part) join into the same text.
+    func testPartsJoinIntoTheWholeText() throws {
+        for manifest in [layoutSample(), sample(fileCount: 0), sample(fileCount: 1), sample(fileCount: 101)] {
+            let whole = ManifestWriter.encode(manifest)
+            for partSize in [1, 7, 300, 5000, 1 << 20] {
+                var writer = ManifestWriter(manifest)
+                var joined = Data()
+                var part: [UInt8] = []
+                var parts = 0
+                while writer.next(into: &part, atLeast: partSize) {
+                    XCTAssertFalse(part.isEmpty)
+                    joined.append(contentsOf: part)
+                    parts += 1
+                }
+                XCTAssertTrue(writer.isFinished)
+                XCTAssertTrue(part.isEmpty)
+                XCTAssertEqual(joined, whole, "\(manifest.files.count) files in parts of \(partSize) bytes")
+                if partSize == 1 { XCTAssertGreaterThan(parts, manifest.files.count) }
+            }
+        }
+    }
 }

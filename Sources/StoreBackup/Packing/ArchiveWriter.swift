@@ -122,7 +122,7 @@ struct ArchiveWriter {
         try encryptSmallEntry(archive, markerIndex, what: "the format marker")
 
         var manifest: Manifest?
-        let manifestSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
+        let manifestSource = try ManifestEntrySource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
             // Every file's data is written by now (the manifest is the last entry).
             pipeline.releaseBuffers()
             var built = try buildManifest(items: items, plan: plan, snapshots: snapshots, pipeline: pipeline)
@@ -133,7 +133,7 @@ struct ArchiveWriter {
                 built.rootMtime = root.modificationTime
             }
             manifest = built
-            return try built.encoded()
+            return built
         }.makeSource(in: archive)
         let manifestIndex = zip_file_add(archive, Manifest.archivePath, manifestSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
         guard manifestIndex >= 0 else {
@@ -323,39 +323,38 @@ struct ArchiveWriter {
 /// Decides from a small sample whether a file is already compressed (JPEG, video, zip...).
 /// Deflating such files costs CPU and saves nothing, so they are stored.
 enum IncompressibleSample {
-    /// The relative paths of the `files` that look incompressible, sampled on `width`
-    /// threads (each takes every `width`-th file, so they share no lock).
+    /// The relative paths of the `files` that look incompressible: the scan's verdict where
+    /// it took a sample (``StoreItem/looksIncompressible``), else a sample taken now, on
+    /// `width` threads (each takes a contiguous range, so they share no lock).
     static func incompressiblePaths(_ files: [StoreItem], width: Int) -> Set<String> {
-        let width = max(1, min(width, files.count / 64))
-        let found = Locked(Set<String>())
+        var found = Set(files.lazy.filter { $0.looksIncompressible == true }.map(\.relativePath))
+        let unsampled = files.filter { $0.looksIncompressible == nil && $0.size >= CompressibilitySample.minimumFileSize }
+        guard !unsampled.isEmpty else { return found }
+        let width = max(1, min(width, unsampled.count / 64))
+        let sampled = Locked(Set<String>())
         WorkerPool.start(name: "storebackup-sample", width: width) { worker in
             var mine: [String] = []
-            for index in stride(from: worker, to: files.count, by: width) {
-                let file = files[index]
-                if looksIncompressible(path: file.absolutePath, size: file.size) { mine.append(file.relativePath) }
+            // One buffer per thread: a blob store has tens of thousands of files to sample.
+            let sample = UnsafeMutableRawBufferPointer.allocate(byteCount: CompressibilitySample.size, alignment: 16)
+            defer { sample.deallocate() }
+            for index in (unsampled.count * worker / width)..<(unsampled.count * (worker + 1) / width) {
+                let file = unsampled[index]
+                if looksIncompressible(path: file.absolutePath, size: file.size, sample: sample) { mine.append(file.relativePath) }
             }
-            found.withLock { $0.formUnion(mine) }
+            sampled.withLock { $0.formUnion(mine) }
         }.join()
-        return found.current
+        found.formUnion(sampled.current)
+        return found
     }
 
-    static func looksIncompressible(path: String, size: Int64) -> Bool {
-        guard size >= 4096 else { return false }
+    static func looksIncompressible(path: String, size: Int64, sample: UnsafeMutableRawBufferPointer) -> Bool {
+        guard size >= CompressibilitySample.minimumFileSize else { return false }
         let fd = EscapedName.withSystemPath(path) { open($0, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
         guard fd >= 0 else { return false }
         defer { close(fd) }
-        var sample = [UInt8](repeating: 0, count: 8192)
-        let offset = off_t(max(0, size / 2 - 4096))
-        let got = pread(fd, &sample, sample.count, offset)
-        guard got > 1024 else { return false }
-        var counts = [Int](repeating: 0, count: 256)
-        for byte in sample[0..<got] { counts[Int(byte)] += 1 }
-        let total = Double(got)
-        let entropy = counts.reduce(0.0) { sum, count in
-            guard count > 0 else { return sum }
-            let p = Double(count) / total
-            return sum - p * log2(p)
-        }
-        return entropy > 7.8
+        let range = CompressibilitySample.range(fileSize: size)
+        let got = pread(fd, sample.baseAddress, min(sample.count, CompressibilitySample.size), off_t(range.offset))
+        guard got > 0 else { return false }
+        return CompressibilitySample.looksIncompressible(UnsafeRawBufferPointer(rebasing: sample[0..<got]))
     }
 }

@@ -166,4 +166,22 @@ enum SQLiteHeader {
         }
         return rc == SQLITE_OK && header == magic
     }
+
+    /// ``isDatabase(path:)``, and with the same open, `sample.count` bytes at `offset` (zeros
+    /// past the end of the file). `sampleRead` is false when that read failed.
+    static func read(path: String, sample: UnsafeMutableRawBufferPointer, at offset: Int64) -> (
+        isDatabase: Bool, sampleRead: Bool
+    ) {
+        var header = [UInt8](repeating: 0, count: 16)
+        var sampleRC: Int32 = SQLITE_ERROR
+        let rc = header.withUnsafeMutableBytes { buffer in
+            EscapedName.withSystemPath(path) {
+                sb_sqlite_vfs_read_two(
+                    $0, buffer.baseAddress!, 16, 0, sample.baseAddress!, Int32(sample.count), offset, &sampleRC)
+            }
+        }
+        // SQLITE_IOERR_SHORT_READ (a file smaller than the sample's end: the rest is zeros).
+        let sampleRead = sampleRC == SQLITE_OK || sampleRC == SQLITE_IOERR | (2 << 8)
+        return (rc == SQLITE_OK && header == magic, sampleRead)
+    }
 }

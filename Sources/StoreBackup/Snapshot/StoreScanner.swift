@@ -15,6 +15,10 @@ struct StoreItem: Sendable {
     /// it to system calls through ``EscapedName/withSystemPath(_:_:)``.
     let absolutePath: String
     let kind: Kind
+    /// (Files the scan sampled, see ``CompressibilitySample``.) Whether the content looks
+    /// already compressed; nil when the scan took no sample. Declared here, beside `kind`,
+    /// so that it takes no room of its own in the item.
+    var looksIncompressible: Bool? = nil
     /// Permission bits with set-user-ID, set-group-ID and sticky (no file-type bits).
     let permissions: UInt32
     /// Modification time in whole seconds since 1970, UTC (negative before 1970).
@@ -48,7 +52,10 @@ enum StoreScanner {
         var rootModificationTime: Int64 = 0
     }
 
-    static func scan(storesDirectory root: String) throws -> Result {
+    /// With `sampleCompressibility`, files of at least ``CompressibilitySample/minimumFileSize``
+    /// whose header the scan reads are also sampled (``StoreItem/looksIncompressible``), with
+    /// the same open: `create` needs the verdict for every file it deflates.
+    static func scan(storesDirectory root: String, sampleCompressibility: Bool = false) throws -> Result {
         var info = stat()
         guard stat(root, &info) == 0 else {
             if errno == ENOENT { throw StoreBackupError.storesDirectoryMissing(path: root) }
@@ -63,7 +70,7 @@ enum StoreScanner {
         var result = Result(
             items: [], leftOut: [], rootPermissions: UInt32(info.st_mode) & 0o7777,
             rootModificationTime: Int64(info.st_mtim.tv_sec))
-        try walk(root: EscapedName.escapedRoot(root), relative: "", into: &result)
+        try walk(root: EscapedName.escapedRoot(root), relative: "", sample: sampleCompressibility, into: &result)
         return result
     }
 
@@ -89,43 +96,130 @@ enum StoreScanner {
         return EscapedName.escape(buffer[0..<length])
     }
 
-    private static func walk(root: String, relative: String, into result: inout Result) throws {
+    /// What `lstat` (and, for a regular file, the SQLite header) said about one name.
+    private struct Inspected {
+        var mode: mode_t = 0
+        var size: Int64 = 0
+        var modificationTime: Int64 = 0
+        /// The `lstat` failure's errno, or 0.
+        var failure: Int32 = 0
+        /// Whether the header says SQLite; nil when not read (a possible companion, or a
+        /// file too small to be a database).
+        var isDatabase: Bool?
+        /// The compressibility sample's verdict, when one was taken.
+        var looksIncompressible: Bool?
+    }
+
+    /// Each name's slot in a folder's results, written by one thread each.
+    private final class Slots: @unchecked Sendable {
+        let base: UnsafeMutablePointer<Inspected>
+        init(_ base: UnsafeMutablePointer<Inspected>) { self.base = base }
+    }
+
+    /// A folder with fewer names is inspected on the calling thread: starting threads
+    /// costs more than its `lstat` calls.
+    static let namesPerInspectingThread = 512
+
+    /// `lstat` of every name, and the header of every regular file that may be a database
+    /// and cannot be a database's companion (those wait for their database's answer, in
+    /// ``walk(root:relative:into:)``). A large folder (an app's thousands of attachments)
+    /// is inspected on every core, in contiguous ranges.
+    private static func inspect(_ names: [String], in directory: String, sample: Bool) -> [Inspected] {
+        var results = [Inspected](repeating: Inspected(), count: names.count)
+        let width = min(WorkerPool.cores, names.count / namesPerInspectingThread)
+        guard width > 1 else {
+            withSampleBuffer(sample) { buffer in
+                for index in names.indices { results[index] = inspect(name: names[index], in: directory, sampleBuffer: buffer) }
+            }
+            return results
+        }
+        results.withUnsafeMutableBufferPointer { buffer in
+            let slots = Slots(buffer.baseAddress!)
+            let count = names.count
+            WorkerPool.start(name: "storebackup-scan", width: width) { worker in
+                withSampleBuffer(sample) { buffer in
+                    for index in (count * worker / width)..<(count * (worker + 1) / width) {
+                        slots.base[index] = inspect(name: names[index], in: directory, sampleBuffer: buffer)
+                    }
+                }
+            }.join()
+        }
+        return results
+    }
+
+    private static func withSampleBuffer(_ wanted: Bool, _ body: (UnsafeMutableRawBufferPointer?) -> Void) {
+        guard wanted else { return body(nil) }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: CompressibilitySample.size, alignment: 16)
+        defer { buffer.deallocate() }
+        body(buffer)
+    }
+
+    private static func inspect(name: String, in directory: String, sampleBuffer: UnsafeMutableRawBufferPointer?) -> Inspected {
+        var info = stat()
+        let path = directory + "/" + name
+        guard EscapedName.withSystemPath(path, { lstat($0, &info) }) == 0 else { return Inspected(failure: errno) }
+        var result = Inspected(mode: info.st_mode, size: Int64(info.st_size), modificationTime: Int64(info.st_mtim.tv_sec))
+        guard info.st_mode & S_IFMT == S_IFREG && info.st_size >= 512 && !companionSuffixes.contains(where: { name.hasSuffix($0) })
+        else { return result }
+        guard let sampleBuffer, result.size >= CompressibilitySample.minimumFileSize else {
+            result.isDatabase = SQLiteHeader.isDatabase(path: path)
+            return result
+        }
+        let range = CompressibilitySample.range(fileSize: result.size)
+        let header = SQLiteHeader.read(path: path, sample: sampleBuffer, at: range.offset)
+        result.isDatabase = header.isDatabase
+        if header.sampleRead && !header.isDatabase {
+            result.looksIncompressible = CompressibilitySample.looksIncompressible(
+                UnsafeRawBufferPointer(rebasing: sampleBuffer[0..<range.count]))
+        }
+        return result
+    }
+
+    /// Whether `name` is `X-wal`, `X-shm` or `X-journal` for one of the folder's `databases`.
+    private static func isCompanion(_ name: String, of databases: Set<String>) -> Bool {
+        companionSuffixes.contains { name.hasSuffix($0) && databases.contains(String(name.dropLast($0.count))) }
+    }
+
+    private static func walk(root: String, relative: String, sample: Bool, into result: inout Result) throws {
         let directory = relative.isEmpty ? root : root + "/" + relative
         // Sorted by bytes (the escaped form sorts as its bytes do for ASCII), so a name
         // sorts before its companions'.
         let names = try names(in: directory).sorted()
+        let inspected = inspect(names, in: directory, sample: sample)
 
         // Databases of this folder found so far.
         var databaseNames = Set<String>()
-        for name in names {
+        for (name, info) in zip(names, inspected) {
             let childRelative = relative.isEmpty ? name : relative + "/" + name
             let childPath = root + "/" + childRelative
-            var info = stat()
-            guard EscapedName.withSystemPath(childPath, { lstat($0, &info) }) == 0 else {
-                throw StoreBackupError.io(path: childPath, operation: "stat", errno: errno)
+            guard info.failure == 0 else {
+                // SQLite deletes a rollback journal at the end of every write transaction, so
+                // an app's journal may be gone since the folder was read; it would be left
+                // out anyway (below).
+                if info.failure == ENOENT && isCompanion(name, of: databaseNames) { continue }
+                throw StoreBackupError.io(path: childPath, operation: "stat", errno: info.failure)
             }
-            let permissions = UInt32(info.st_mode) & 0o7777
-            let mtime = Int64(info.st_mtim.tv_sec)
-            switch info.st_mode & S_IFMT {
+            let permissions = UInt32(info.mode) & 0o7777
+            let mtime = info.modificationTime
+            switch info.mode & S_IFMT {
             case S_IFDIR:
                 result.items.append(
                     StoreItem(
                         relativePath: childRelative, absolutePath: childPath, kind: .directory,
                         permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
-                try walk(root: root, relative: childRelative, into: &result)
+                try walk(root: root, relative: childRelative, sample: sample, into: &result)
             case S_IFREG:
                 // A database's companions are left out, unread: SQLite's VFS keeps a
                 // descriptor open only for a database file it has open, so reading the
                 // header of an app's `-shm` would drop the app's locks on it.
-                if companionSuffixes.contains(where: { name.hasSuffix($0) && databaseNames.contains(String(name.dropLast($0.count))) }) {
-                    continue
-                }
-                let isDatabase = info.st_size >= 512 && SQLiteHeader.isDatabase(path: childPath)
+                if isCompanion(name, of: databaseNames) { continue }
+                let isDatabase = info.isDatabase ?? (info.size >= 512 && SQLiteHeader.isDatabase(path: childPath))
                 if isDatabase { databaseNames.insert(name) }
                 result.items.append(
                     StoreItem(
                         relativePath: childRelative, absolutePath: childPath, kind: isDatabase ? .database : .file,
-                        permissions: permissions, modificationTime: mtime, size: Int64(info.st_size), linkTarget: nil))
+                        looksIncompressible: info.looksIncompressible, permissions: permissions, modificationTime: mtime,
+                        size: info.size, linkTarget: nil))
             case S_IFLNK:
                 let target = linkTarget(childPath)
                 result.items.append(

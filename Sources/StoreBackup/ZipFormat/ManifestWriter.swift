@@ -4,38 +4,116 @@ import Foundation
 /// `.prettyPrinted` and `.sortedKeys`. `JSONEncoder` first builds a tree of every value of
 /// the document, which costs far more memory per file row than the text itself, at the
 /// end of `create`, when the archive's other per-entry state is still alive.
+///
+/// The text comes in parts (``next(into:atLeast:)``), so `create` can deflate and write it
+/// while it is being made instead of holding the whole text.
 struct ManifestWriter {
-    private var text = Data()
-    /// Bytes gathered before they go into `text` in one append: Data's append of a byte or
-    /// a short run costs far more than an array's.
-    private var pending: [UInt8] = []
+    private enum Stage {
+        /// The opening brace and the fields sorted before `files`.
+        case head
+        /// The `files` rows from this index on.
+        case rows(Int)
+        /// What follows the `files` array.
+        case tail
+        case done
+    }
+
+    private let manifest: Manifest
+    private var stage = Stage.head
+    private var out: [UInt8] = []
+
+    init(_ manifest: Manifest) { self.manifest = manifest }
+
+    /// True once the whole text has been handed out.
+    var isFinished: Bool {
+        if case .done = stage { return true }
+        return false
+    }
 
     static func encode(_ manifest: Manifest) -> Data {
-        var writer = ManifestWriter()
-        writer.text.reserveCapacity(1024 + manifest.files.count * 320)
-        writer.pending.reserveCapacity(64 << 10)
-        writer.write(manifest)
-        writer.flush()
-        return writer.text
+        var writer = ManifestWriter(manifest)
+        var text = Data()
+        text.reserveCapacity(1024 + manifest.files.count * 320)
+        var part: [UInt8] = []
+        while writer.next(into: &part, atLeast: 64 << 10) { text.append(contentsOf: part) }
+        return text
     }
 
-    private mutating func flush() {
-        text.append(contentsOf: pending)
-        pending.removeAll(keepingCapacity: true)
+    /// Replaces `part` with the next part of the text: at least `atLeast` bytes, or the
+    /// rest of the text when less is left. Returns false, with `part` empty, at the end.
+    mutating func next(into part: inout [UInt8], atLeast: Int) -> Bool {
+        swap(&out, &part)
+        out.removeAll(keepingCapacity: true)
+        defer { swap(&out, &part) }
+        while out.count < atLeast {
+            switch stage {
+            case .head:
+                writeHead()
+            case .rows(let first):
+                let files = manifest.files
+                var index = first
+                while index < files.count && out.count < atLeast {
+                    // The layout of `array(_:indent:_:)` at indent 2.
+                    literal("  ")
+                    file(files[index])
+                    index += 1
+                    literal(index == files.count ? "\n" : ",\n")
+                }
+                if index == files.count {
+                    literal("]")
+                    stage = .tail
+                } else {
+                    stage = .rows(index)
+                }
+            case .tail:
+                literal(",\n")
+                object(tailFields, indent: 2)
+                literal("}")
+                stage = .done
+            case .done:
+                return !out.isEmpty
+            }
+        }
+        return true
     }
 
-    private mutating func write(_ m: Manifest) {
-        append("{\n")
+    private mutating func writeHead() {
+        literal("{\n")
+        for (key, value) in headFields {
+            append("  ")
+            string(key)
+            literal(" : ")
+            value(&self)
+            literal(",\n")
+        }
+        literal("  \"files\" : ")
+        if manifest.files.isEmpty {
+            literal("[\n\n]")
+            stage = .tail
+        } else {
+            literal("[\n")
+            stage = .rows(0)
+        }
+    }
+
+    /// The top-level fields sorted before `files` (`compressionLevel` is always there).
+    private var headFields: [(String, (inout ManifestWriter) -> Void)] {
+        let m = manifest
         var fields: [(String, (inout ManifestWriter) -> Void)] = []
         if let base = m.base { fields.append(("base", { $0.base(base) })) }
-        if let chainLength = m.chainLength { fields.append(("chainLength", { $0.append(String(chainLength)) })) }
+        if let chainLength = m.chainLength { fields.append(("chainLength", { $0.integer(Int64(chainLength)) })) }
         fields += [
-            ("compressionLevel", { $0.append(String(m.compressionLevel)) }),
+            ("compressionLevel", { $0.integer(Int64(m.compressionLevel)) }),
             ("createdAt", { $0.string(Self.timestamp(m.createdAt)) }),
             ("databases", { w in w.array(m.databases, indent: 2) { w, d in w.database(d) } }),
-            ("files", { w in w.array(m.files, indent: 2) { w, f in w.file(f) } }),
-            ("format", { $0.append(String(m.format)) }),
         ]
+        return fields
+    }
+
+    /// The top-level fields sorted after `files` (`format` is always there).
+    private var tailFields: [(String, (inout ManifestWriter) -> Void)] {
+        let m = manifest
+        var fields: [(String, (inout ManifestWriter) -> Void)] = [("format", { $0.integer(Int64(m.format)) })]
         if let hashSalt = m.hashSalt { fields.append(("hashSalt", { $0.string(hashSalt) })) }
         fields.append(("hostName", { $0.string(m.hostName) }))
         if let kind = m.kind { fields.append(("kind", { $0.string(kind) })) }
@@ -46,36 +124,54 @@ struct ManifestWriter {
         if let pageMaps = m.pageMaps {
             fields.append(("pageMaps", { w in w.array(pageMaps, indent: 2) { w, p in w.pageMap(p) } }))
         }
-        if let rootMode = m.rootMode { fields.append(("rootMode", { $0.append(String(rootMode)) })) }
-        if let rootMtime = m.rootMtime { fields.append(("rootMtime", { $0.append(String(rootMtime)) })) }
+        if let rootMode = m.rootMode { fields.append(("rootMode", { $0.integer(Int64(rootMode)) })) }
+        if let rootMtime = m.rootMtime { fields.append(("rootMtime", { $0.integer(rootMtime) })) }
         fields += [
             ("sourcePath", { $0.string(m.sourcePath) }),
             ("tool", { $0.string(m.tool) }),
             ("toolVersion", { $0.string(m.toolVersion) }),
         ]
-        object(fields, indent: 2)
-        append("}")
+        return fields
     }
 
+    /// One `files` row, written field by field without intermediate values: there is one
+    /// per entry, so this is where the time goes.
     private mutating func file(_ f: Manifest.File) {
-        var fields: [(String, (inout ManifestWriter) -> Void)] = []
+        literal("{\n")
         if let blocks = f.deflateBlocks {
-            fields.append(("deflateBlocks", { w in w.array(blocks, indent: 6) { w, b in w.append(String(b)) } }))
+            literal("      \"deflateBlocks\" : ")
+            array(blocks, indent: 6) { w, b in w.integer(Int64(b)) }
+            literal(",\n")
         }
-        if let size = f.deflateBlockSize { fields.append(("deflateBlockSize", { $0.append(String(size)) })) }
-        if let target = f.linkTarget { fields.append(("linkTarget", { $0.string(target) })) }
-        fields += [
-            ("mode", { $0.append(String(f.mode)) }),
-            ("mtime", { $0.append(String(f.mtime)) }),
-            ("path", { $0.string(f.path) }),
-        ]
-        if let sha256 = f.sha256 { fields.append(("sha256", { $0.string(sha256) })) }
-        fields.append(("size", { $0.append(String(f.size)) }))
-        if let source = f.source { fields.append(("source", { $0.string(source) })) }
-        fields.append(("type", { $0.string(f.type) }))
-        append("{\n")
-        object(fields, indent: 6)
-        append("    }")
+        if let size = f.deflateBlockSize {
+            literal("      \"deflateBlockSize\" : ")
+            integer(Int64(size))
+            literal(",\n")
+        }
+        if let target = f.linkTarget {
+            literal("      \"linkTarget\" : ")
+            string(target)
+            literal(",\n")
+        }
+        literal("      \"mode\" : ")
+        integer(Int64(f.mode))
+        literal(",\n      \"mtime\" : ")
+        integer(f.mtime)
+        literal(",\n      \"path\" : ")
+        string(f.path)
+        if let sha256 = f.sha256 {
+            literal(",\n      \"sha256\" : ")
+            string(sha256)
+        }
+        literal(",\n      \"size\" : ")
+        integer(f.size)
+        if let source = f.source {
+            literal(",\n      \"source\" : ")
+            string(source)
+        }
+        literal(",\n      \"type\" : ")
+        string(f.type)
+        literal("\n    }")
     }
 
     private mutating func database(_ d: Manifest.Database) {
@@ -83,8 +179,8 @@ struct ManifestWriter {
         object(
             [
                 ("journalMode", { $0.string(d.journalMode) }),
-                ("pageCount", { $0.append(String(d.pageCount)) }),
-                ("pageSize", { $0.append(String(d.pageSize)) }),
+                ("pageCount", { $0.integer(Int64(d.pageCount)) }),
+                ("pageSize", { $0.integer(Int64(d.pageSize)) }),
                 ("path", { $0.string(d.path) }),
                 ("snapshotMethod", { $0.string(d.snapshotMethod) }),
             ], indent: 6)
@@ -137,25 +233,48 @@ struct ManifestWriter {
 
     /// A JSON string: quote, backslash and control characters escaped, `/` left as it is.
     private mutating func string(_ value: String) {
-        pending.append(UInt8(ascii: "\""))
-        for byte in value.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""): append("\\\"")
-            case UInt8(ascii: "\\"): append("\\\\")
-            case 0x0a: append("\\n")
-            case 0x0d: append("\\r")
-            case 0x09: append("\\t")
-            case 0x08: append("\\b")
-            case 0x0c: append("\\f")
-            case ..<0x20: append(String(format: "\\u%04x", byte))
-            default: pending.append(byte)
+        out.append(UInt8(ascii: "\""))
+        var value = value
+        value.withUTF8 { bytes in
+            // Runs of bytes that need no escape are copied at once.
+            var runStart = 0
+            for (offset, byte) in bytes.enumerated() where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<offset]))
+                runStart = offset + 1
+                switch byte {
+                case UInt8(ascii: "\""): literal("\\\"")
+                case UInt8(ascii: "\\"): literal("\\\\")
+                case 0x0a: literal("\\n")
+                case 0x0d: literal("\\r")
+                case 0x09: literal("\\t")
+                case 0x08: literal("\\b")
+                case 0x0c: literal("\\f")
+                default: append(String(format: "\\u%04x", byte))
+                }
             }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
         }
-        pending.append(UInt8(ascii: "\""))
-        if pending.count >= 60 << 10 { flush() }
+        out.append(UInt8(ascii: "\""))
     }
 
-    private mutating func append(_ ascii: String) { pending.append(contentsOf: ascii.utf8) }
+    /// A decimal integer, as `JSONEncoder` writes it.
+    private mutating func integer(_ value: Int64) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var divisor: UInt64 = 1
+        while divisor <= magnitude / 10 { divisor *= 10 }
+        repeat {
+            out.append(UInt8(ascii: "0") + UInt8(magnitude / divisor))
+            magnitude %= divisor
+            divisor /= 10
+        } while divisor > 0
+    }
+
+    private mutating func literal(_ text: StaticString) {
+        out.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
+    }
+
+    private mutating func append(_ ascii: String) { out.append(contentsOf: ascii.utf8) }
 
     /// The form `JSONDecoder`'s `.iso8601` strategy reads: whole seconds, UTC.
     static func timestamp(_ date: Date) -> String {
