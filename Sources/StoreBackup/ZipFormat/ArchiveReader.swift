@@ -1,3 +1,4 @@
+import CPosix
 import CZip
 import Crypto
 import Foundation
@@ -177,6 +178,10 @@ final class ArchiveReader: @unchecked Sendable {
         entries = []
         manifest = nil
         pageDeltas = [:]
+        // They were many small blocks spread through the heap, which glibc keeps resident
+        // once free: what comes next (the reload's scan of the restored tree, a listing)
+        // would grow beside them instead of in their pages. Trimming returns the free pages.
+        malloc_trim(0)
     }
 
     /// Opens another handle on the same file; libzip handles are not shared between threads.
