@@ -53,17 +53,22 @@ package struct BackupBrowser: Sendable {
                     holders = chain.contentHolders()
                     chain.removeDownloads()
                 }
-                var entries = Self.contents(of: reader)
+                let manifest = reader.manifest
+                let archiveEntries = manifest == nil ? reader.entries : []
+                // A listing needs only the manifest (or the entry list): libzip's copy of the
+                // central directory goes before the listing is built beside them.
+                reader.release()
+                var entries = Self.contents(manifest: manifest, entries: archiveEntries)
                 for index in entries.indices {
                     guard let holder = holders[entries[index].path] else { continue }
                     entries[index].storedIn = holder.backup == backup.name ? nil : holder.backup
                     entries[index].patchedByPages = holder.patched
                 }
-                try selection.requireMatches(in: entries.map(\.path), backupName: backup.name)
+                try selection.requireMatches(in: entries.lazy.map(\.path), backupName: backup.name)
+                if !selection.selectsEverything { entries.removeAll { !selection.contains($0.path) } }
                 return BackupContents(
-                    backupName: backup.name, hasManifest: reader.manifest != nil, createdAt: reader.manifest?.createdAt,
-                    hostName: reader.manifest?.hostName, sourcePath: reader.manifest?.sourcePath,
-                    entries: entries.filter { selection.contains($0.path) })
+                    backupName: backup.name, hasManifest: manifest != nil, createdAt: manifest?.createdAt,
+                    hostName: manifest?.hostName, sourcePath: manifest?.sourcePath, entries: entries)
             }
         } catch is CancellationError {
             throw StoreBackupError.cancelled
@@ -108,7 +113,7 @@ package struct BackupBrowser: Sendable {
                     let reader = try local ?? archive.reader(backupName: backup.name, passwords: passwords, cancel: cancel)
                     // A chain is read from archive files: an incremental read in ranges is downloaded.
                     if reader.manifest?.isIncremental == true { throw DownloadInstead() }
-                    try selection.requireMatches(in: reader.entries.map(\.path), backupName: backup.name)
+                    try selection.requireMatches(in: reader.entries.lazy.map(\.path), backupName: backup.name)
                     try archive.prepareToRead(reader.entries.filter { selection.needs($0.path) }, of: reader)
                     let extraction = SelectiveExtraction(
                         reader: reader, selection: selection, allowUnverified: allowUnverified,
@@ -150,7 +155,7 @@ package struct BackupBrowser: Sendable {
     ) async throws -> ExtractResult {
         let newest = chain.newest
         let files = newest.manifest?.files ?? []
-        try selection.requireMatches(in: files.map(\.path), backupName: newest.name)
+        try selection.requireMatches(in: files.lazy.map(\.path), backupName: newest.name)
         let parent = FileSystem.parentDirectory(of: target)
         return try await runBlocking(name: "storebackup-extract") { cancel in
             var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
@@ -221,10 +226,19 @@ package struct BackupBrowser: Sendable {
         return try await body(.file(download))
     }
 
-    /// The listing: the manifest's rows, or without a manifest the ZIP directory's entries.
-    static func contents(of reader: ArchiveReader) -> [BackupContents.Entry] {
-        guard let manifest = reader.manifest else {
-            return reader.entries.map { entry in
+    /// The listing: the manifest's rows, or without a manifest the ZIP directory's entries,
+    /// sorted in place (a sorted copy would hold the listing twice).
+    static func contents(manifest: Manifest?, entries: [ArchiveEntry]) -> [BackupContents.Entry] {
+        var listing: [BackupContents.Entry]
+        if let manifest {
+            listing = manifest.files.map { file in
+                BackupContents.Entry(
+                    path: file.path, type: file.type, size: file.size,
+                    mode: file.mode & 0o7777, modified: Date(timeIntervalSince1970: TimeInterval(file.mtime)),
+                    linkTarget: file.linkTarget, sha256: file.sha256)
+            }
+        } else {
+            listing = entries.map { entry in
                 let type =
                     switch entry.kind {
                     case .directory: "directory"
@@ -235,13 +249,9 @@ package struct BackupBrowser: Sendable {
                 return BackupContents.Entry(
                     path: entry.path, type: type, size: entry.size, mode: entry.permissions,
                     modified: Date(timeIntervalSince1970: TimeInterval(entry.modificationTime)))
-            }.sorted { $0.path < $1.path }
+            }
         }
-        return manifest.files.map { file in
-            BackupContents.Entry(
-                path: file.path, type: file.type, size: file.size,
-                mode: file.mode & 0o7777, modified: Date(timeIntervalSince1970: TimeInterval(file.mtime)),
-                linkTarget: file.linkTarget, sha256: file.sha256)
-        }.sorted { $0.path < $1.path }
+        listing.sort { $0.path < $1.path }
+        return listing
     }
 }

@@ -8,7 +8,31 @@ import Foundation
 /// seen to leave the root). No entry may sit beneath a link or a file, so the folders
 /// restore writes into are real folders of this archive.
 struct ArchiveTree {
-    private let kinds: [String: ArchiveEntry.Kind]
+    /// The kind of every path of the tree: looked up in the manifest's rows when there is
+    /// one (the cross-check made them the entries' kinds), so that no table of every path
+    /// is built beside them.
+    enum Kinds {
+        case table([String: ArchiveEntry.Kind])
+        /// Each row's kind by its type; a row whose content is elsewhere in the chain is a file.
+        case manifest(ManifestLookup)
+
+        func kind(of path: String) -> ArchiveEntry.Kind? {
+            switch self {
+            case .table(let kinds): return kinds[path]
+            case .manifest(let rows): return rows[path].map { $0.source != nil ? .file : ArchiveEntry.Kind(manifestType: $0.type) }
+            }
+        }
+
+        /// Every path, in order (byte order from the manifest, text order from a table).
+        func forEachPathInOrder(_ body: (String) throws -> Void) rethrows {
+            switch self {
+            case .table(let kinds): for path in kinds.keys.sorted() { try body(path) }
+            case .manifest(let rows): try rows.forEachPathInOrder(body)
+            }
+        }
+    }
+
+    private let kinds: Kinds
     private let links: [String: String]
     private let backupName: String
     /// Where each link leads, as root-relative components, and how many links resolving it
@@ -18,10 +42,10 @@ struct ArchiveTree {
     init(entries: [ArchiveEntry], linkTargets: [String: String], backupName: String) {
         var kinds: [String: ArchiveEntry.Kind] = [:]
         for entry in entries { kinds[entry.path] = entry.kind }
-        self.init(kinds: kinds, linkTargets: linkTargets, backupName: backupName)
+        self.init(kinds: .table(kinds), linkTargets: linkTargets, backupName: backupName)
     }
 
-    init(kinds: [String: ArchiveEntry.Kind], linkTargets: [String: String], backupName: String) {
+    init(kinds: Kinds, linkTargets: [String: String], backupName: String) {
         self.kinds = kinds
         self.links = linkTargets
         self.backupName = backupName
@@ -31,7 +55,7 @@ struct ArchiveTree {
     /// the store, is absolute, or loops: restore refuses them unless allowed, so `create`
     /// names them and records them in the manifest. Bounded work per link (hop limit).
     static func outsideLinks(_ linkTargets: [String: String]) -> [String] {
-        var tree = ArchiveTree(kinds: [:], linkTargets: linkTargets, backupName: "")
+        var tree = ArchiveTree(kinds: .table([:]), linkTargets: linkTargets, backupName: "")
         return linkTargets.keys.sorted().filter { path in
             var hops = 0
             return (try? tree.location(ofLink: path, hops: &hops)) == nil
@@ -43,11 +67,11 @@ struct ArchiveTree {
     /// links) does not hold: a hostile archive's. A recorded one throws `outsideLink`
     /// (which names the option) unless `allowOutside`.
     mutating func check(recordedOutside: Set<String> = [], allowOutside: Bool = false) throws {
-        for path in kinds.keys.sorted() {
+        try kinds.forEachPathInOrder { path in
             var prefix = ""
             for part in path.split(separator: "/").dropLast() {
                 prefix += prefix.isEmpty ? String(part) : "/" + part
-                if let kind = kinds[prefix], kind != .directory {
+                if let kind = kinds.kind(of: prefix), kind != .directory {
                     throw StoreBackupError.unsafeArchiveEntry(
                         name: backupName, entry: "\(path) (beneath the \(kind == .symlink ? "link" : "file") \(prefix))")
                 }

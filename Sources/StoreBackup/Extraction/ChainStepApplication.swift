@@ -38,12 +38,12 @@ struct ChainStepApplication {
         let incremental = step == .incremental
         let options = ExtractionOptions(allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases)
         let plan = try ExtractionPlan(reader: reader, incremental: incremental, options: options)
-        let selected = reader.entries.filter { isSelected($0.path) }
-        let files = selected.filter { $0.kind == .file }
+        let files = EntryList(reader.entries) { $0.kind == .file && isSelected($0.path) }
         try plan.checkFreeSpace(writing: files, into: target)
         let root = try incremental ? ConfinedTree(opening: target) : ConfinedTree(creating: target)
         let tree = TreeEntries(
-            directories: selected.filter { $0.kind == .directory }, fifos: selected.filter { $0.kind == .fifo },
+            directories: reader.entries.filter { $0.kind == .directory && isSelected($0.path) },
+            fifos: reader.entries.filter { $0.kind == .fifo && isSelected($0.path) },
             links: plan.links.filter { isSelected($0.entry.path) })
         var unpacking = ParallelUnpacking(
             writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: .all),

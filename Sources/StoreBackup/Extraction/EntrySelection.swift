@@ -35,7 +35,7 @@ struct EntrySelection: Sendable {
 
     /// Throws ``StoreBackupError/notInBackup(name:paths:)`` naming every requested path
     /// that matches none of `present`.
-    func requireMatches(in present: [String], backupName: String) throws {
+    func requireMatches(in present: some Collection<String>, backupName: String) throws {
         guard !selectsEverything else { return }
         let missing = paths.filter { wanted in !present.contains { $0 == wanted || $0.hasPrefix(wanted + "/") } }
         if !missing.isEmpty { throw StoreBackupError.notInBackup(name: backupName, paths: missing) }

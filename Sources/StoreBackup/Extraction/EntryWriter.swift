@@ -148,7 +148,7 @@ struct EntryWriter {
         }
         if let expected {
             let digest = FileDigest.hex(hasher.finalize())
-            guard expected.size == written, expected.sha256 == digest else {
+            guard expected.size == written, expected.hasSHA256(digest) else {
                 throw StoreBackupError.checksumMismatch(name: reader.backupName, entry: entry.path)
             }
         }

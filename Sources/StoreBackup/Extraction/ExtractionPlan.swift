@@ -33,10 +33,16 @@ struct ExtractionPlan {
         }
         let manifestByPath = try Self.crossCheckManifest(reader)
         let links = try Self.readLinks(reader, manifestByPath: manifestByPath)
-        var kinds: [String: ArchiveEntry.Kind] = [:]
-        for entry in reader.entries { kinds[entry.path] = entry.kind }
-        // Files whose content is in the base are in the tree too: nothing may sit beneath them.
-        for file in reader.manifest?.files ?? [] where file.source != nil { kinds[file.path] = .file }
+        // With a manifest, its rows are the entries (cross-checked) and the files whose content
+        // is in the base (in the tree too: nothing may sit beneath them).
+        let kinds: ArchiveTree.Kinds
+        if reader.manifest != nil {
+            kinds = .manifest(manifestByPath)
+        } else {
+            var table: [String: ArchiveEntry.Kind] = [:]
+            for entry in reader.entries { table[entry.path] = entry.kind }
+            kinds = .table(table)
+        }
         var tree = ArchiveTree(
             kinds: kinds, linkTargets: Dictionary(links.map { ($0.entry.path, $0.target) }) { first, _ in first },
             backupName: reader.backupName)
@@ -50,7 +56,7 @@ struct ExtractionPlan {
 
     /// Refuses to write `files` into `target` (a folder to be made, or being built) when
     /// they would not fit beside the app.
-    func checkFreeSpace(writing files: [ArchiveEntry], into target: String) throws {
+    func checkFreeSpace(writing files: some Sequence<ArchiveEntry>, into target: String) throws {
         try FreeSpace.check(
             needed: Self.diskUsage(of: files, entryCount: reader.entries.count),
             in: FileSystem.parentDirectory(of: target), backupName: reader.backupName)
@@ -66,7 +72,7 @@ struct ExtractionPlan {
 
     /// Bytes the files take on disk: their declared sizes plus a block per entry,
     /// saturating instead of overflowing on absurd declared sizes.
-    static func diskUsage(of files: [ArchiveEntry], entryCount: Int) -> Int64 {
+    static func diskUsage(of files: some Sequence<ArchiveEntry>, entryCount: Int) -> Int64 {
         var total = Int64(entryCount) * 4096
         for file in files {
             let (sum, overflow) = total.addingReportingOverflow(max(0, file.size))

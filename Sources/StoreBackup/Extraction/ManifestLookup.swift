@@ -1,3 +1,15 @@
+extension ArchiveEntry.Kind {
+    /// The kind of an entry whose manifest row has `type` ("database" is a file).
+    init(manifestType type: String) {
+        switch type {
+        case "directory": self = .directory
+        case "symlink": self = .symlink
+        case "fifo": self = .fifo
+        default: self = .file
+        }
+    }
+}
+
 /// The manifest's rows found by path, for checking each archive entry against its row.
 ///
 /// A sorted array of row numbers searched by halves, instead of a dictionary keyed by path
@@ -42,14 +54,7 @@ struct ManifestLookup: Sendable {
             }
             present[row] = true
             let expected = files[row]
-            let expectedKind: ArchiveEntry.Kind =
-                switch expected.type {
-                case "directory": .directory
-                case "symlink": .symlink
-                case "fifo": .fifo
-                default: .file
-                }
-            guard expectedKind == entry.kind else {
+            guard ArchiveEntry.Kind(manifestType: expected.type) == entry.kind else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) has the wrong type")
             }
             // The central directory and the manifest must agree on the size: it bounds the write.
@@ -96,6 +101,11 @@ struct ManifestLookup: Sendable {
         }
         guard low < order.count, files[Int(order[low])].path.utf8.elementsEqual(path.utf8) else { return nil }
         return Int(order[low])
+    }
+
+    /// Every row's path, in byte order.
+    func forEachPathInOrder(_ body: (String) throws -> Void) rethrows {
+        for row in order { try body(files[Int(row)].path) }
     }
 
     subscript(path: String) -> Manifest.File? {

@@ -41,7 +41,7 @@ struct ParallelUnpacking {
     /// each database (most of a store's bytes) is also fsynced on a thread of its own as soon
     /// as it is written, so the final sync has only the other files left. Returns once every
     /// check has passed.
-    func run(_ files: [ArchiveEntry], tree: TreeEntries, syncTree: (@Sendable (String) throws -> Void)?) throws {
+    func run(_ files: EntryList, tree: TreeEntries, syncTree: (@Sendable (String) throws -> Void)?) throws {
         try tree.makeDirectories(in: root)
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
@@ -54,7 +54,7 @@ struct ParallelUnpacking {
         let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
         // Every thread started here is joined on every path out, before any error is rethrown.
         let unpacked = Result {
-            try extractInParallel(files.sorted { $0.size > $1.size }, checks: checks, flushes: flushes) { bytes, name in
+            try extractInParallel(files.ordered { $0.size > $1.size }, checks: checks, flushes: flushes) { bytes, name in
                 let done = counter.add(bytes)
                 progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
             }
@@ -97,7 +97,7 @@ struct ParallelUnpacking {
     /// files, so that a mismatch is the error reported even if the check fails too. The
     /// checks are left running; the caller waits for them.
     private func extractInParallel(
-        _ files: [ArchiveEntry], checks: WorkerPool.Feed<IntegrityCheckJob>, flushes: WorkerPool.Feed<String>?,
+        _ files: EntryList, checks: WorkerPool.Feed<IntegrityCheckJob>, flushes: WorkerPool.Feed<String>?,
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let databases = files.filter(writer.plan.isDatabase)
@@ -135,12 +135,14 @@ struct ParallelUnpacking {
             }
             try verifyDigests(&digests)
         }
-        // The databases are skipped as they come rather than filtered out: a copy of the
-        // list would cost memory per entry.
-        try WorkerPool.forEach(files, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
+        // The databases are skipped as they come rather than filtered out, and the workers
+        // take positions in the reader's list: a copy of the entries would cost memory per entry.
+        let entries = files.all
+        try WorkerPool.forEach(files.positions, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
             // Each thread has a buffer of its own; the handle is shared.
             var buffer = [UInt8](repeating: 0, count: 1 << 20)
-            return { entry in
+            return { position in
+                let entry = entries[Int(position)]
                 if writer.plan.isDatabase(entry) { return }
                 if let failure = checks.firstFailure { throw failure }
                 try writer.writeFile(

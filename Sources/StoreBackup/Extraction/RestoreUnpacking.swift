@@ -17,7 +17,7 @@ struct RestoreUnpacking {
     @discardableResult
     func unpack(into target: String) throws -> [String] {
         let plan = try ExtractionPlan(reader: reader, incremental: false, options: options)
-        let files = reader.entries.filter { $0.kind == .file }
+        let files = EntryList(reader.entries) { $0.kind == .file }
         try plan.checkFreeSpace(writing: files, into: target)
         let root = try ConfinedTree(creating: target)
         let tree = TreeEntries(

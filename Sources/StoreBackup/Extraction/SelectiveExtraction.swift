@@ -24,12 +24,12 @@ struct SelectiveExtraction {
     /// Extracts into `target`, which must not exist yet. Returns the databases checked.
     func extract(into target: String) throws -> [String] {
         let plan = try ExtractionPlan(reader: reader, incremental: false, options: options)
-        let selected = reader.entries.filter { selection.needs($0.path) }
-        let files = selected.filter { $0.kind == .file }
+        let files = EntryList(reader.entries) { $0.kind == .file && selection.needs($0.path) }
         try plan.checkFreeSpace(writing: files, into: target)
         let root = try ConfinedTree(creating: target)
         let tree = TreeEntries(
-            directories: selected.filter { $0.kind == .directory }, fifos: selected.filter { $0.kind == .fifo },
+            directories: reader.entries.filter { $0.kind == .directory && selection.needs($0.path) },
+            fifos: reader.entries.filter { $0.kind == .fifo && selection.needs($0.path) },
             links: plan.links.filter { selection.needs($0.entry.path) })
         let unpacking = ParallelUnpacking(
             writer: EntryWriter(

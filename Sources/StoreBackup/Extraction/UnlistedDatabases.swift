@@ -10,7 +10,7 @@ enum UnlistedDatabases {
     /// Finds the databases among `files` under `target` and passes each through `PRAGMA
     /// integrity_check`. Returns their paths relative to `target`.
     static func findAndCheck(
-        in target: String, among files: [ArchiveEntry], workers: Int, cancel: CancellationFlag, progress: ProgressThrottle
+        in target: String, among files: EntryList, workers: Int, cancel: CancellationFlag, progress: ProgressThrottle
     ) throws -> [String] {
         // Only files on disk can be databases (verify writes nothing else); none is a link.
         let escapedTarget = EscapedName.escapedRoot(target)

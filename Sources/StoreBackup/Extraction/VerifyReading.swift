@@ -23,10 +23,10 @@ struct VerifyReading {
     /// yet). Returns the databases checked.
     func read(into scratch: String) throws -> [String] {
         let plan = try ExtractionPlan(reader: reader, incremental: false, options: options)
-        let files = reader.entries.filter { $0.kind == .file }
+        let files = EntryList(reader.entries) { $0.kind == .file }
         // Without a manifest, any file may turn out to be a database.
         let kept: EntryWriter.KeptFiles = reader.manifest == nil ? .databasesByHeader : .databases
-        try plan.checkFreeSpace(writing: kept == .databases ? files.filter(plan.isDatabase) : files, into: scratch)
+        try plan.checkFreeSpace(writing: kept == .databases ? files.keeping(plan.isDatabase) : files, into: scratch)
         let root = try ConfinedTree(creating: scratch)
         let tree = TreeEntries(directories: reader.entries.filter { $0.kind == .directory }, fifos: [], links: [])
         let unpacking = ParallelUnpacking(
@@ -47,6 +47,6 @@ struct VerifyReading {
     /// not read.
     func checkMetadata(beside scratch: String) throws {
         let plan = try ExtractionPlan(reader: reader, incremental: reader.manifest?.isIncremental == true, options: options)
-        try plan.checkFreeSpace(writing: [], into: scratch)
+        try plan.checkFreeSpace(writing: [ArchiveEntry](), into: scratch)
     }
 }

@@ -1,3 +1,4 @@
+import CPosix
 import CZip
 import Crypto
 import Foundation
@@ -16,25 +17,51 @@ public enum BackupInspection {
     }
 }
 
-/// One entry of an archive as restore sees it.
+/// One entry of an archive as restore sees it. Restore and verify hold one per entry, so
+/// the fields are stored in the narrowest types their values fit (64 bytes with the path's
+/// reference) and read back in the types libzip uses.
 struct ArchiveEntry: Sendable {
     enum Kind: Sendable { case directory, file, symlink, fifo }
-    let index: UInt64
     /// Path relative to the stores directory, without a trailing slash, in ``EscapedName``'s
     /// form (a store's own `.storebackup` entries already mapped back, see ``ArchiveNames``).
     let path: String
-    let kind: Kind
-    let permissions: UInt32
     let modificationTime: Int64
     let size: Int64
     let compressedSize: Int64
-    let compressionMethod: Int32
+    /// Where the entry's local header starts in the archive file.
+    let archiveOffset: Int64
+    /// libzip's index (below ``ArchiveLimits/maxEntries``, checked before any entry is read).
+    private let storedIndex: UInt32
     let crc: UInt32
+    /// Permission bits with set-user-ID, set-group-ID and sticky (12 bits).
+    private let storedPermissions: UInt16
+    /// The ZIP compression method (16 bits in the format).
+    private let storedCompressionMethod: UInt16
     /// libzip's ZIP_EM_* (ZIP_EM_NONE unless the entry is encrypted).
     let encryptionMethod: UInt16
-    /// Where the entry's local header starts in the archive file.
-    var archiveOffset: Int64 = 0
+    let kind: Kind
 
+    init(
+        index: UInt64, path: String, kind: Kind, permissions: UInt32, modificationTime: Int64, size: Int64, compressedSize: Int64,
+        compressionMethod: Int32, crc: UInt32, encryptionMethod: UInt16, archiveOffset: Int64 = 0
+    ) {
+        precondition(index <= UInt64(UInt32.max) && permissions <= 0o7777, "entry \(index) is out of range")
+        self.path = path
+        self.modificationTime = modificationTime
+        self.size = size
+        self.compressedSize = compressedSize
+        self.archiveOffset = archiveOffset
+        storedIndex = UInt32(index)
+        self.crc = crc
+        storedPermissions = UInt16(permissions)
+        storedCompressionMethod = UInt16(truncatingIfNeeded: compressionMethod)
+        self.encryptionMethod = encryptionMethod
+        self.kind = kind
+    }
+
+    var index: UInt64 { UInt64(storedIndex) }
+    var permissions: UInt32 { UInt32(storedPermissions) }
+    var compressionMethod: Int32 { Int32(storedCompressionMethod) }
     var isEncrypted: Bool { encryptionMethod != UInt16(ZIP_EM_NONE) }
 }
 
@@ -151,6 +178,10 @@ final class ArchiveReader: @unchecked Sendable {
         entries = []
         manifest = nil
         pageDeltas = [:]
+        // They were many small blocks spread through the heap, which glibc keeps resident
+        // once free: what comes next (the reload's scan of the restored tree, a listing)
+        // would grow beside them instead of in their pages. Trimming returns the free pages.
+        malloc_trim(0)
     }
 
     /// Opens another handle on the same file; libzip handles are not shared between threads.

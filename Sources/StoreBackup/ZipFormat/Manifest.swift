@@ -15,33 +15,6 @@ public struct Manifest: Codable, Sendable, Equatable {
     /// incremental backups, see docs/FORMAT.md). Readers refuse anything newer.
     public static let newestReadableFormat = 3
 
-    /// One entry of the archive: a file, folder, link or database snapshot.
-    public struct File: Codable, Sendable, Equatable {
-        /// The path relative to the stores directory, in ``EscapedName``'s form (format 1
-        /// wrote it as plain UTF-8; reading converts it).
-        public var path: String
-        /// "file", "directory", "symlink", "database" or (format 2) "fifo".
-        public var type: String
-        /// Size in bytes of the content (0 for folders).
-        public var size: Int64
-        /// Hex SHA-256 of the content (files and databases; the target text for links).
-        public var sha256: String?
-        /// Permission bits, e.g. 420 for 0644, with set-user-ID, set-group-ID and sticky.
-        public var mode: UInt32
-        /// Seconds since 1970-01-01 UTC (negative before 1970).
-        public var mtime: Int64
-        /// Where a symbolic link points (links only), escaped like ``path``.
-        public var linkTarget: String?
-        /// For large deflated entries: the compressed size of each `deflateBlockSize`-byte
-        /// block. storebackup deflates blocks independently, so restore can inflate them in parallel.
-        public var deflateBlockSize: Int?
-        /// The compressed size of each block, in order.
-        public var deflateBlocks: [Int]?
-        /// (Format 3, incrementals.) Where the content is: nil in this archive, "base" the
-        /// base's content at the same path, "pages" a page delta in this archive.
-        public var source: String? = nil
-    }
-
     /// (Format 3.) The backup an incremental applies onto.
     public struct Base: Codable, Sendable, Equatable {
         /// The base's file name at the destination.
