@@ -46,6 +46,28 @@ final class StoreScanSampleTests: XCTestCase {
         return root
     }
 
+    /// SQLite writes whole pages (multiples of 512 bytes), so the scan opens through
+    /// SQLite's VFS only files of such sizes: a file with a database's header and a size
+    /// that is not a whole number of pages is archived as a plain file.
+    func testOnlyWholePagesAreTakenForADatabase() throws {
+        let root = try TestEnvironment.temporaryDirectory("scan-pages")
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        for name in ["whole", "torn"] {
+            let database = try SQLiteConnection(path: "\(root)/\(name)", mode: .create)
+            try database.execute("CREATE TABLE t(x); INSERT INTO t VALUES(randomblob(5000));", operation: "fill")
+            database.close()
+        }
+        let torn = try FileHandle(forWritingTo: URL(fileURLWithPath: root + "/torn"))
+        try torn.seekToEnd()
+        try torn.write(contentsOf: Data(repeating: 7, count: 100))
+        try torn.close()
+        XCTAssertTrue(SQLiteHeader.isDatabase(path: root + "/torn"), "the header is still SQLite's")
+
+        let scanned = try StoreScanner.scan(storesDirectory: root, sampleCompressibility: true)
+        XCTAssertEqual(scanned.items.first { $0.relativePath == "whole" }?.kind, .database)
+        XCTAssertEqual(scanned.items.first { $0.relativePath == "torn" }?.kind, .file)
+    }
+
     func testScanSamplesAsTheSeparateSampleDoes() throws {
         let root = try makeStore()
         defer { try? FileManager.default.removeItem(atPath: root) }
@@ -63,7 +85,7 @@ final class StoreScanSampleTests: XCTestCase {
         defer { buffer.deallocate() }
         var verdicts = [true: 0, false: 0]
         for item in sampled.items where item.kind == .file {
-            let separate = IncompressibleSample.looksIncompressible(path: item.absolutePath, size: item.size, sample: buffer)
+            let separate = CompressibilitySample.looksIncompressible(path: item.absolutePath, size: item.size, sample: buffer)
             if item.size < CompressibilitySample.minimumFileSize || item.relativePath.hasSuffix("-wal") {
                 XCTAssertNil(item.looksIncompressible, item.relativePath)
             } else {

@@ -339,7 +339,9 @@ enum IncompressibleSample {
             defer { sample.deallocate() }
             for index in (unsampled.count * worker / width)..<(unsampled.count * (worker + 1) / width) {
                 let file = unsampled[index]
-                if looksIncompressible(path: file.absolutePath, size: file.size, sample: sample) { mine.append(file.relativePath) }
+                if CompressibilitySample.looksIncompressible(path: file.absolutePath, size: file.size, sample: sample) {
+                    mine.append(file.relativePath)
+                }
             }
             sampled.withLock { $0.formUnion(mine) }
         }.join()
@@ -347,14 +349,4 @@ enum IncompressibleSample {
         return found
     }
 
-    static func looksIncompressible(path: String, size: Int64, sample: UnsafeMutableRawBufferPointer) -> Bool {
-        guard size >= CompressibilitySample.minimumFileSize else { return false }
-        let fd = EscapedName.withSystemPath(path) { open($0, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
-        guard fd >= 0 else { return false }
-        defer { close(fd) }
-        let range = CompressibilitySample.range(fileSize: size)
-        let got = pread(fd, sample.baseAddress, min(sample.count, CompressibilitySample.size), off_t(range.offset))
-        guard got > 0 else { return false }
-        return CompressibilitySample.looksIncompressible(UnsafeRawBufferPointer(rebasing: sample[0..<got]))
-    }
 }

@@ -1,5 +1,9 @@
 import Foundation
 
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// Whether a file's content looks already compressed (JPEG, video, zip...), judged from
 /// 8 KiB in its middle: deflating such a file costs CPU and saves nothing, so `create`
 /// stores it. The scan takes the sample while it has the file open for its SQLite header
@@ -15,6 +19,21 @@ enum CompressibilitySample {
     static func range(fileSize: Int64) -> (offset: Int64, count: Int) {
         let offset = max(0, fileSize / 2 - 4096)
         return (offset, Int(min(Int64(size), max(0, fileSize - offset))))
+    }
+
+    /// Reads the sample of the file at `path` (`size` bytes) into `sample` through a plain
+    /// descriptor, and judges it. For files that cannot be databases, like the pipeline's
+    /// own reads: closing a descriptor drops the process's POSIX locks on that file, which
+    /// only matters for a database this process has open.
+    static func looksIncompressible(path: String, size: Int64, sample: UnsafeMutableRawBufferPointer) -> Bool {
+        guard size >= minimumFileSize else { return false }
+        let fd = EscapedName.withSystemPath(path) { open($0, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        let range = range(fileSize: size)
+        let got = pread(fd, sample.baseAddress, min(sample.count, self.size), off_t(range.offset))
+        guard got > 0 else { return false }
+        return looksIncompressible(UnsafeRawBufferPointer(rebasing: sample[0..<got]))
     }
 
     /// The verdict on `sample` (the bytes a file has in its ``range(fileSize:)``).

@@ -154,6 +154,9 @@ final class SQLiteConnection {
 /// SQLite files begin with this 16-byte string; that, not the extension, is how we find them.
 enum SQLiteHeader {
     static let magic: [UInt8] = Array("SQLite format 3\0".utf8)
+    /// SQLite's smallest page size: a database file is a whole number of pages, each a
+    /// power of two from 512 to 65536 bytes, so its size is a multiple of this.
+    static let smallestPageSize: Int64 = 512
 
     /// Reads the header through SQLite's own VFS rather than a plain descriptor: when an
     /// app in this process has the database open, SQLite defers closing the file while

@@ -161,6 +161,17 @@ enum StoreScanner {
         var result = Inspected(mode: info.st_mode, size: Int64(info.st_size), modificationTime: Int64(info.st_mtim.tv_sec))
         guard info.st_mode & S_IFMT == S_IFREG && info.st_size >= 512 && !companionSuffixes.contains(where: { name.hasSuffix($0) })
         else { return result }
+        guard result.size % SQLiteHeader.smallestPageSize == 0 else {
+            // SQLite writes whole pages of 512 bytes or a multiple of it, so this size is not
+            // a database's: the sample needs no open through SQLite's VFS (which takes one
+            // global lock that every scanning thread would queue on).
+            result.isDatabase = false
+            if let sampleBuffer, result.size >= CompressibilitySample.minimumFileSize {
+                result.looksIncompressible = CompressibilitySample.looksIncompressible(
+                    path: path, size: result.size, sample: sampleBuffer)
+            }
+            return result
+        }
         guard let sampleBuffer, result.size >= CompressibilitySample.minimumFileSize else {
             result.isDatabase = SQLiteHeader.isDatabase(path: path)
             return result
