@@ -2,7 +2,7 @@
 """Benchmarks a store of many small files (scripts/make_store.py --files N): create,
 restore and verify of storebackup beside restic's first backup, `restic restore` and
 `unzip -q && sync`, as milliseconds per 1,000 files, paired ratios and peak RSS. Called by
-scripts/bench --files N; prints a Markdown report (and writes it to --out if given).
+scripts/bench --files N; prints a Markdown report (and appends it to --out if given).
 
     many_files.py --work DIR --pristine STORE --bin storebackup --files N [--runs N] [--out FILE]
 
@@ -122,8 +122,8 @@ def main():
     text = report(creates + restores, args.files, args.runs)
     print(text)
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+        with open(args.out, "a") as f:
+            f.write("\n" + text)
 
 
 if __name__ == "__main__":
