@@ -68,7 +68,17 @@ final class ManifestWriterTests: XCTestCase {
 
     /// The format-3 fields (incremental backups) round-trip and read as JSONEncoder's do.
     func testFormat3FieldsMatchJSONEncoder() throws {
-        var manifest = sample(fileCount: 9)
+        let manifest = incrementalSample(fileCount: 9)
+        XCTAssertEqual(try Manifest.decode(try manifest.encoded()), manifest)
+        let ours = try JSONSerialization.jsonObject(with: try manifest.encoded()) as? NSDictionary
+        let theirs = try JSONSerialization.jsonObject(with: try manifest.encodedByFoundation()) as? NSDictionary
+        XCTAssertNotNil(ours)
+        XCTAssertEqual(ours, theirs)
+    }
+
+    /// `sample(fileCount:)` as an incremental (format 3) with every chain field set.
+    private func incrementalSample(fileCount: Int) -> Manifest {
+        var manifest = sample(fileCount: fileCount)
         manifest.format = 3
         manifest.kind = "incremental"
         manifest.base = .init(
@@ -79,29 +89,13 @@ final class ManifestWriterTests: XCTestCase {
         manifest.pageMaps = [.init(path: "App.sqlite", hash: "hmac-sha256-128", complete: false)]
         manifest.files[2].source = "pages"
         manifest.files[3].source = "base"
-        XCTAssertEqual(try Manifest.decode(try manifest.encoded()), manifest)
-        let ours = try JSONSerialization.jsonObject(with: try manifest.encoded()) as? NSDictionary
-        let theirs = try JSONSerialization.jsonObject(with: try manifest.encodedByFoundation()) as? NSDictionary
-        XCTAssertNotNil(ours)
-        XCTAssertEqual(ours, theirs)
+        return manifest
     }
 
     /// Every optional field and every kind of value, format 3: what the layout fixture holds.
     func layoutSample() -> Manifest {
-        var manifest = sample(fileCount: 13)
-        manifest.format = 3
-        manifest.kind = "incremental"
-        manifest.base = .init(
-            name: "2026-11-27 020000 Stores.zip", manifestSHA256: String(repeating: "c", count: 64),
-            createdAt: Date(timeIntervalSince1970: 1_764_200_000))
-        manifest.chainLength = 2
-        manifest.hashSalt = "00112233445566778899aabbccddeeff"
-        manifest.pageMaps = [
-            .init(path: "App.sqlite", hash: "hmac-sha256-128", complete: false),
-            .init(path: "B.sqlite", hash: "sha256-128", complete: true),
-        ]
-        manifest.files[2].source = "pages"
-        manifest.files[3].source = "base"
+        var manifest = incrementalSample(fileCount: 13)
+        manifest.pageMaps?.append(.init(path: "B.sqlite", hash: "sha256-128", complete: true))
         manifest.files[6].deflateBlocks = []
         manifest.leftOut = []
         return manifest
