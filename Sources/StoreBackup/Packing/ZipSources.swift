@@ -291,8 +291,8 @@ final class ItemContentSources: ZipSourceTable {
     }
 }
 
-/// Serves bytes that are only known once earlier entries are written (the manifest),
-/// or small fixed content (a symbolic link's target).
+/// Serves small content made when libzip first asks for it (the format marker; links and
+/// FIFOs go through ``ItemContentSources``, the manifest through ``ManifestEntrySource``).
 final class LazyDataSource: ZipSourceCallbackObject {
     private let produce: () throws -> Data
     private var content: Data?
