@@ -107,8 +107,19 @@ final class DestinationCapabilityTests: XCTestCase {
         XCTAssertEqual(HTTPDates.http("Sun, 06 Nov 1994 08:49:37 GMT"), expected)
         XCTAssertEqual(HTTPDates.http("Sunday, 06-Nov-94 08:49:37 GMT"), expected)
         XCTAssertEqual(HTTPDates.http("Sun Nov  6 08:49:37 1994"), expected)
+        XCTAssertEqual(HTTPDates.iso8601("1994-11-06T10:49:37+02:00"), expected)
+        XCTAssertEqual(HTTPDates.iso8601("1994-11-06T03:49:37-0500"), expected)
         XCTAssertNil(HTTPDates.iso8601("yesterday"))
+        XCTAssertNil(HTTPDates.iso8601("1994-11-06T08:49:37"), "no zone")
+        XCTAssertNil(HTTPDates.iso8601("1994-02-30T08:49:37Z"), "no such day")
+        XCTAssertNil(HTTPDates.iso8601("1994-11-06T08:49:37Zjunk"))
         XCTAssertNil(HTTPDates.http("1994-11-06T08:49:37Z"))
+        XCTAssertNil(HTTPDates.http("Sun, 06 Foo 1994 08:49:37 GMT"))
+        XCTAssertNil(HTTPDates.http("Sun, 06 Nov 1994 08:49:37 CET"))
+        // A two-digit year is the latest one not more than 50 years ahead.
+        let in2026 = Date(timeIntervalSince1970: 1_795_000_000)
+        XCTAssertEqual(HTTPDates.http("Friday, 06-Nov-76 08:49:37 GMT", now: in2026).map(UTCTimestamp.fields)?.year, 2076)
+        XCTAssertEqual(HTTPDates.http("Saturday, 06-Nov-77 08:49:37 GMT", now: in2026).map(UTCTimestamp.fields)?.year, 1977)
     }
 
     func testCompleteLengthReadsBothContentRangeForms() {

@@ -36,11 +36,9 @@ public struct ObjectLockRetention: Sendable, Equatable {
 
     /// The request headers that lock an object being written.
     func headers(now: Date = Date()) -> [(String, String)] {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return [
+        [
             ("x-amz-object-lock-mode", mode.rawValue),
-            ("x-amz-object-lock-retain-until-date", formatter.string(from: retainUntil(from: now))),
+            ("x-amz-object-lock-retain-until-date", UTCTimestamp.iso8601(retainUntil(from: now))),
         ]
     }
 }
@@ -59,10 +57,8 @@ public struct BackupRetention: Sendable, Equatable {
     /// The body of a PutObjectRetention request setting this retention. The date is
     /// rounded up to the second, so the lock never ends before `until`.
     var requestBody: String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
         let whole = Date(timeIntervalSince1970: until.timeIntervalSince1970.rounded(.up))
         return "<Retention xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><Mode>\(mode.rawValue)</Mode>"
-            + "<RetainUntilDate>\(formatter.string(from: whole))</RetainUntilDate></Retention>"
+            + "<RetainUntilDate>\(UTCTimestamp.iso8601(whole))</RetainUntilDate></Retention>"
     }
 }
