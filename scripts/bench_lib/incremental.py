@@ -187,7 +187,7 @@ def main():
     chain_times, one_times, chain_rss, one_rss = [], [], [], []
     for round_index in range(args.runs):
         for kind in ("chain", "one") if round_index % 2 == 0 else ("one", "chain"):
-            remove(target, target + "_Old", target + "_New", target + "_FailedRestore")
+            bench.set_aside(target, target + "_Old", target + "_New", target + "_FailedRestore")
             os.sync()
             source = chain if kind == "chain" else final_full
             result = timed([sb, "restore", "latest", target, "--from", source, "--yes"])
@@ -196,6 +196,7 @@ def main():
             (chain_times if kind == "chain" else one_times).append(result.seconds)
             (chain_rss if kind == "chain" else one_rss).append(result.rss_kib)
     remove(target, target + "_Old")
+    bench.discard_set_aside()
 
     median = lambda values: sorted(values)[len(values) // 2]  # noqa: E731
     size = median(sizes)

@@ -56,8 +56,8 @@ def restore_tools(sb, store, pristine, work):
 
     def clean(_):
         parent, base = os.path.split(target)
-        remove(target, target + "_Old", target + "_New", target + "_FailedRestore",
-               os.path.join(parent, f".{base}.storebackup-lock"))
+        bench.set_aside(target, target + "_Old", target + "_New", target + "_FailedRestore",
+                        os.path.join(parent, f".{base}.storebackup-lock"))
         os.makedirs(parent, exist_ok=True)
         os.sync()
 
@@ -119,6 +119,7 @@ def main():
     restores, clean = restore_tools(args.bin, store, args.pristine, args.work)
     run_rounds(restores, args.runs, "restore and verify")
     clean(0)
+    bench.discard_set_aside()
     text = report(creates + restores, args.files, args.runs)
     print(text)
     if args.out:

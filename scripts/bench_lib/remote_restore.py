@@ -85,7 +85,8 @@ def main():
 
         def clean(_):
             parent, base = os.path.split(target)
-            remove(target, target + "_Old", target + "_New", os.path.join(parent, f".{base}.storebackup-lock"), downloaded)
+            bench.set_aside(target, target + "_Old", target + "_New", os.path.join(parent, f".{base}.storebackup-lock"),
+                            downloaded)
             os.makedirs(parent, exist_ok=True)
             os.sync()
 
@@ -116,6 +117,7 @@ def main():
         ]
         run_rounds(tools, args.runs, "remote restore")
         clean(0)
+        bench.discard_set_aside()
         by = {tool.key: tool for tool in tools}
 
         def ratio(numerator, denominator):
