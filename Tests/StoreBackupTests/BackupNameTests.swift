@@ -34,7 +34,20 @@ final class BackupNameTests: XCTestCase {
             XCTAssertEqual(text, compact.string(from: date), "\(seconds)")
             XCTAssertEqual(UTCTimestamp.iso8601(date), iso.string(from: date), "\(seconds)")
             XCTAssertEqual(UTCTimestamp.parseCompact(Substring(text)), Date(timeIntervalSince1970: seconds.rounded(.down)), text)
+            XCTAssertEqual(UTCTimestamp.parseISO8601(iso.string(from: date)), iso.date(from: iso.string(from: date)), "\(seconds)")
         }
+        // storebackup's JSON files read and write dates as Foundation's `.iso8601` does.
+        struct Stamped: Codable, Equatable { var at: Date }
+        let stamped = Stamped(at: Date(timeIntervalSince1970: 1_795_317_307))
+        let foundationEncoder = JSONEncoder()
+        foundationEncoder.dateEncodingStrategy = .iso8601
+        let ownEncoder = JSONEncoder()
+        ownEncoder.dateEncodingStrategy = .utcTimestamp
+        let ownDecoder = JSONDecoder()
+        ownDecoder.dateDecodingStrategy = .utcTimestamp
+        XCTAssertEqual(try ownEncoder.encode(stamped), try foundationEncoder.encode(stamped))
+        XCTAssertEqual(try ownDecoder.decode(Stamped.self, from: foundationEncoder.encode(stamped)), stamped)
+        XCTAssertThrowsError(try ownDecoder.decode(Stamped.self, from: Data(#"{"at":"2026-02-30T00:00:00Z"}"#.utf8)))
         for valid in ["2000-02-29 000000", "2024-02-29 235959", "0001-01-01 000000"] {
             XCTAssertNotNil(UTCTimestamp.parseCompact(Substring(valid)), valid)
         }

@@ -93,7 +93,7 @@ struct ChainFolder: Sendable {
         do {
             let data = try Data(contentsOf: URL(fileURLWithPath: statePath))
             let decoder = JSONDecoder()
-            decoder.dateDecodingStrategy = .iso8601
+            decoder.dateDecodingStrategy = .utcTimestamp
             let state = try decoder.decode(ChainState.self, from: data)
             guard state.version == ChainState.currentVersion, state.destination == destination else {
                 return .none(reason: "the chain state at \(path) is for another version or destination")
@@ -189,7 +189,7 @@ struct ChainFolder: Sendable {
         try FileSystem.fsync(path: path)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .utcTimestamp
         try DurableFile.write(try encoder.encode(state), to: path + "/" + Self.stateFile, mode: 0o600)
         // The old state's files: nothing refers to them any more.
         let keep = Set([Self.stateFile, state.filesList] + state.databases.map(\.map))

@@ -37,7 +37,7 @@ struct RestoreJournal: Codable, Sendable {
     static func load(from path: String) -> RestoreJournal? {
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .utcTimestamp
         return try? decoder.decode(RestoreJournal.self, from: data)
     }
 
@@ -45,7 +45,7 @@ struct RestoreJournal: Codable, Sendable {
         var copy = self
         copy.updatedAt = Date()
         let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .utcTimestamp
         try DurableFile.write(try encoder.encode(copy), to: path)
     }
 

@@ -80,7 +80,7 @@ public struct HookEvent: Sendable, Codable, Equatable {
 
     func json() -> Data {
         let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .utcTimestamp
         encoder.outputFormatting = [.sortedKeys]
         return (try? encoder.encode(self)) ?? Data("{}".utf8)
     }

@@ -132,13 +132,13 @@ public struct BackupStateStore: Sendable {
 
     static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .utcTimestamp
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         return encoder
     }()
     static let decoder: JSONDecoder = {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .utcTimestamp
         return decoder
     }()
 }

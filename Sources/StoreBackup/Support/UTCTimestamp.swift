@@ -62,6 +62,33 @@ enum UTCTimestamp {
             "\(digits(f.year, 4))-\(digits(f.month, 2))-\(digits(f.day, 2))T\(digits(f.hour, 2)):\(digits(f.minute, 2)):\(digits(f.second, 2))Z"
     }
 
+    /// Reads ISO 8601's internet form back: ``iso8601(_:)``'s, and as web services write it,
+    /// with a fraction of a second or an offset instead of `Z`.
+    static func parseISO8601(_ text: String) -> Date? {
+        var reader = DateTextReader(text)
+        guard let year = reader.number(digits: 4), reader.skip("-"), let month = reader.number(digits: 2), reader.skip("-"),
+            let day = reader.number(digits: 2), reader.skip("T") || reader.skip("t"),
+            let hour = reader.number(digits: 2), reader.skip(":"), let minute = reader.number(digits: 2), reader.skip(":"),
+            let second = reader.number(digits: 2)
+        else { return nil }
+        let fraction = reader.skip(".") ? reader.fraction() : 0
+        guard let fraction else { return nil }
+        let offsetSeconds: Int
+        if reader.skip("Z") || reader.skip("z") {
+            offsetSeconds = 0
+        } else {
+            let sign = reader.skip("+") ? 1 : reader.skip("-") ? -1 : 0
+            guard sign != 0, let offsetHours = reader.number(digits: 2), offsetHours <= 23 else { return nil }
+            _ = reader.skip(":")
+            guard let offsetMinutes = reader.number(digits: 2), offsetMinutes <= 59 else { return nil }
+            offsetSeconds = sign * (offsetHours * 3600 + offsetMinutes * 60)
+        }
+        guard reader.atEnd,
+            let local = date(of: Fields(year: year, month: month, day: day, hour: hour, minute: minute, second: second))
+        else { return nil }
+        return Date(timeIntervalSince1970: local.timeIntervalSince1970 - Double(offsetSeconds) + fraction)
+    }
+
     private static func digits(_ value: Int, _ width: Int) -> String {
         let text = String(value)
         return text.count >= width ? text : String(repeating: "0", count: width - text.count) + text
