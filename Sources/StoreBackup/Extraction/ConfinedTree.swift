@@ -17,6 +17,8 @@ final class ConfinedTree: Sendable {
     /// The folder's path, for messages.
     let root: String
     private let rootDescriptor: Int32
+    /// The folders walked to so far, so that the next file of a folder skips the walk.
+    private let openFolders = OpenFolders()
 
     /// Creates `root` (which must not exist; its parent is trusted) and opens it.
     init(creating root: String) throws {
@@ -39,8 +41,10 @@ final class ConfinedTree: Sendable {
     /// Removes `relative` (a file, link, FIFO, or a folder with everything beneath it),
     /// walking from the root without following links; nothing there is no error.
     func remove(_ relative: String) throws {
-        let (parent, leaf) = try openParent(relative, create: false)
-        defer { if parent != rootDescriptor { close(parent) } }
+        let opened = try openParent(relative, create: false)
+        defer { release(opened) }
+        let (parent, leaf) = (opened.descriptor, opened.leaf)
+        openFolders.forget(under: relative)
         try Self.removeEntry(leaf, in: parent, path: root + "/" + relative)
     }
 
@@ -72,8 +76,9 @@ final class ConfinedTree: Sendable {
     /// Opens the regular file `relative` for reading and writing (it must not be a link):
     /// a database patched by a page delta.
     func openFileForPatching(_ relative: String) throws -> Int32 {
-        let (parent, leaf) = try openParent(relative, create: false)
-        defer { if parent != rootDescriptor { close(parent) } }
+        let opened = try openParent(relative, create: false)
+        defer { release(opened) }
+        let (parent, leaf) = (opened.descriptor, opened.leaf)
         let fd = EscapedName.withSystemPath(leaf) { openat(parent, $0, O_RDWR | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: errno) }
         var info = stat()
@@ -86,8 +91,9 @@ final class ConfinedTree: Sendable {
 
     /// Sets the mode and time of the regular file `relative` (not following links).
     func setFileAttributes(_ relative: String, permissions: UInt32, modificationTime: Int64) throws {
-        let (parent, leaf) = try openParent(relative, create: false)
-        defer { if parent != rootDescriptor { close(parent) } }
+        let opened = try openParent(relative, create: false)
+        defer { release(opened) }
+        let (parent, leaf) = (opened.descriptor, opened.leaf)
         let path = root + "/" + relative
         try EscapedName.withSystemPath(leaf) { name in
             // fchmodat follows links: make sure this is the regular file it should be.
@@ -115,8 +121,9 @@ final class ConfinedTree: Sendable {
     /// Creates the regular file `relative` (O_EXCL) and returns its descriptor, open for writing
     /// (and, with `readBack`, for reading what was written).
     func createFile(_ relative: String, readBack: Bool = false) throws -> Int32 {
-        let (parent, leaf) = try openParent(relative, create: true)
-        defer { if parent != rootDescriptor { close(parent) } }
+        let opened = try openParent(relative, create: true)
+        defer { release(opened) }
+        let (parent, leaf) = (opened.descriptor, opened.leaf)
         let fd = EscapedName.withSystemPath(leaf) {
             openat(parent, $0, (readBack ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         }
@@ -126,8 +133,9 @@ final class ConfinedTree: Sendable {
 
     /// Creates the link `relative` pointing at `target` (already checked to stay inside).
     func createLink(_ relative: String, target: String, modificationTime: Int64) throws {
-        let (parent, leaf) = try openParent(relative, create: true)
-        defer { if parent != rootDescriptor { close(parent) } }
+        let opened = try openParent(relative, create: true)
+        defer { release(opened) }
+        let (parent, leaf) = (opened.descriptor, opened.leaf)
         let made = EscapedName.withSystemPath(target) { target in EscapedName.withSystemPath(leaf) { symlinkat(target, parent, $0) } }
         guard made == 0 else {
             throw StoreBackupError.io(path: root + "/" + relative, operation: "create link", errno: errno)
@@ -139,8 +147,9 @@ final class ConfinedTree: Sendable {
     /// Creates the FIFO `relative` with its mode and time. Nothing opens it (opening a FIFO
     /// waits for the other end): mode and time are set by name, not following links.
     func createFIFO(_ relative: String, permissions: UInt32, modificationTime: Int64) throws {
-        let (parent, leaf) = try openParent(relative, create: true)
-        defer { if parent != rootDescriptor { close(parent) } }
+        let opened = try openParent(relative, create: true)
+        defer { release(opened) }
+        let (parent, leaf) = (opened.descriptor, opened.leaf)
         let path = root + "/" + relative
         try EscapedName.withSystemPath(leaf) { name in
             guard mkfifoat(parent, name, 0o600) == 0 else { throw StoreBackupError.io(path: path, operation: "create FIFO", errno: errno) }
@@ -166,8 +175,9 @@ final class ConfinedTree: Sendable {
 
     /// Opens the regular file `relative` for reading (it must not be a link).
     func openFileForReading(_ relative: String) throws -> Int32 {
-        let (parent, leaf) = try openParent(relative, create: false)
-        defer { if parent != rootDescriptor { close(parent) } }
+        let opened = try openParent(relative, create: false)
+        defer { release(opened) }
+        let (parent, leaf) = (opened.descriptor, opened.leaf)
         let fd = EscapedName.withSystemPath(leaf) { openat(parent, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
         guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: errno) }
         return fd
@@ -177,12 +187,33 @@ final class ConfinedTree: Sendable {
         relative.split(separator: "/").map(String.init)
     }
 
-    private func openParent(_ relative: String, create: Bool) throws -> (Int32, String) {
+    /// A file's folder, open, and the file's name in it.
+    private struct Parent {
+        let descriptor: Int32
+        let leaf: String
+        /// The folder's path when ``openFolders`` lent the descriptor; nil when the caller
+        /// owns it (or it is the root's).
+        let keptAs: String?
+    }
+
+    private func openParent(_ relative: String, create: Bool) throws -> Parent {
         var parts = components(relative)
         guard let leaf = parts.popLast(), leaf != ".", leaf != ".." else {
             throw StoreBackupError.io(path: root + "/" + relative, operation: "create", errno: EINVAL)
         }
-        return (try openDirectory(parts, create: create, for: relative), leaf)
+        guard !parts.isEmpty else { return Parent(descriptor: rootDescriptor, leaf: leaf, keptAs: nil) }
+        let folder = parts.joined(separator: "/")
+        if let kept = openFolders.borrow(folder) { return Parent(descriptor: kept, leaf: leaf, keptAs: folder) }
+        let descriptor = try openDirectory(parts, create: create, for: relative)
+        return Parent(descriptor: descriptor, leaf: leaf, keptAs: openFolders.keep(descriptor, path: folder) ? folder : nil)
+    }
+
+    private func release(_ parent: Parent) {
+        if let folder = parent.keptAs {
+            openFolders.giveBack(parent.descriptor, path: folder)
+        } else if parent.descriptor != rootDescriptor {
+            close(parent.descriptor)
+        }
     }
 
     /// Walks `parts` from the root, each step `O_NOFOLLOW | O_DIRECTORY`: a link or a
