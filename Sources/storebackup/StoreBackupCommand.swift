@@ -30,6 +30,7 @@ struct StoreBackupCommand: AsyncParsableCommand {
 
     static func main() async {
         MallocArenas.limitToOnePerCore()
+        LocalTimeZone.pin()
         TestSwitches.install()
         await main(nil)
     }
