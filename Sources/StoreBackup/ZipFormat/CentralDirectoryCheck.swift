@@ -60,28 +60,32 @@ struct CentralDirectoryCheck {
         offsets.reserveCapacity(Int(count))
         var position = directoryOffset
         let end = directoryOffset + directorySize
+        var window = DirectoryWindow(bytes: bytes, end: end)
         for index in 0..<count {
             guard position + 46 <= end else { throw damaged("its central directory ends early (entry \(index))") }
-            let header = try read(bytes, at: position, count: 46)
-            guard le32(header, 0) == 0x0201_4b50 else { throw damaged("entry \(index) has no central directory signature") }
-            let nameLength = Int(le16(header, 28)), extraLength = Int(le16(header, 30)), commentLength = Int(le16(header, 32))
+            let at = try window.cover(position, count: 46, check: self)
+            guard window.le32(at) == 0x0201_4b50 else { throw damaged("entry \(index) has no central directory signature") }
+            let nameLength = Int(window.le16(at + 28)), extraLength = Int(window.le16(at + 30))
+            let commentLength = Int(window.le16(at + 32))
             guard nameLength > 0, nameLength <= ArchiveLimits.maxNameBytes else {
                 throw damaged("entry \(index) has a name of \(nameLength) bytes (the limit is \(ArchiveLimits.maxNameBytes))")
             }
             let variableLength = Int64(nameLength + extraLength + commentLength)
             guard position + 46 + variableLength <= end else { throw damaged("its central directory ends early (entry \(index))") }
-            let name = try read(bytes, at: position + 46, count: nameLength)
+            var compressedSize = Int64(window.le32(at + 20))
+            var localOffset = Int64(window.le32(at + 42))
+            let uncompressedIsZip64 = window.le32(at + 24) == 0xFFFF_FFFF
+            let nameAt = try window.cover(position + 46, count: nameLength + extraLength, check: self)
             // Any byte but NUL is a legal Linux name byte; a NUL would cut the name short
             // for every C function that reads it.
-            if name.contains(0) {
+            if window.contains(0, in: nameAt..<nameAt + nameLength) {
                 throw damaged("entry \(index) has a name holding a NUL byte")
             }
-            let extra = try read(bytes, at: position + 46 + Int64(nameLength), count: extraLength)
-            var compressedSize = Int64(le32(header, 20))
-            var localOffset = Int64(le32(header, 42))
-            try applyZip64(
-                extra: extra, uncompressed: le32(header, 24) == 0xFFFF_FFFF,
-                compressed: &compressedSize, offset: &localOffset, index: index)
+            if compressedSize == 0xFFFF_FFFF || localOffset == 0xFFFF_FFFF {
+                try applyZip64(
+                    extra: window.copy(nameAt + nameLength..<nameAt + nameLength + extraLength), uncompressed: uncompressedIsZip64,
+                    compressed: &compressedSize, offset: &localOffset, index: index)
+            }
             guard localOffset >= 0, localOffset < directoryOffset, compressedSize >= 0 else {
                 throw damaged("entry \(index) points outside the archive")
             }
@@ -98,6 +102,37 @@ struct CentralDirectoryCheck {
             throw damaged("an entry runs into the central directory")
         }
         return Layout(offsets: offsets, directoryOffset: directoryOffset)
+    }
+
+    /// The central directory read a window at a time (one read per window, not three per
+    /// entry), never past its end and never more than ``windowBytes`` at once.
+    private struct DirectoryWindow<Bytes: ArchiveBytes> {
+        static var windowBytes: Int { 1 << 20 }
+        let bytes: Bytes
+        let end: Int64
+        private var start: Int64 = 0
+        private var data: [UInt8] = []
+
+        init(bytes: Bytes, end: Int64) {
+            self.bytes = bytes
+            self.end = end
+        }
+
+        /// Makes sure `count` bytes at `offset` (within the directory) are in the window and
+        /// returns where they start in it.
+        mutating func cover(_ offset: Int64, count: Int, check: CentralDirectoryCheck) throws -> Int {
+            if offset < start || offset + Int64(count) > start + Int64(data.count) {
+                let length = Int(min(end - offset, Int64(max(count, Self.windowBytes))))
+                data = try check.read(bytes, at: offset, count: length)
+                start = offset
+            }
+            return Int(offset - start)
+        }
+
+        func le16(_ i: Int) -> UInt16 { UInt16(data[i]) | UInt16(data[i + 1]) << 8 }
+        func le32(_ i: Int) -> UInt32 { UInt32(le16(i)) | UInt32(le16(i + 2)) << 16 }
+        func contains(_ byte: UInt8, in range: Range<Int>) -> Bool { data[range].contains(byte) }
+        func copy(_ range: Range<Int>) -> [UInt8] { Array(data[range]) }
     }
 
     /// Entry count, central directory size and offset from the end of central directory
@@ -156,7 +191,7 @@ struct CentralDirectoryCheck {
         throw damaged("entry \(index) lacks its ZIP64 sizes")
     }
 
-    private func read(_ bytes: some ArchiveBytes, at offset: Int64, count: Int) throws -> [UInt8] {
+    fileprivate func read(_ bytes: some ArchiveBytes, at offset: Int64, count: Int) throws -> [UInt8] {
         guard offset >= 0, offset + Int64(count) <= bytes.size else { throw damaged("it ends early") }
         let read = try bytes.read(at: offset, count: count)
         guard read.count == count else { throw damaged("it ends early") }
