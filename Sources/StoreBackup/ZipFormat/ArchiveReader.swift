@@ -186,6 +186,9 @@ final class ArchiveReader: @unchecked Sendable {
 
     /// Opens another handle on the same file; libzip handles are not shared between threads.
     static func open(path: String, backupName: String) throws -> OpaquePointer {
+        if let file = LocalArchiveFile(path: path) {
+            return try ZipSource.openHandle(over: file, backupName: backupName, flags: ZIP_RDONLY | ZIP_CHECKCONS) { nil }
+        }
         var code: Int32 = 0
         let handle = openLock.withLock { zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code) }
         guard let handle else {

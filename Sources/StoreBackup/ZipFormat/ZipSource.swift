@@ -9,15 +9,22 @@ protocol PositionedBytes: AnyObject, Sendable {
     /// Copies bytes at `offset` into `buffer`, as many as are at hand at once (at least one
     /// before the end); 0 at the end of the archive. Blocks as long as the bytes take.
     func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int
+    /// Reads shorter than this are served from a window of this many bytes read at once
+    /// (0: none; a remote or arriving archive reads only what is asked for).
+    var readAheadBytes: Int { get }
+}
+
+extension PositionedBytes {
+    var readAheadBytes: Int { 0 }
 }
 
 /// libzip handles over ``PositionedBytes``.
 enum ZipSource {
-    /// A read-only libzip handle over `bytes`, without `ZIP_CHECKCONS` (the caller checks
-    /// local headers its own way). `lastFailure` says why a read failed, when one did:
+    /// A read-only libzip handle over `bytes`; without `ZIP_CHECKCONS` in `flags`, the caller
+    /// checks local headers its own way. `lastFailure` says why a read failed, when one did:
     /// libzip reports only that it failed, which would read as a damaged archive.
     static func openHandle(
-        over bytes: any PositionedBytes, backupName: String, lastFailure: () -> StoreBackupError?
+        over bytes: any PositionedBytes, backupName: String, flags: Int32 = ZIP_RDONLY, lastFailure: () -> StoreBackupError?
     ) throws -> OpaquePointer {
         var error = zip_error_t()
         zip_error_init(&error)
@@ -28,7 +35,7 @@ enum ZipSource {
             Unmanaged<PositionedSourceReader>.fromOpaque(context).release()
             throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_error_strerror(&error)))
         }
-        let handle = ArchiveReader.openLock.withLock { zip_open_from_source(source, ZIP_RDONLY, &error) }
+        let handle = ArchiveReader.openLock.withLock { zip_open_from_source(source, flags, &error) }
         guard let handle else {
             zip_source_free(source)
             if let failure = lastFailure() { throw failure }
@@ -39,19 +46,29 @@ enum ZipSource {
     }
 }
 
-/// One libzip source over ``PositionedBytes``: its own position, the bytes' reads.
-/// Used by the one thread that owns the libzip handle.
+/// One libzip source over ``PositionedBytes``: its own position, the bytes' reads, and its
+/// own read-ahead windows when the bytes want them. Used by one thread at a time (the one
+/// holding the libzip handle).
 private final class PositionedSourceReader {
     let archive: any PositionedBytes
     var position: Int64 = 0
     var error = zip_error_t()
+    /// Read-ahead windows, when the bytes want them (a file on this machine).
+    private let windows: ReadAheadWindows?
 
     init(archive: any PositionedBytes) {
         self.archive = archive
+        windows = archive.readAheadBytes > 0 ? ReadAheadWindows(windowBytes: archive.readAheadBytes) : nil
         zip_error_init(&error)
     }
 
     deinit { zip_error_fini(&error) }
+
+    /// Bytes at ``position`` into `buffer`, as many as one read gives.
+    private func readAtPosition(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        guard let windows else { return try archive.read(at: position, into: buffer) }
+        return try windows.read(at: position, into: buffer) { try archive.read(at: $0, into: $1) }
+    }
 
     func handle(command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64 {
         switch command {
@@ -65,7 +82,7 @@ private final class PositionedSourceReader {
             do {
                 // Filled as far as the archive goes: libzip takes a short read for its end.
                 while done < buffer.count {
-                    let got = try archive.read(at: position, into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]))
+                    let got = try readAtPosition(into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]))
                     if got == 0 { break }
                     done += got
                     position += Int64(got)
