@@ -294,8 +294,7 @@ struct ManifestWriter {
 
     /// The form `JSONDecoder`'s `.iso8601` strategy reads: whole seconds, UTC.
     static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.string(from: date)
+        // Not ISO8601DateFormatter: it loads ICU's calendar data, megabytes of the program's pages.
+        UTCTimestamp.iso8601(date)
     }
 }
