@@ -157,10 +157,12 @@ struct ArchiveWriter {
         closed = true
         guard var manifest = head else { throw StoreBackupError.archiveWrite(reason: "manifest was not written") }
         // Made again for the caller now that libzip's entries are freed: the same rows.
-        manifest.files.reserveCapacity(items.count)
+        var files: [Manifest.File] = []
+        files.reserveCapacity(items.count)
         for index in items.indices {
-            manifest.files.append(manifestRow(ofItem: index, items: items, plan: plan, pipeline: pipeline))
+            files.append(manifestRow(ofItem: index, items: items, plan: plan, pipeline: pipeline))
         }
+        manifest.files = files
         progress.report(BackupProgress(phase: .archiving, bytesDone: totalBytes, bytesTotal: totalBytes), force: true)
         return manifest
     }
