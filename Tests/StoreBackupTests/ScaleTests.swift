@@ -72,8 +72,8 @@ final class ScaleTests: XCTestCase {
     static let bytesPerEntry = 1_024
     /// The same for create, whose base also holds its block buffers (measured figures in
     /// docs/scale.md; the debug build here, like the suite's).
-    static let createBaseKiB = 52 * 1024
-    static let createBytesPerEntry = 1_792
+    static let createBaseKiB = 48 * 1024
+    static let createBytesPerEntry = 960
 
     /// The fixture store plus `smallFiles` UUID-named files of seeded sizes and contents
     /// under .App_SUPPORT/_EXTERNAL_DATA, as an app that keeps attributes as files.

@@ -121,19 +121,18 @@ struct ArchiveWriter {
         zip_file_set_external_attributes(archive, zip_uint64_t(markerIndex), 0, UInt8(ZIP_OPSYS_UNIX), (UnixMode.regular | 0o644) << 16)
         try encryptSmallEntry(archive, markerIndex, what: "the format marker")
 
-        var manifest: Manifest?
+        var head: Manifest?
         let manifestSource = try ManifestEntrySource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
             // Every file's data is written by now (the manifest is the last entry).
             pipeline.releaseBuffers()
-            var built = try buildManifest(items: items, plan: plan, snapshots: snapshots, pipeline: pipeline)
-            built.outsideLinks = outsideLinks.isEmpty ? nil : outsideLinks
-            built.leftOut = leftOut.isEmpty ? nil : leftOut
-            if let root {
-                built.rootMode = root.permissions
-                built.rootMtime = root.modificationTime
+            let made = try manifestHead(
+                items: items, plan: plan, snapshots: snapshots, pipeline: pipeline, outsideLinks: outsideLinks,
+                leftOut: leftOut, root: root)
+            head = made
+            // The rows are made as they are written: libzip's entries are all alive now.
+            return ManifestWriter(made, rowCount: items.count) { index in
+                manifestRow(ofItem: index, items: items, plan: plan, pipeline: pipeline)
             }
-            manifest = built
-            return built
         }.makeSource(in: archive)
         let manifestIndex = zip_file_add(archive, Manifest.archivePath, manifestSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
         guard manifestIndex >= 0 else {
@@ -156,7 +155,14 @@ struct ArchiveWriter {
             throw libzipError(archive, "write")
         }
         closed = true
-        guard let manifest else { throw StoreBackupError.archiveWrite(reason: "manifest was not written") }
+        guard var manifest = head else { throw StoreBackupError.archiveWrite(reason: "manifest was not written") }
+        // Made again for the caller now that libzip's entries are freed: the same rows.
+        var files: [Manifest.File] = []
+        files.reserveCapacity(items.count)
+        for index in items.indices {
+            files.append(manifestRow(ofItem: index, items: items, plan: plan, pipeline: pipeline))
+        }
+        manifest.files = files
         progress.report(BackupProgress(phase: .archiving, bytesDone: totalBytes, bytesTotal: totalBytes), force: true)
         return manifest
     }
@@ -261,48 +267,31 @@ struct ArchiveWriter {
         guard ntfsRC == 0 else { throw libzipError(archive, "set timestamp of \(item.relativePath)") }
     }
 
-    private func buildManifest(
-        items: [StoreItem], plan: CompressionPlan, snapshots: [String: DatabaseSnapshot], pipeline: CompressionPipeline
+    /// The manifest without its `files` rows (see ``manifestRow(ofItem:items:plan:pipeline:)``).
+    /// Throws when a file's checksum is missing, so that every row can be made.
+    private func manifestHead(
+        items: [StoreItem], plan: CompressionPlan, snapshots: [String: DatabaseSnapshot], pipeline: CompressionPipeline,
+        outsideLinks: [String], leftOut: [String], root: (permissions: UInt32, modificationTime: Int64)?
     ) throws -> Manifest {
-        var files: [Manifest.File] = []
-        // Grown by doubling, the rows would be held twice for a moment, at create's peak.
-        files.reserveCapacity(items.count)
-        for (itemIndex, item) in items.enumerated() {
-            var file = Manifest.File(
-                path: item.relativePath, type: item.kind.rawValue, size: item.size, sha256: nil,
-                mode: item.permissions, mtime: item.modificationTime, linkTarget: item.linkTarget)
-            if let jobIndex = plan.job(ofItem: itemIndex) {
-                guard let result = pipeline.result(forJob: jobIndex) else {
-                    throw StoreBackupError.archiveWrite(reason: "checksum of \(item.relativePath) not ready")
-                }
-                file.size = result.size
-                file.sha256 = result.sha256
-                if let blocks = pipeline.compressedBlocks(forJob: jobIndex), blocks.count > 1 {
-                    file.deflateBlockSize = CompressionPipeline.blockSize
-                    file.deflateBlocks = blocks
-                }
-            } else if let kept = settings.chain?.notStored[item.relativePath] {
-                file.size = kept.size
-                file.sha256 = kept.sha256
-                file.source = kept.source
-            } else if item.kind == .directory {
-                file.size = 0
-            }
-            files.append(file)
+        for jobIndex in plan.jobs.indices where pipeline.readSize(forJob: jobIndex) == nil {
+            throw StoreBackupError.archiveWrite(reason: "checksum of \(plan.item(ofJob: jobIndex).relativePath) not ready")
         }
-        let databases = items.compactMap { item -> Manifest.Database? in
-            guard let snapshot = snapshots[item.relativePath] else { return nil }
-            return Manifest.Database(
-                path: item.relativePath, pageSize: snapshot.pageSize, pageCount: snapshot.pageCount,
-                journalMode: snapshot.journalMode, snapshotMethod: snapshot.method.rawValue)
+        var databases: [Manifest.Database] = []
+        for item in items where item.kind == .database {
+            guard let snapshot = snapshots[item.relativePath] else { continue }
+            databases.append(
+                Manifest.Database(
+                    path: item.relativePath, pageSize: snapshot.pageSize, pageCount: snapshot.pageCount,
+                    journalMode: snapshot.journalMode, snapshotMethod: snapshot.method.rawValue))
         }
-        let root = try? FileSystem.lstatInfo(settings.sourcePath)
+        let scannedRoot = try? FileSystem.lstatInfo(settings.sourcePath)
         var manifest = Manifest(
             format: ArchiveNames.plainFormat, tool: "storebackup", toolVersion: StoreBackupVersion.current,
             hostName: settings.hostName, sourcePath: settings.sourcePath, createdAt: settings.createdAt,
             compressionLevel: settings.compressionLevel,
-            rootMode: root.map { UInt32($0.st_mode) & 0o7777 }, rootMtime: root.map { Int64($0.st_mtim.tv_sec) },
-            files: files, databases: databases)
+            rootMode: scannedRoot.map { UInt32($0.st_mode) & 0o7777 },
+            rootMtime: scannedRoot.map { Int64($0.st_mtim.tv_sec) },
+            files: [], databases: databases)
         if let chain = settings.chain {
             manifest.format = ArchiveChainParts.format
             manifest.kind = chain.kind
@@ -311,7 +300,38 @@ struct ArchiveWriter {
             manifest.hashSalt = chain.hashSalt
             manifest.pageMaps = chain.pageMaps
         }
+        manifest.outsideLinks = outsideLinks.isEmpty ? nil : outsideLinks
+        manifest.leftOut = leftOut.isEmpty ? nil : leftOut
+        if let root {
+            manifest.rootMode = root.permissions
+            manifest.rootMtime = root.modificationTime
+        }
         return manifest
+    }
+
+    /// The manifest's row of `items[itemIndex]`, once every file's data is read.
+    private func manifestRow(
+        ofItem itemIndex: Int, items: [StoreItem], plan: CompressionPlan, pipeline: CompressionPipeline
+    ) -> Manifest.File {
+        let item = items[itemIndex]
+        var file = Manifest.File(
+            path: item.relativePath, type: item.kind.rawValue, size: item.size, sha256: nil,
+            mode: item.permissions, mtime: item.modificationTime, linkTarget: item.linkTarget)
+        if let jobIndex = plan.job(ofItem: itemIndex), let result = pipeline.result(forJob: jobIndex) {
+            file.size = result.size
+            file.sha256 = result.sha256
+            if let blocks = pipeline.compressedBlocks(forJob: jobIndex), blocks.count > 1 {
+                file.deflateBlockSize = CompressionPipeline.blockSize
+                file.deflateBlocks = blocks
+            }
+        } else if let kept = settings.chain?.notStored[item.relativePath] {
+            file.size = kept.size
+            file.sha256 = kept.sha256
+            file.source = kept.source
+        } else if item.kind == .directory {
+            file.size = 0
+        }
+        return file
     }
 
     private func libzipError(_ archive: OpaquePointer, _ what: String) -> StoreBackupError {

@@ -3,8 +3,9 @@ import Foundation
 
 /// Serves the manifest, the archive's last entry, already deflated.
 ///
-/// The manifest is built when libzip reaches it (every other entry is written by then, so
-/// every checksum is known). Its text is then made part by part (``ManifestWriter``), each
+/// The manifest's writer is made when libzip reaches it (every other entry is written by
+/// then, so every checksum is known); its rows are made as they are written, from the
+/// archive's compact per-entry state. Its text is made part by part (``ManifestWriter``), each
 /// part deflated on its own by the block engine, so the whole text is never held; and the
 /// block engine's ISA-L deflates a many-files manifest several times faster than libzip's
 /// zlib at its default level, on the path where nothing else runs. The parts end with a
@@ -17,9 +18,10 @@ final class ManifestEntrySource: ZipSourceCallbackObject {
     /// Text deflated as one block: large enough to compress well, small enough to hold.
     static let partSize = 1 << 20
 
-    private let produce: () throws -> Manifest
+    private let produce: () throws -> ManifestWriter
     private let modificationTime: Int64
-    private var manifest: Manifest?
+    /// The writer as made, at the start of the text: each open starts from a copy of it.
+    private var made: ManifestWriter?
     private var writer: ManifestWriter?
     private var deflater: BlockDeflater?
     private var text: [UInt8] = []
@@ -30,7 +32,7 @@ final class ManifestEntrySource: ZipSourceCallbackObject {
     private var crc: UInt32 = 0
     private var size: Int64 = 0
 
-    init(modificationTime: Int64, produce: @escaping () throws -> Manifest) {
+    init(modificationTime: Int64, produce: @escaping () throws -> ManifestWriter) {
         self.produce = produce
         self.modificationTime = modificationTime
     }
@@ -67,11 +69,11 @@ final class ManifestEntrySource: ZipSourceCallbackObject {
     }
 
     private func start() throws {
-        if manifest == nil {
-            manifest = try produce()
+        if made == nil {
+            made = try produce()
             deflater = try BlockDeflater(level: 1)
         }
-        writer = ManifestWriter(manifest!)
+        writer = made
         position = 0
         compressedCount = 0
         finished = false

@@ -4,31 +4,6 @@ import Foundation
 import Glibc
 #endif
 
-/// One thing in the stores directory that goes into the archive.
-struct StoreItem: Sendable {
-    enum Kind: String, Codable, Sendable { case directory, file, symlink, database, fifo }
-
-    /// Path relative to the stores directory, "/"-separated, never starting with "/", in
-    /// ``EscapedName``'s form (names are bytes; this keeps every byte).
-    let relativePath: String
-    /// The stores directory's path joined with ``relativePath``, escaped the same way: give
-    /// it to system calls through ``EscapedName/withSystemPath(_:_:)``.
-    let absolutePath: String
-    let kind: Kind
-    /// (Files the scan sampled, see ``CompressibilitySample``.) Whether the content looks
-    /// already compressed; nil when the scan took no sample. Declared here, beside `kind`,
-    /// so that it takes no room of its own in the item.
-    var looksIncompressible: Bool? = nil
-    /// Permission bits with set-user-ID, set-group-ID and sticky (no file-type bits).
-    let permissions: UInt32
-    /// Modification time in whole seconds since 1970, UTC (negative before 1970).
-    let modificationTime: Int64
-    /// Bytes on disk when scanned (for a database, the snapshot's size replaces it).
-    let size: Int64
-    /// Where a link points, escaped like the paths (links only).
-    let linkTarget: String?
-}
-
 /// Walks a stores directory: everything, hidden files and empty folders included,
 /// without following symbolic links. SQLite files are recognised by their header;
 /// their `-wal`, `-shm` and `-journal` companions are left out because the snapshot
@@ -70,7 +45,12 @@ enum StoreScanner {
         var result = Result(
             items: [], leftOut: [], rootPermissions: UInt32(info.st_mode) & 0o7777,
             rootModificationTime: Int64(info.st_mtim.tv_sec))
-        try walk(root: EscapedName.escapedRoot(root), relative: "", sample: sampleCompressibility, into: &result)
+        let escapedRoot = EscapedName.escapedRoot(root)
+        try walk(
+            root: escapedRoot, relative: "", paths: StorePaths(root: escapedRoot), sample: sampleCompressibility,
+            into: &result)
+        // Kept until the archive is closed: without the room its growth by doubling left.
+        result.items = result.items.withUnsafeBufferPointer { Array($0) }
         return result
     }
 
@@ -191,7 +171,9 @@ enum StoreScanner {
         companionSuffixes.contains { name.hasSuffix($0) && databases.contains(String(name.dropLast($0.count))) }
     }
 
-    private static func walk(root: String, relative: String, sample: Bool, into result: inout Result) throws {
+    private static func walk(
+        root: String, relative: String, paths: StorePaths, sample: Bool, into result: inout Result
+    ) throws {
         let directory = relative.isEmpty ? root : root + "/" + relative
         // Sorted by bytes (the escaped form sorts as its bytes do for ASCII), so a name
         // sorts before its companions'.
@@ -216,9 +198,9 @@ enum StoreScanner {
             case S_IFDIR:
                 result.items.append(
                     StoreItem(
-                        relativePath: childRelative, absolutePath: childPath, kind: .directory,
+                        in: paths, relativePath: childRelative, kind: .directory,
                         permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
-                try walk(root: root, relative: childRelative, sample: sample, into: &result)
+                try walk(root: root, relative: childRelative, paths: paths, sample: sample, into: &result)
             case S_IFREG:
                 // A database's companions are left out, unread: SQLite's VFS keeps a
                 // descriptor open only for a database file it has open, so reading the
@@ -228,21 +210,21 @@ enum StoreScanner {
                 if isDatabase { databaseNames.insert(name) }
                 result.items.append(
                     StoreItem(
-                        relativePath: childRelative, absolutePath: childPath, kind: isDatabase ? .database : .file,
+                        in: paths, relativePath: childRelative, kind: isDatabase ? .database : .file,
                         looksIncompressible: info.looksIncompressible, permissions: permissions, modificationTime: mtime,
                         size: info.size, linkTarget: nil))
             case S_IFLNK:
                 let target = linkTarget(childPath)
                 result.items.append(
                     StoreItem(
-                        relativePath: childRelative, absolutePath: childPath, kind: .symlink,
+                        in: paths, relativePath: childRelative, kind: .symlink,
                         permissions: permissions, modificationTime: mtime, size: Int64(EscapedName.bytes(target).count), linkTarget: target)
                 )
             case S_IFIFO:
                 // Recreated empty by restore (mkfifo): what matters is that it is there.
                 result.items.append(
                     StoreItem(
-                        relativePath: childRelative, absolutePath: childPath, kind: .fifo,
+                        in: paths, relativePath: childRelative, kind: .fifo,
                         permissions: permissions, modificationTime: mtime, size: 0, linkTarget: nil))
             case S_IFSOCK:
                 result.leftOut.append(childRelative + " (a socket)")

@@ -6,7 +6,9 @@ import Foundation
 /// end of `create`, when the archive's other per-entry state is still alive.
 ///
 /// The text comes in parts (``next(into:atLeast:)``), so `create` can deflate and write it
-/// while it is being made instead of holding the whole text.
+/// while it is being made instead of holding the whole text; and its `files` rows can be
+/// made one at a time as they are written (``init(_:rowCount:row:)``), so that `create`
+/// holds no row per entry beside libzip's entries.
 struct ManifestWriter {
     private enum Stage {
         /// The opening brace and the fields sorted before `files`.
@@ -19,10 +21,23 @@ struct ManifestWriter {
     }
 
     private let manifest: Manifest
+    private let rowCount: Int
+    private let row: (Int) -> Manifest.File
     private var stage = Stage.head
     private var out: [UInt8] = []
 
-    init(_ manifest: Manifest) { self.manifest = manifest }
+    init(_ manifest: Manifest) {
+        let files = manifest.files
+        self.init(manifest, rowCount: files.count) { files[$0] }
+    }
+
+    /// Writes `manifest` with the `files` rows `row(0)` to `row(rowCount - 1)` instead of
+    /// its own `files` (which it should leave empty).
+    init(_ manifest: Manifest, rowCount: Int, row: @escaping (Int) -> Manifest.File) {
+        self.manifest = manifest
+        self.rowCount = rowCount
+        self.row = row
+    }
 
     /// True once the whole text has been handed out.
     var isFinished: Bool {
@@ -44,22 +59,23 @@ struct ManifestWriter {
     mutating func next(into part: inout [UInt8], atLeast: Int) -> Bool {
         swap(&out, &part)
         out.removeAll(keepingCapacity: true)
+        // A part ends within a row of `atLeast`: room for that, so that it does not grow by doubling.
+        out.reserveCapacity(atLeast + 16 << 10)
         defer { swap(&out, &part) }
         while out.count < atLeast {
             switch stage {
             case .head:
                 writeHead()
             case .rows(let first):
-                let files = manifest.files
                 var index = first
-                while index < files.count && out.count < atLeast {
+                while index < rowCount && out.count < atLeast {
                     // The layout of `array(_:indent:_:)` at indent 2.
                     literal("  ")
-                    file(files[index])
+                    file(row(index))
                     index += 1
-                    literal(index == files.count ? "\n" : ",\n")
+                    literal(index == rowCount ? "\n" : ",\n")
                 }
-                if index == files.count {
+                if index == rowCount {
                     literal("]")
                     stage = .tail
                 } else {
@@ -87,7 +103,7 @@ struct ManifestWriter {
             literal(",\n")
         }
         literal("  \"files\" : ")
-        if manifest.files.isEmpty {
+        if rowCount == 0 {
             literal("[\n\n]")
             stage = .tail
         } else {
@@ -278,8 +294,7 @@ struct ManifestWriter {
 
     /// The form `JSONDecoder`'s `.iso8601` strategy reads: whole seconds, UTC.
     static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime]
-        return formatter.string(from: date)
+        // Not ISO8601DateFormatter: it loads ICU's calendar data, megabytes of the program's pages.
+        UTCTimestamp.iso8601(date)
     }
 }
