@@ -19,13 +19,38 @@ public struct BackupContents: Sendable, Equatable {
         /// Where a link points (links only).
         public var linkTarget: String?
         /// Hex SHA-256 of the content, as the manifest records it; nil without a manifest.
-        public var sha256: String?
+        public var sha256: String? {
+            get { digest?.hex ?? digestText }
+            set {
+                digest = newValue.flatMap(RawSHA256.init(hex:))
+                digestText = digest == nil ? newValue : nil
+            }
+        }
+        /// A listing holds one entry per file: the SHA-256 is kept as its 32 bytes, not as a
+        /// 64-character string (a heap block per entry); text in another form is kept as it came.
+        private var digest: RawSHA256?
+        private var digestText: String?
         /// (Incremental backups.) The earlier backup of the chain whose archive holds the
         /// content (the file is unchanged since then); nil when it is in this backup's archive.
         public var storedIn: String? = nil
         /// (Incremental backups.) A database rebuilt from page deltas: the newest delta is in
         /// ``storedIn`` (or this backup), the rest in earlier backups of the chain.
         public var patchedByPages = false
+
+        init(
+            path: String, type: String, size: Int64, mode: UInt32, modified: Date, linkTarget: String? = nil,
+            sha256: String? = nil, storedIn: String? = nil, patchedByPages: Bool = false
+        ) {
+            self.path = path
+            self.type = type
+            self.size = size
+            self.mode = mode
+            self.modified = modified
+            self.linkTarget = linkTarget
+            self.storedIn = storedIn
+            self.patchedByPages = patchedByPages
+            self.sha256 = sha256
+        }
     }
 
     /// The backup's name (the resolved one when `latest` was asked for).

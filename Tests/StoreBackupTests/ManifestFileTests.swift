@@ -47,6 +47,30 @@ final class ManifestFileTests: XCTestCase {
         XCTAssertEqual(file.source, "base")
     }
 
+    /// Restore and verify hold one row and one entry per file of the archive: their sizes
+    /// are the memory per entry (docs/scale.md), so a field that widens them must be meant.
+    func testRowsAndEntriesKeepTheirSize() {
+        XCTAssertLessThanOrEqual(MemoryLayout<Manifest.File>.stride, 80)
+        XCTAssertLessThanOrEqual(MemoryLayout<ArchiveEntry>.stride, 64)
+    }
+
+    /// A listing keeps each SHA-256 as its bytes, and gives back any text as it came.
+    func testListingEntriesGiveBackTheirSHA256() {
+        var entry = BackupContents.Entry(
+            path: "a", type: "file", size: 1, mode: 0o644, modified: Date(timeIntervalSince1970: 0), sha256: digest)
+        XCTAssertEqual(entry.sha256, digest)
+        for text in [digest.uppercased(), "short", ""] {
+            entry.sha256 = text
+            XCTAssertEqual(entry.sha256, text)
+        }
+        entry.sha256 = nil
+        XCTAssertNil(entry.sha256)
+        let other = BackupContents.Entry(path: "a", type: "file", size: 1, mode: 0o644, modified: Date(timeIntervalSince1970: 0))
+        XCTAssertEqual(entry, other)
+        entry.sha256 = digest
+        XCTAssertNotEqual(entry, other)
+    }
+
     func testCopiesChangeIndependently() {
         let original = Manifest.File(path: "l", type: "symlink", size: 1, sha256: digest, mode: 0o777, mtime: 0, linkTarget: "t")
         var copy = original

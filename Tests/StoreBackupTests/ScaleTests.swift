@@ -67,9 +67,10 @@ final class ScaleTests: XCTestCase {
     }
 
     /// Memory of a restore or verify that does not grow with the entry count.
-    static let baseKiB = 48 * 1024
-    /// Memory per entry allowed on top (docs/scale.md gives the measured figures).
-    static let bytesPerEntry = 1_024
+    static let baseKiB = 47 * 1024
+    /// Memory per entry allowed on top (docs/scale.md gives the measured figures; the debug
+    /// build here measured 59.2 / 59.1 MiB for verify / restore at 20,000 entries).
+    static let bytesPerEntry = 896
     /// The same for create, whose base also holds its block buffers (measured figures in
     /// docs/scale.md; the debug build here, like the suite's).
     static let createBaseKiB = 48 * 1024

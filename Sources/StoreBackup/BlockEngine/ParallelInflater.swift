@@ -87,9 +87,14 @@ struct ParallelInflater {
         }
 
         let maximumCompressed = compressedBlocks.max() ?? 0
-        let inFlightLimit = workers * 2 + 2
+        // When the calling thread needs no block's bytes (it neither hashes nor patches them),
+        // a worker gives its inflated block back as soon as it is written: one block per
+        // worker, and a shorter read-ahead, instead of blocks queued for the calling thread.
+        // These buffers are most of what a restore holds beside its entries.
+        let blocksStayWithWorkers = !hashesContent && patchBlock == nil
+        let inFlightLimit = blocksStayWithWorkers ? workers + 2 : workers * 2 + 2
         let compressedPool = BufferPool(count: inFlightLimit, capacity: maximumCompressed)
-        let plainPool = BufferPool(count: inFlightLimit, capacity: blockSize)
+        let plainPool = BufferPool(count: blocksStayWithWorkers ? workers : inFlightLimit, capacity: blockSize)
         let state = InflateState()
         // Extracted data goes to disk while we inflate, so the fsync before the swap is short.
         let writeback = descriptor >= 0 ? WritebackPacer(descriptor: descriptor) : nil
@@ -140,7 +145,13 @@ struct ParallelInflater {
                     writeback?.wrote(plain.count)
                 }
                 let crc = CRC32.update(0, plain.bytes, count: plain.count)
-                state.complete(index: job.index, plain: plain, crc: crc)
+                if blocksStayWithWorkers {
+                    let count = plain.count
+                    plain.recycle()
+                    state.complete(index: job.index, block: .size(count), crc: crc)
+                } else {
+                    state.complete(index: job.index, block: .bytes(plain), crc: crc)
+                }
             }
         }
         defer {
@@ -184,7 +195,14 @@ struct ParallelInflater {
                 }
                 continue
             }
-            let (plain, blockCRC) = try state.waitForBlock(nextToHash)
+            let (block, blockCRC) = try state.waitForBlock(nextToHash)
+            guard case .bytes(let plain) = block else {
+                crc = UInt32(crc32_combine(uLong(crc), uLong(blockCRC), off_t(block.count)))
+                size += Int64(block.count)
+                try onBytes(Int64(block.count))
+                nextToHash += 1
+                continue
+            }
             if hashesContent { hasher.update(bufferPointer: plain.contents) }
             crc = UInt32(crc32_combine(uLong(crc), uLong(blockCRC), off_t(plain.count)))
             size += Int64(plain.count)
@@ -230,6 +248,20 @@ struct ParallelInflater {
     /// How much of the entry is read between two drops from the page cache.
     private static let dropStep: Int64 = 8 << 20
 
+    /// An inflated block as the calling thread gets it: its bytes, or only how many there
+    /// were when the worker gave the buffer back already.
+    enum Block {
+        case bytes(PooledBuffer)
+        case size(Int)
+
+        var count: Int {
+            switch self {
+            case .bytes(let buffer): buffer.count
+            case .size(let count): count
+            }
+        }
+    }
+
     struct Job {
         let index: Int
         let compressed: PooledBuffer
@@ -247,7 +279,7 @@ private final class InflateState: @unchecked Sendable {
     /// The hashing thread waits for the next block in order.
     private let blockDone: Monitor.Condition
     private var jobs: [ParallelInflater.Job] = []
-    private var done: [Int: (PooledBuffer, UInt32)] = [:]
+    private var done: [Int: (ParallelInflater.Block, UInt32)] = [:]
     /// The block the hashing thread waits for.
     private var awaited = -1
     private var finished = false
@@ -273,14 +305,14 @@ private final class InflateState: @unchecked Sendable {
         return jobs.removeFirst()
     }
 
-    func complete(index: Int, plain: PooledBuffer, crc: UInt32) {
+    func complete(index: Int, block: ParallelInflater.Block, crc: UInt32) {
         monitor.lock()
-        done[index] = (plain, crc)
+        done[index] = (block, crc)
         if index == awaited { blockDone.signal() }
         monitor.unlock()
     }
 
-    func waitForBlock(_ index: Int) throws -> (PooledBuffer, UInt32) {
+    func waitForBlock(_ index: Int) throws -> (ParallelInflater.Block, UInt32) {
         monitor.lock()
         defer { monitor.unlock() }
         awaited = index

@@ -105,7 +105,7 @@ struct ParallelUnpacking {
         // One libzip handle for every thread: the reader's, idle meanwhile.
         let archive = SharedArchiveHandle(borrowing: reader.idleHandle)
         if !databases.isEmpty {
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var buffer = [UInt8](repeating: 0, count: Self.readBufferSize(largest: databases.lazy.map(\.size).max() ?? 0))
             var digests: [DeferredDigest] = []
             for database in databases {
                 try cancel.throwIfCancelled()
@@ -138,9 +138,10 @@ struct ParallelUnpacking {
         // The databases are skipped as they come rather than filtered out, and the workers
         // take positions in the reader's list: a copy of the entries would cost memory per entry.
         let entries = files.all
+        let bufferSize = Self.readBufferSize(largest: files.lazy.filter { !writer.plan.isDatabase($0) }.map(\.size).max() ?? 0)
         try WorkerPool.forEach(files.positions, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
             // Each thread has a buffer of its own; the handle is shared.
-            var buffer = [UInt8](repeating: 0, count: 1 << 20)
+            var buffer = [UInt8](repeating: 0, count: bufferSize)
             return { position in
                 let entry = entries[Int(position)]
                 if writer.plan.isDatabase(entry) { return }
@@ -149,6 +150,12 @@ struct ParallelUnpacking {
                     entry, archive: archive, buffer: &buffer, expected: manifestByPath[entry.path], onBytes: onBytes)
             }
         }
+    }
+
+    /// The bytes of each thread's read buffer: 1 MiB, or less when the largest file to read
+    /// through it is smaller (a store of small files needs no megabyte per thread).
+    static func readBufferSize(largest: Int64) -> Int {
+        Int(min(max(largest, 16 << 10), 1 << 20))
     }
 
     /// Reads back the databases waiting for their SHA-256 and checks each, then lets them go.

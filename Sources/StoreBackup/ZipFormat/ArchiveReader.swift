@@ -87,8 +87,9 @@ final class ArchiveReader: @unchecked Sendable {
     private(set) var password: BackupPassword?
     /// Nil once ``release()`` let it go.
     private var archive: OpaquePointer?
-    /// Each entry's local header offset, by libzip index (from ``CentralDirectoryCheck``).
-    private let localHeaderOffsets: [Int64]
+    /// Each entry's local header offset, by libzip index (from ``CentralDirectoryCheck``):
+    /// copied into the entries, then let go (8 bytes an entry).
+    private var localHeaderOffsets: [Int64]
     /// Drops the archive's pages once read (nil when the file cannot be opened again).
     let pageCache: ArchivePageCache?
     /// The remote archive read in ranges, when it is one (see ``init(ranged:backupName:passwords:)``).
@@ -281,6 +282,7 @@ final class ArchiveReader: @unchecked Sendable {
         }
         // Only needed to find duplicates: let it go before the manifest is read and decoded.
         seen = []
+        localHeaderOffsets = []
         if let encryptedIndex {
             try checkPassword(passwords, onEntry: manifestIndex.flatMap { encrypted($0) ? $0 : nil } ?? encryptedIndex)
         }

@@ -6,6 +6,12 @@ extension Manifest {
     /// target, blocks, source, and any text the compact forms cannot give back exactly) in one
     /// shared box that most rows do not have. The properties read and write as plain values.
     public struct File: Codable, Sendable, Equatable {
+        // Declared first so that the optional's tag byte, the type and the mode share one
+        // word: a row takes 80 bytes, not 88 (the fields are laid out in this order).
+        private var digest: RawSHA256?
+        private var typeCode: TypeCode
+        /// Permission bits, e.g. 420 for 0644, with set-user-ID, set-group-ID and sticky.
+        public var mode: UInt32
         /// The path relative to the stores directory, in ``EscapedName``'s form (format 1
         /// wrote it as plain UTF-8; reading converts it).
         public var path: String
@@ -14,10 +20,6 @@ extension Manifest {
         /// Seconds since 1970-01-01 UTC (negative before 1970).
         public var mtime: Int64
         private var rare: Rare?
-        /// Permission bits, e.g. 420 for 0644, with set-user-ID, set-group-ID and sticky.
-        public var mode: UInt32
-        private var digest: RawSHA256?
-        private var typeCode: TypeCode
 
         init(
             path: String, type: String, size: Int64, sha256: String? = nil, mode: UInt32, mtime: Int64,
