@@ -116,7 +116,7 @@ public struct Manifest: Codable, Sendable, Equatable {
     func encodedByFoundation() throws -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
-        encoder.dateEncodingStrategy = .iso8601
+        encoder.dateEncodingStrategy = .utcTimestamp
         return try encoder.encode(self)
     }
 
@@ -141,7 +141,7 @@ public struct Manifest: Codable, Sendable, Equatable {
 
     static func decode(_ data: Data) throws -> Manifest {
         let decoder = JSONDecoder()
-        decoder.dateDecodingStrategy = .iso8601
+        decoder.dateDecodingStrategy = .utcTimestamp
         var manifest = try decoder.decode(Manifest.self, from: data)
         if manifest.format < 2 { manifest.escapeFormat1Paths() }
         return manifest

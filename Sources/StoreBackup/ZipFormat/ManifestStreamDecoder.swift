@@ -54,7 +54,7 @@ struct ManifestStreamDecoder {
         }
         guard !rowsFailed else { throw Failure.unreadable }
         let jsonDecoder = JSONDecoder()
-        jsonDecoder.dateDecodingStrategy = .iso8601
+        jsonDecoder.dateDecodingStrategy = .utcTimestamp
         var manifest: Manifest
         do { manifest = try jsonDecoder.decode(Manifest.self, from: header) } catch { throw Failure.unreadable }
         manifest.files = files
