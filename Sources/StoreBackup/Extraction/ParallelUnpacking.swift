@@ -54,7 +54,7 @@ struct ParallelUnpacking {
         let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
         // Every thread started here is joined on every path out, before any error is rethrown.
         let unpacked = Result {
-            try extractInParallel(files.ordered { $0.size > $1.size }, checks: checks, flushes: flushes) { bytes, name in
+            try extractInParallel(Self.readingOrder(files), checks: checks, flushes: flushes) { bytes, name in
                 let done = counter.add(bytes)
                 progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
             }
@@ -96,6 +96,18 @@ struct ParallelUnpacking {
     /// reading it back once all are unpacked (or `pendingDigestLimit` wait), before the other
     /// files, so that a mismatch is the error reported even if the check fails too. The
     /// checks are left running; the caller waits for them.
+    /// Files of a MiB or more from the largest down, so that no big file is left for one
+    /// thread at the end; the smaller ones after them in the archive's order, so that their
+    /// reads run forward through it (in order of size they jumped all over the archive, a
+    /// read of the archive for nearly every file).
+    static func readingOrder(_ files: EntryList) -> EntryList {
+        files.ordered { first, second in
+            let firstIsLarge = first.size >= 1 << 20, secondIsLarge = second.size >= 1 << 20
+            if firstIsLarge != secondIsLarge { return firstIsLarge }
+            return firstIsLarge ? first.size > second.size : first.archiveOffset < second.archiveOffset
+        }
+    }
+
     private func extractInParallel(
         _ files: EntryList, checks: WorkerPool.Feed<IntegrityCheckJob>, flushes: WorkerPool.Feed<String>?,
         onBytes: @escaping @Sendable (Int64, String) -> Void
