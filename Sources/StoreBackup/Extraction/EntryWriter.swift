@@ -179,13 +179,15 @@ struct EntryWriter {
         return nil
     }
 
-    /// Mode and time, set through the open descriptor; the file's last dirty pages start
-    /// for the disk now (small files never reach a writeback step), so the sync that
-    /// follows the unpacking has only the last few files left to wait for. A patched file
-    /// takes the patch's mode and time: set once, after its last write.
+    /// Mode and time, set through the open descriptor; a file of ``startsWritebackFrom``
+    /// bytes or more has its last dirty pages start for the disk now, so the sync that
+    /// follows the unpacking has only the last few files left to wait for. Smaller files are
+    /// left to that sync: started one by one, each cost the disk a request of its own (a
+    /// notification of the virtual disk per file), where the sync writes them in batches.
+    /// A patched file takes the patch's mode and time: set once, after its last write.
     private func finishFile(fd: Int32, entry: ArchiveEntry, path: String, patch: (any DatabasePatch)? = nil) throws {
         guard fd >= 0 else { return }
-        _ = sb_start_writeback(fd, 0, 0)
+        if entry.size >= Self.startsWritebackFrom { _ = sb_start_writeback(fd, 0, 0) }
         let permissions = patch.map { $0.finalPermissions & 0o7777 } ?? UInt32(entry.permissions)
         let modificationTime = patch?.finalModificationTime ?? Int64(entry.modificationTime)
         guard fchmod(fd, mode_t(permissions)) == 0 else { throw StoreBackupError.io(path: path, operation: "chmod", errno: errno) }
@@ -196,6 +198,9 @@ struct EntryWriter {
         guard futimens(fd, &times) == 0 else { throw StoreBackupError.io(path: path, operation: "set time", errno: errno) }
         fileWritten?()
     }
+
+    /// The size from which a file's writeback is started as soon as it is written.
+    static let startsWritebackFrom: Int64 = 1 << 20
 
     private static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, path: String) throws {
         var offset = 0
