@@ -8,7 +8,7 @@ struct DateTextReader {
     let bytes: [UInt8]
     var position = 0
 
-    init(_ text: String) { bytes = Array(text.utf8) }
+    init(_ text: some StringProtocol) { bytes = Array(text.utf8) }
 
     var atEnd: Bool { position == bytes.count }
 

@@ -38,19 +38,10 @@ enum UTCTimestamp {
 
     /// Reads ``compact(_:)``'s form back: exactly `yyyy-MM-dd HHmmss` in ASCII digits.
     static func parseCompact(_ text: Substring) -> Date? {
-        let bytes = Array(text.utf8)
-        guard bytes.count == 17, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-"), bytes[10] == UInt8(ascii: " ")
-        else { return nil }
-        func number(_ range: Range<Int>) -> Int? {
-            var value = 0
-            for byte in bytes[range] {
-                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
-                value = value * 10 + Int(byte - UInt8(ascii: "0"))
-            }
-            return value
-        }
-        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
-            let hour = number(11..<13), let minute = number(13..<15), let second = number(15..<17)
+        var reader = DateTextReader(text)
+        guard let year = reader.number(digits: 4), reader.skip("-"), let month = reader.number(digits: 2), reader.skip("-"),
+            let day = reader.number(digits: 2), reader.skip(" "), let hour = reader.number(digits: 2),
+            let minute = reader.number(digits: 2), let second = reader.number(digits: 2), reader.atEnd
         else { return nil }
         return date(of: Fields(year: year, month: month, day: day, hour: hour, minute: minute, second: second))
     }
