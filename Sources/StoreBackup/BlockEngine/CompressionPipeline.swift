@@ -26,7 +26,7 @@ import Glibc
 /// of the entry is compressed: so a compressed block gets its offset as soon as its
 /// predecessors have theirs, and then any worker encrypts it. Workers also derive each
 /// entry's keys (PBKDF2, about a millisecond). Only the HMAC runs in order, in the writer.
-// Unchecked: the mutable state is used only with `monitor` locked; `writeback` and `groups` are set before the threads start.
+// Unchecked: the mutable state is used only with `monitor` locked; `groups` is set before the threads start.
 final class CompressionPipeline: @unchecked Sendable {
     typealias Method = CompressionPlan.Method
     typealias Job = CompressionPlan.Job
@@ -73,8 +73,6 @@ final class CompressionPipeline: @unchecked Sendable {
 
     let plan: CompressionPlan
     var jobs: [Job] { plan.jobs }
-    /// Paces writeback of the archive file as its entries' data is served to libzip.
-    var writeback: WritebackPacer?
     private let level: Int32
     private let workerCount: Int
     private let cancel: CancellationFlag

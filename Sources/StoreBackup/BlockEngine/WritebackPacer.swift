@@ -24,12 +24,12 @@ import Glibc
 /// started waits in the page cache, not in the disk's queue, and the final fsync takes it.
 ///
 /// In that mode the pages are also dropped from the page cache once they are on disk
-/// (`POSIX_FADV_DONTNEED`), except the last MiB, where libzip still rewrites local headers:
+/// (`POSIX_FADV_DONTNEED`), except the last MiB, where libzip may still rewrite a local header:
 /// an archive is read rarely, so it should not push the app's own data out of the cache,
 /// and the kernel hands the freed pages straight back to the next writes. (Fresh pages are
 /// dear on virtual machines whose host reclaims free guest memory; docs/performance.md.)
-// Unchecked: `pending` and `stopping` are used only while `condition` is held; `descriptor`
-// and the started range too, or (bounded mode) only on the pacing thread.
+// Unchecked: `pending` and `stopping` are used only while `condition` is held; the started
+// range too, or (bounded mode) only on the pacing thread.
 final class WritebackPacer: @unchecked Sendable {
     /// How many bytes may be written between two writeback starts.
     private var interval: Int { boundInFlight ? 256 << 10 : 1 << 20 }
@@ -38,7 +38,7 @@ final class WritebackPacer: @unchecked Sendable {
     private var stopping = false
     /// The thread that starts and waits for writeback (bounded mode).
     private var pacing: WorkerPool.Group?
-    private var descriptor: Int32
+    private let descriptor: Int32
     private let ownsDescriptor: Bool
     private var pending = 0
     private let boundInFlight: Bool
@@ -50,31 +50,13 @@ final class WritebackPacer: @unchecked Sendable {
     /// What stays cached behind the end of the file: libzip seeks back there to rewrite the
     /// local header of the entry it just wrote. (Dropping it would cost a read, not data.)
     private static let rewrittenTail: Int64 = 1 << 20
-    /// For a file opened by someone else (libzip): found on first use.
-    private let findDescriptor: (() -> Int32?)?
 
-    /// Paces writeback of a file we write through `descriptor` (we keep ownership).
+    /// Paces writeback of a file we write through `descriptor`. In bounded mode the pacing
+    /// thread works on a duplicate of it, so that the writer may close its own whenever it likes.
     init(descriptor: Int32, boundInFlight: Bool = false) {
-        self.descriptor = descriptor
         self.boundInFlight = boundInFlight
-        ownsDescriptor = false
-        findDescriptor = nil
-    }
-
-    /// Paces writeback of the temporary file libzip writes an archive to.
-    ///
-    /// libzip (1.7, `zip_source_file_stdio_named.c`) writes `<archive>.XXXXXX` beside the
-    /// archive and renames it at the end of `zip_close`; it exposes no descriptor. So the
-    /// file is found among this process's open files (`/proc/self/fd`) and opened a second
-    /// time. When it is not found (another platform or libzip), writeback is left to the kernel.
-    init(libzipTemporaryFor archivePath: String, boundInFlight: Bool = true) {
-        descriptor = -1
-        self.boundInFlight = boundInFlight
-        ownsDescriptor = true
-        let directory = (archivePath as NSString).deletingLastPathComponent
-        let resolved = URL(fileURLWithPath: directory).resolvingSymlinksInPath().path
-        let prefix = resolved + "/" + (archivePath as NSString).lastPathComponent + "."
-        findDescriptor = { Self.openOwnCopy(ofOpenFileWithPrefix: prefix) }
+        ownsDescriptor = boundInFlight
+        self.descriptor = boundInFlight ? fcntl(descriptor, F_DUPFD_CLOEXEC, 0) : descriptor
         if boundInFlight {
             pacing = WorkerPool.start(name: "storebackup-writeback", width: 1) { [self] _ in runPacing() }
         }
@@ -106,7 +88,6 @@ final class WritebackPacer: @unchecked Sendable {
             return
         }
         pending = 0
-        if descriptor < 0, let find = findDescriptor, let found = find() { descriptor = found }
         guard descriptor >= 0 else { return }
         // Offset 0, count 0: the whole file; pages already under writeback are skipped.
         _ = sb_start_writeback(descriptor, 0, 0)
@@ -129,7 +110,6 @@ final class WritebackPacer: @unchecked Sendable {
     /// Starts writeback of the next interval written, waits for the chunk before it, and
     /// drops what is on disk from the page cache. On the pacing thread only.
     private func startNextChunk() {
-        if descriptor < 0, let find = findDescriptor, let found = find() { descriptor = found }
         guard descriptor >= 0 else { return }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return }
@@ -147,18 +127,5 @@ final class WritebackPacer: @unchecked Sendable {
         }
         startedFrom = startedTo
         startedTo = end
-    }
-
-    private static func openOwnCopy(ofOpenFileWithPrefix prefix: String) -> Int32? {
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd") else { return nil }
-        for entry in entries {
-            let link = "/proc/self/fd/" + entry
-            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: link),
-                target.hasPrefix(prefix), target.count == prefix.count + 6
-            else { continue }
-            let fd = open(link, O_RDONLY | O_CLOEXEC)
-            if fd >= 0 { return fd }
-        }
-        return nil
     }
 }

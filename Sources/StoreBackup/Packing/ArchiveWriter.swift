@@ -32,13 +32,12 @@ struct ArchiveWriter {
         items: [StoreItem], snapshots: [String: DatabaseSnapshot], outsideLinks: [String] = [], leftOut: [String] = [],
         root: (permissions: UInt32, modificationTime: Int64)? = nil, to archivePath: String
     ) throws -> Manifest {
-        var errorCode: Int32 = 0
-        guard let archive = zip_open(archivePath, ZIP_CREATE | ZIP_EXCL, &errorCode) else {
-            var error = zip_error_t()
-            zip_error_init_with_code(&error, errorCode)
-            defer { zip_error_fini(&error) }
-            throw StoreBackupError.archiveWrite(reason: "\(archivePath): \(String(cString: zip_error_strerror(&error)))")
-        }
+        let output = try ArchiveOutputFile(path: archivePath)
+        // Written back as it goes, so that the final fsync and the app's own wait for little.
+        let writeback = WritebackPacer(descriptor: output.descriptor, boundInFlight: true)
+        defer { writeback.stop() }
+        output.wroteToFile = { writeback.wrote($0) }
+        let archive = try output.openHandle()
         var closed = false
         defer { if !closed { zip_discard(archive) } }
 
@@ -54,9 +53,6 @@ struct ArchiveWriter {
             progress.report(BackupProgress(phase: .archiving, bytesDone: done, bytesTotal: totalBytes, currentFile: file))
         }
         defer { pipeline.stop() }
-        let writeback = WritebackPacer(libzipTemporaryFor: archivePath)
-        defer { writeback.stop() }
-        pipeline.writeback = writeback
         let sources = PipelineEntrySources(pipeline: pipeline, password: settings.password)
         let contents = ItemContentSources(items: items)
 

@@ -196,8 +196,6 @@ final class PipelineEntrySources: ZipSourceTable {
                 let count = min(capacity, output.count - entry.position)
                 destination.copyMemory(from: output.bytes + entry.position, byteCount: count)
                 entry.position += count
-                // libzip writes what it reads straight on, so this counts the archive's bytes.
-                pipeline.writeback?.wrote(count)
                 return count
             }
             if let block = entry.current {
