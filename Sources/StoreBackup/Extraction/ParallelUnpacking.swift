@@ -113,7 +113,13 @@ struct ParallelUnpacking {
         onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let databases = files.filter(writer.plan.isDatabase)
-        let otherWidth = min(max(1, workers - (databases.isEmpty ? 0 : 1)), ArchiveLimits.maxExtractionHandles)
+        // With databases, one core is kept for their checks (the longest step of a big
+        // store's restore) and lent to the other files once no check is left to run (a store
+        // of many small files and a small database: the files are most of the work).
+        let keptForChecks = databases.isEmpty ? 0 : 1
+        let otherWidth = min(max(1, workers - keptForChecks), ArchiveLimits.maxExtractionHandles)
+        let lentWidth = min(keptForChecks, ArchiveLimits.maxExtractionHandles - otherWidth)
+        let checksIdle = WorkerGate()
         // One libzip handle for every thread: the reader's, idle meanwhile.
         let archive = SharedArchiveHandle(borrowing: reader.idleHandle)
         if !databases.isEmpty {
@@ -147,11 +153,15 @@ struct ParallelUnpacking {
             }
             try verifyDigests(&digests)
         }
+        checks.whenIdle { checksIdle.open() }
         // The databases are skipped as they come rather than filtered out, and the workers
         // take positions in the reader's list: a copy of the entries would cost memory per entry.
         let entries = files.all
         let bufferSize = Self.readBufferSize(largest: files.lazy.filter { !writer.plan.isDatabase($0) }.map(\.size).max() ?? 0)
-        try WorkerPool.forEach(files.positions, name: "storebackup-extract", width: otherWidth, cancel: cancel) {
+        try WorkerPool.forEach(
+            files.positions, name: "storebackup-extract", width: otherWidth, lateWidth: lentWidth, lateGate: checksIdle,
+            cancel: cancel
+        ) {
             // Each thread has a buffer of its own; the handle is shared.
             var buffer = [UInt8](repeating: 0, count: bufferSize)
             return { position in

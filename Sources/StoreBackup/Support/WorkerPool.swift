@@ -73,14 +73,22 @@ enum WorkerPool {
     /// `worker` once to set up what it keeps for all its items (a file handle, a buffer)
     /// and gets back the function it runs on each item. After the first error (or once
     /// `cancel` is set) no item starts; the error is rethrown when all threads have ended.
+    ///
+    /// With `lateWidth`, that many more threads join in once `lateGate` opens (or as soon
+    /// as one of the first `width` threads has run out of items, then to find none left).
     static func forEach<Item: Sendable>(
-        _ items: [Item], name: String, width: Int, cancel: CancellationFlag? = nil,
+        _ items: [Item], name: String, width: Int, lateWidth: Int = 0, lateGate: WorkerGate? = nil,
+        cancel: CancellationFlag? = nil,
         worker: @escaping @Sendable () throws -> (Item) throws -> Void
     ) throws {
         guard !items.isEmpty else { return }
         let queue = SharedQueue(items)
         let failure = FirstFailure()
-        start(name: name, width: min(width, items.count)) { _ in
+        let lateWidth = lateGate == nil ? 0 : lateWidth
+        start(name: name, width: min(width + lateWidth, items.count)) { number in
+            // A first thread that leaves lets the late ones go: they must never wait for ever.
+            defer { if number < width { lateGate?.open() } }
+            if number >= width { lateGate?.wait() }
             do {
                 let handle = try worker()
                 while !failure.hasFailed, let item = queue.next() {
@@ -121,6 +129,8 @@ enum WorkerPool {
     /// rethrows the first error; after an error, later items are skipped.
     final class Feed<Item: Sendable>: Sendable {
         private let items = Locked<[Item?]>([])
+        /// Items submitted and not yet done (or skipped), and what runs when none is left.
+        private let outstanding = Locked<(count: Int, whenIdle: [@Sendable () -> Void])>((0, []))
         private let available = DispatchSemaphore(value: 0)
         private let failure = FirstFailure()
         private let width: Int
@@ -128,23 +138,42 @@ enum WorkerPool {
 
         init(name: String, width: Int, _ body: @escaping @Sendable (Item) throws -> Void) {
             let width = max(1, min(width, maximumWidth))
-            let items = self.items, available = self.available, failure = self.failure
+            let items = self.items, available = self.available, failure = self.failure, outstanding = self.outstanding
             self.width = width
             group = WorkerPool.start(name: name, width: width) { _ in
                 while true {
                     available.wait()
                     // nil: the end, one per thread (see finish).
                     guard let item = items.withLock({ $0.removeFirst() }) else { return }
-                    guard !failure.hasFailed else { continue }
-                    do { try body(item) } catch { failure.record(error) }
+                    if !failure.hasFailed {
+                        do { try body(item) } catch { failure.record(error) }
+                    }
+                    let idle = outstanding.withLock { state -> [@Sendable () -> Void] in
+                        state.count -= 1
+                        guard state.count == 0 else { return [] }
+                        defer { state.whenIdle = [] }
+                        return state.whenIdle
+                    }
+                    idle.forEach { $0() }
                 }
             }
+        }
+
+        /// Runs `action` once no submitted item is left to do: now, if none is.
+        func whenIdle(_ action: @escaping @Sendable () -> Void) {
+            let idleNow = outstanding.withLock { state in
+                if state.count == 0 { return true }
+                state.whenIdle.append(action)
+                return false
+            }
+            if idleNow { action() }
         }
 
         /// The first error an item threw so far, if any.
         var firstFailure: Error? { failure.first }
 
         func submit(_ item: Item) {
+            outstanding.withLock { $0.count += 1 }
             items.withLock { $0.append(item) }
             available.signal()
         }
@@ -212,5 +241,25 @@ func runBlocking<T: Sendable>(
         }
     } onCancel: {
         flag.cancel()
+    }
+}
+
+/// Where threads wait until it opens, once and for good.
+// Unchecked: `isOpen` is used only while `condition` is held.
+final class WorkerGate: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var isOpen = false
+
+    func open() {
+        condition.lock()
+        isOpen = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func wait() {
+        condition.lock()
+        while !isOpen { condition.wait() }
+        condition.unlock()
     }
 }
