@@ -242,8 +242,25 @@ class Tool:
 WARMUP_ROUNDS = 1
 
 
+# How long ext4 keeps freed inode numbers from reuse once their inode table block is clean
+# (RECENTCY_MIN in fs/ext4/ialloc.c), plus a second.
+INODE_REUSE_DELAY_S = 61
+
+
+def settle():
+    """Waits out ext4's reuse delay for inodes freed before a phase. Without a journal
+    (the benchmark machine's disk), every file created scans past each inode freed in the
+    last 60 s (360 s while its inode table block is dirty) in the groups it allocates
+    from: after 540,000 files were deleted, `unzip -q && sync` of 45,000 files took 22-25 s
+    instead of 3.2 s, most of it in recently_deleted(). A sync cleans the blocks; the
+    wait lets the 60 s pass. Slept once per phase, before its warm-up round."""
+    os.sync()
+    time.sleep(INODE_REUSE_DELAY_S)
+
+
 def run_rounds(tools, runs, title):
     log(f"{title}: {len(tools)} commands x {runs} runs, interleaved, after {WARMUP_ROUNDS} warm-up round(s)")
+    settle()
     for _ in range(WARMUP_ROUNDS):
         for tool in tools:
             if tool.prepare:
