@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,12 +55,31 @@ def find_tool(name):
     return None
 
 
+# When a benchmark script last deleted a tree of many files (see settle()): kept in a file,
+# since scripts/bench runs one script after another.
+LAST_TREE_DELETION_FILE = os.path.join(tempfile.gettempdir(), "storebackup-bench-last-tree-deletion")
+# Trees with at least this many entries count as a large deletion.
+LARGE_TREE_ENTRIES = 1000
+
+
+def last_tree_deletion():
+    try:
+        with open(LAST_TREE_DELETION_FILE) as f:
+            return float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return 0.0
+
+
 def remove(*paths):
     for path in paths:
         if os.path.islink(path) or os.path.isfile(path):
             os.unlink(path)
         elif os.path.isdir(path):
+            entries = sum(len(dirs) + len(names) for _, dirs, names in os.walk(path))
             shutil.rmtree(path)
+            if entries >= LARGE_TREE_ENTRIES:
+                with open(LAST_TREE_DELETION_FILE, "w") as f:
+                    f.write(f"{time.time()}\n")
 
 
 def set_aside(*paths):
@@ -242,20 +262,25 @@ class Tool:
 WARMUP_ROUNDS = 1
 
 
-# How long ext4 keeps freed inode numbers from reuse once their inode table block is clean
-# (RECENTCY_MIN in fs/ext4/ialloc.c), plus a second.
-INODE_REUSE_DELAY_S = 61
+# How long ext4 keeps a freed inode number from reuse (fs/ext4/ialloc.c: RECENTCY_MIN, 60 s,
+# plus RECENTCY_DIRTY, 300 s, while its inode table block is dirty, which the next phase's
+# own creates make it again), plus a second.
+INODE_REUSE_DELAY_S = 361
 
 
 def settle():
-    """Waits out ext4's reuse delay for inodes freed before a phase. Without a journal
+    """Waits out ext4's reuse delay for the inodes the benchmark freed. Without a journal
     (the benchmark machine's disk), every file created scans past each inode freed in the
     last 60 s (360 s while its inode table block is dirty) in the groups it allocates
     from: after 540,000 files were deleted, `unzip -q && sync` of 45,000 files took 22-25 s
-    instead of 3.2 s, most of it in recently_deleted(). A sync cleans the blocks; the
-    wait lets the 60 s pass. Slept once per phase, before its warm-up round."""
+    instead of 3.2 s, most of it in recently_deleted(). Called before each phase's warm-up
+    round; it waits only when a benchmark script deleted a large tree less than that long
+    ago."""
     os.sync()
-    time.sleep(INODE_REUSE_DELAY_S)
+    wait = last_tree_deletion() + INODE_REUSE_DELAY_S - time.time()
+    if wait > 0:
+        log(f"waiting {wait:.0f} s for ext4 to reuse the inodes of the last deleted tree")
+        time.sleep(wait)
 
 
 def run_rounds(tools, runs, title):
