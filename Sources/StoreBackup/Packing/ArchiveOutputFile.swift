@@ -150,13 +150,12 @@ final class ArchiveOutputFile {
         case ZIP_SOURCE_ERROR:
             return zip_error_to_data(&error, data, length)
         case ZIP_SOURCE_SUPPORTS:
-            let commands = [
+            return ZipSource.commandMask([
                 ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
                 ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS, ZIP_SOURCE_BEGIN_WRITE, ZIP_SOURCE_WRITE,
                 ZIP_SOURCE_COMMIT_WRITE, ZIP_SOURCE_ROLLBACK_WRITE, ZIP_SOURCE_SEEK_WRITE, ZIP_SOURCE_TELL_WRITE,
                 ZIP_SOURCE_REMOVE,
-            ]
-            return commands.reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
+            ])
         case ZIP_SOURCE_FREE:
             Unmanaged.passUnretained(self).release()
             return 0

@@ -39,10 +39,9 @@ class ZipSourceCallbackObject {
     }
 
     static func supportedCommands() -> Int64 {
-        let commands = [
+        ZipSource.commandMask([
             ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE, ZIP_SOURCE_SUPPORTS,
-        ]
-        return commands.reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
+        ])
     }
 
     func answerCommon(command: zip_source_cmd_t, data: UnsafeMutableRawPointer?, length: UInt64) -> Int64? {

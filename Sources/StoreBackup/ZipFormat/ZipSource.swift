@@ -20,6 +20,12 @@ extension PositionedBytes {
 
 /// libzip handles over ``PositionedBytes``.
 enum ZipSource {
+    /// The bitmask a source answers ZIP_SOURCE_SUPPORTS with (libzip's
+    /// `zip_source_make_command_bitmap`, which is variadic C, out of Swift's reach).
+    static func commandMask(_ commands: [zip_source_cmd_t]) -> Int64 {
+        commands.reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
+    }
+
     /// A read-only libzip handle over `bytes`; without `ZIP_CHECKCONS` in `flags`, the caller
     /// checks local headers its own way. `lastFailure` says why a read failed, when one did:
     /// libzip reports only that it failed, which would read as a damaged archive.
@@ -115,11 +121,10 @@ private final class PositionedSourceReader {
         case ZIP_SOURCE_ERROR:
             return zip_error_to_data(&error, data, length)
         case ZIP_SOURCE_SUPPORTS:
-            let commands = [
+            return ZipSource.commandMask([
                 ZIP_SOURCE_OPEN, ZIP_SOURCE_READ, ZIP_SOURCE_CLOSE, ZIP_SOURCE_STAT, ZIP_SOURCE_ERROR, ZIP_SOURCE_FREE,
                 ZIP_SOURCE_SEEK, ZIP_SOURCE_TELL, ZIP_SOURCE_SUPPORTS,
-            ]
-            return commands.reduce(Int64(0)) { $0 | (Int64(1) << Int64($1.rawValue)) }
+            ])
         case ZIP_SOURCE_FREE:
             Unmanaged.passUnretained(self).release()
             return 0
