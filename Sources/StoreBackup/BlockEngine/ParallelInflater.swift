@@ -20,10 +20,17 @@ import Glibc
 /// order over the ciphertext as it is read, and each worker decrypts its block at its own
 /// counter offset (known from the block sizes) before inflating it.
 struct ParallelInflater {
-    let archive: OpaquePointer
+    /// The libzip handle to read the entry through (called once, with `archiveLock` held),
+    /// unless `localFile` is set.
+    let archive: () throws -> OpaquePointer
     /// Held around every call on `archive` and the entry read through it, when other
     /// threads use the same handle (``SharedArchiveHandle``).
     var archiveLock: NSLock? = nil
+    /// The backup file when it is on this machine: the entry's raw bytes are read from it
+    /// with `pread` (its local header checked by ``LocalHeader``), and `archive` is not used.
+    var localFile: LocalArchiveFile? = nil
+    /// The entry's name length in the central directory, for ``LocalHeader``'s check.
+    var centralNameLength: Int? = nil
     let entry: ArchiveEntry
     let blockSize: Int
     let compressedBlocks: [Int]
@@ -66,21 +73,12 @@ struct ParallelInflater {
 
     /// Extracts into `descriptor` (or only checks, when it is -1).
     func run(descriptor: Int32, path: String, onBytes: (Int64) throws -> Void) throws -> Result {
-        // ZIP_FL_ENCRYPTED: the bytes as stored (salt, verifier, ciphertext, MAC), not decrypted by libzip.
-        let flags = entry.isEncrypted ? ZIP_FL_ENCRYPTED : ZIP_FL_COMPRESSED
-        var failure = ""
-        let opened = locked {
-            let raw = zip_fopen_index(archive, entry.index, zip_flags_t(flags))
-            if raw == nil { failure = String(cString: zip_strerror(archive)) }
-            return raw
-        }
-        guard let raw = opened else { throw StoreBackupError.corruptArchive(name: backupName, reason: failure) }
-        defer { locked { _ = zip_fclose(raw) } }
+        let raw = try RawEntryBytes(self)
         var authenticator: WinZipAuthenticator?
         var encryptionKey: [UInt8]?
         if entry.isEncrypted {
             guard let password else { throw StoreBackupError.passwordRequired(name: backupName) }
-            let header = try readExactly(raw, count: WinZipAES.headerLength, path: path)
+            let header = try raw.read(count: WinZipAES.headerLength)
             let keys = try WinZipPasswordCheck.keys(password: password, header: header, backupName: backupName)
             authenticator = WinZipAuthenticator(keys: keys)
             encryptionKey = keys.encryption
@@ -173,15 +171,10 @@ struct ParallelInflater {
             try cancel.throwIfCancelled()
             if nextToRead < compressedBlocks.count && nextToRead - nextToHash < inFlightLimit - 1 {
                 guard let buffer = compressedPool.take() else { throw state.failure ?? StoreBackupError.cancelled }
-                let wanted = compressedBlocks[nextToRead]
-                var got = 0
-                while got < wanted {
-                    let count = locked { zip_fread(raw, buffer.bytes + got, zip_uint64_t(wanted - got)) }
-                    guard count > 0 else {
-                        buffer.recycle()
-                        throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) ends early")
-                    }
-                    got += Int(count)
+                let got = compressedBlocks[nextToRead]
+                do { try raw.read(into: UnsafeMutableRawBufferPointer(start: buffer.bytes, count: got)) } catch {
+                    buffer.recycle()
+                    throw error
                 }
                 buffer.count = got
                 authenticator?.update(buffer.contents)
@@ -217,7 +210,7 @@ struct ParallelInflater {
             nextToHash += 1
         }
         if let authenticator {
-            let code = try readExactly(raw, count: WinZipAES.authenticationCodeLength, path: path)
+            let code = try raw.read(count: WinZipAES.authenticationCodeLength)
             guard authenticator.isAuthentic(code: code) else {
                 throw StoreBackupError.checksumMismatch(name: backupName, entry: entry.path)
             }
@@ -226,23 +219,69 @@ struct ParallelInflater {
         return Result(sha256: digest, crc: crc, size: size)
     }
 
-    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+    /// The entry's raw bytes (compressed, and still encrypted), read in order: from the file
+    /// with `pread`, or through libzip under `archiveLock`.
+    private final class RawEntryBytes {
+        private let inflater: ParallelInflater
+        private let file: OpaquePointer?
+        private let dataOffset: Int64
+        private var position: Int64 = 0
+
+        init(_ inflater: ParallelInflater) throws {
+            self.inflater = inflater
+            let entry = inflater.entry
+            if let local = inflater.localFile {
+                dataOffset = try LocalHeader.dataOffset(
+                    of: entry, in: local, centralNameLength: inflater.centralNameLength, backupName: inflater.backupName)
+                file = nil
+                return
+            }
+            dataOffset = 0
+            // ZIP_FL_ENCRYPTED: the bytes as stored (salt, verifier, ciphertext, MAC), not decrypted by libzip.
+            let flags = entry.isEncrypted ? ZIP_FL_ENCRYPTED : ZIP_FL_COMPRESSED
+            var failure = ""
+            let opened = try inflater.locked {
+                let archive = try inflater.archive()
+                let raw = zip_fopen_index(archive, entry.index, zip_flags_t(flags))
+                if raw == nil { failure = String(cString: zip_strerror(archive)) }
+                return raw
+            }
+            guard let opened else { throw StoreBackupError.corruptArchive(name: inflater.backupName, reason: failure) }
+            file = opened
+        }
+
+        deinit { if let file { inflater.locked { _ = zip_fclose(file) } } }
+
+        /// Fills `buffer` with the next bytes; throws when the entry ends first.
+        func read(into buffer: UnsafeMutableRawBufferPointer) throws {
+            let endsEarly = StoreBackupError.corruptArchive(name: inflater.backupName, reason: "\(inflater.entry.path) ends early")
+            if let file {
+                var got = 0
+                while got < buffer.count {
+                    let count = inflater.locked { zip_fread(file, buffer.baseAddress! + got, zip_uint64_t(buffer.count - got)) }
+                    guard count > 0 else { throw endsEarly }
+                    got += Int(count)
+                }
+            } else {
+                // Never past the entry's own bytes, whatever the block sizes say.
+                guard position + Int64(buffer.count) <= inflater.entry.compressedSize,
+                    try inflater.localFile!.readFully(at: dataOffset + position, into: buffer) == buffer.count
+                else { throw endsEarly }
+            }
+            position += Int64(buffer.count)
+        }
+
+        func read(count: Int) throws -> [UInt8] {
+            var bytes = [UInt8](repeating: 0, count: count)
+            try bytes.withUnsafeMutableBytes { try read(into: $0) }
+            return bytes
+        }
+    }
+
+    fileprivate func locked<T>(_ body: () throws -> T) rethrows -> T {
         archiveLock?.lock()
         defer { archiveLock?.unlock() }
         return try body()
-    }
-
-    private func readExactly(_ file: OpaquePointer, count: Int, path: String) throws -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: count)
-        var got = 0
-        while got < count {
-            let read = bytes.withUnsafeMutableBytes { bytes in
-                locked { zip_fread(file, bytes.baseAddress! + got, zip_uint64_t(count - got)) }
-            }
-            guard read > 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) ends early") }
-            got += Int(read)
-        }
-        return bytes
     }
 
     /// How much of the entry is read between two drops from the page cache.

@@ -11,7 +11,8 @@ import Glibc
 /// (``ConfinedTree``), checked as it is read: cut off the moment it exceeds its declared size,
 /// then checked against its CRC-32 and its manifest's size and SHA-256 (a database unpacked
 /// in blocks: read back right after, beside its check, see ``DeferredDigest``). A file read
-/// in blocks (``ParallelInflater``) is inflated on all cores; any other goes through libzip.
+/// in blocks (``ParallelInflater``) is inflated on all cores; a small one of a backup file on
+/// this machine is read whole (``LocalEntryReader``); any other goes through libzip.
 struct EntryWriter {
     let plan: ExtractionPlan
     let root: ConfinedTree
@@ -55,7 +56,7 @@ struct EntryWriter {
     /// file as the patch leaves it.
     @discardableResult
     func writeFile(
-        _ entry: ArchiveEntry, archive: SharedArchiveHandle, buffer: inout [UInt8], expected: Manifest.File?,
+        _ entry: ArchiveEntry, archive: SharedArchiveHandle, buffers: EntryReadBuffers, expected: Manifest.File?,
         patch: (any DatabasePatch)? = nil,
         unpacking: (file: UnpackingDatabase, start: () -> Void)? = nil,
         onBytes: @Sendable (Int64, String) -> Void
@@ -71,7 +72,8 @@ struct EntryWriter {
             unpacking?.start()
             patch?.hashesContent = false
             let inflater = ParallelInflater(
-                archive: archive.pointer, archiveLock: archive.lock, entry: entry, blockSize: blockPlan.blockSize,
+                archive: archive.handle, archiveLock: archive.lock, localFile: reader.localFile,
+                centralNameLength: reader.centralNameLength(of: entry), entry: entry, blockSize: blockPlan.blockSize,
                 compressedBlocks: blockPlan.blocks, workers: workers, cancel: cancel,
                 password: reader.password, backupName: reader.backupName,
                 pageCache: reader.pageCache, hashesContent: unpacking == nil,
@@ -104,43 +106,31 @@ struct EntryWriter {
             return digest
         }
         precondition(unpacking == nil, "only an entry read in blocks is checked while it is written")
-        var failure = ""
-        let opened = archive.withLock { handle in
-            let file = zip_fopen_index(handle, entry.index, 0)
-            if file == nil { failure = String(cString: zip_strerror(handle)) }
-            return file
-        }
-        guard let file = opened else {
-            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(failure)")
-        }
-        defer { archive.withLock { _ in _ = zip_fclose(file) } }
         var hasher = SHA256()
         var written: Int64 = 0
-        while true {
-            let (got, failure) = archive.withLock { _ in
-                let got = buffer.withUnsafeMutableBytes { zip_fread(file, $0.baseAddress, zip_uint64_t($0.count)) }
-                return (got, got < 0 ? String(cString: zip_file_strerror(file)) : "")
-            }
-            if got < 0 {
-                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(failure)")
-            }
-            if got == 0 { break }
+        func consume(_ chunk: UnsafeRawBufferPointer) throws {
             // Stop before writing a byte past the declared size (libzip checks the CRC only at the end).
-            guard got <= entry.size - written else {
+            guard chunk.count <= entry.size - written else {
                 throw StoreBackupError.corruptArchive(
                     name: reader.backupName, reason: "\(entry.path) holds more than its declared \(entry.size) bytes")
             }
-            if decideByHeader && written == 0 && got >= 16 && Array(buffer[0..<16]) == SQLiteHeader.magic {
+            if decideByHeader && written == 0 && chunk.count >= 16 && chunk.prefix(16).elementsEqual(SQLiteHeader.magic) {
                 fd = try root.createFile(entry.path)
             }
-            try buffer.withUnsafeBytes { bytes in
-                let chunk = UnsafeRawBufferPointer(rebasing: bytes[0..<Int(got)])
-                hasher.update(bufferPointer: chunk)
-                if fd >= 0 { try Self.writeAll(fd, chunk, path: path) }
-            }
-            written += Int64(got)
-            onBytes(Int64(got), entry.path)
+            hasher.update(bufferPointer: chunk)
+            if fd >= 0 { try Self.writeAll(fd, chunk, path: path) }
+            written += Int64(chunk.count)
+            onBytes(Int64(chunk.count), entry.path)
             try cancel.throwIfCancelled()
+        }
+        if let local = reader.localFile, LocalEntryReader.canRead(entry, into: buffers),
+            let bytes = try LocalEntryReader(file: local, backupName: reader.backupName, centralNameLengths: reader.centralNameLengths)
+                .read(entry, into: buffers)
+        {
+            try consume(bytes)
+        } else {
+            // Any other entry, and a damaged one, which libzip reads and names the damage of.
+            try readThroughLibzip(entry, archive: archive, buffer: buffers.plain, consume: consume)
         }
         guard written == entry.size else {
             throw StoreBackupError.corruptArchive(
@@ -159,6 +149,34 @@ struct EntryWriter {
         try finishFile(fd: fd, entry: entry, path: path, patch: patch)
         reader.pageCache?.drop(entry)
         return nil
+    }
+
+    /// Reads `entry` through the shared libzip handle, a buffer at a time, into `consume`.
+    private func readThroughLibzip(
+        _ entry: ArchiveEntry, archive: SharedArchiveHandle, buffer: UnsafeMutableRawBufferPointer,
+        consume: (UnsafeRawBufferPointer) throws -> Void
+    ) throws {
+        var failure = ""
+        let opened = try archive.withLock { handle in
+            let file = zip_fopen_index(handle, entry.index, 0)
+            if file == nil { failure = String(cString: zip_strerror(handle)) }
+            return file
+        }
+        guard let file = opened else {
+            throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(failure)")
+        }
+        defer { _ = try? archive.withLock { _ in zip_fclose(file) } }
+        while true {
+            let (got, failure) = try archive.withLock { _ in
+                let got = zip_fread(file, buffer.baseAddress, zip_uint64_t(buffer.count))
+                return (got, got < 0 ? String(cString: zip_file_strerror(file)) : "")
+            }
+            if got < 0 {
+                throw StoreBackupError.corruptArchive(name: reader.backupName, reason: "\(entry.path): \(failure)")
+            }
+            if got == 0 { return }
+            try consume(UnsafeRawBufferPointer(rebasing: buffer[0..<Int(got)]))
+        }
     }
 
     /// How to read an entry through `ParallelInflater`: the manifest's block index, or for an

@@ -120,10 +120,10 @@ struct ParallelUnpacking {
         let otherWidth = min(max(1, workers - keptForChecks), ArchiveLimits.maxExtractionHandles)
         let lentWidth = min(keptForChecks, ArchiveLimits.maxExtractionHandles - otherWidth)
         let checksIdle = WorkerGate()
-        // One libzip handle for every thread: the reader's, idle meanwhile.
-        let archive = SharedArchiveHandle(borrowing: reader.idleHandle)
+        // One libzip handle for every thread, if any needs one: the reader's, idle meanwhile.
+        let archive = SharedArchiveHandle(reader: reader)
         if !databases.isEmpty {
-            var buffer = [UInt8](repeating: 0, count: Self.readBufferSize(largest: databases.lazy.map(\.size).max() ?? 0))
+            let buffers = EntryReadBuffers(capacity: Self.readBufferSize(largest: databases.lazy.map(\.size).max() ?? 0))
             var digests: [DeferredDigest] = []
             for database in databases {
                 try cancel.throwIfCancelled()
@@ -139,7 +139,7 @@ struct ParallelUnpacking {
                 let followed = !deferred && expected.flatMap { EntryWriter.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: patch?.finalSize ?? database.size) : nil
                 let digest = try writer.writeFile(
-                    database, archive: archive, buffer: &buffer, expected: expected, patch: patch,
+                    database, archive: archive, buffers: buffers, expected: expected, patch: patch,
                     unpacking: unpacking.map { unpacking in
                         (unpacking, { checks.submit(IntegrityCheckJob(path: path, entryPath: database.path, unpacking: unpacking)) })
                     },
@@ -162,14 +162,14 @@ struct ParallelUnpacking {
             files.positions, name: "storebackup-extract", width: otherWidth, lateWidth: lentWidth, lateGate: checksIdle,
             cancel: cancel
         ) {
-            // Each thread has a buffer of its own; the handle is shared.
-            var buffer = [UInt8](repeating: 0, count: bufferSize)
+            // Each thread has buffers of its own; the handle is shared.
+            let buffers = EntryReadBuffers(capacity: bufferSize)
             return { position in
                 let entry = entries[Int(position)]
                 if writer.plan.isDatabase(entry) { return }
                 if let failure = checks.firstFailure { throw failure }
                 try writer.writeFile(
-                    entry, archive: archive, buffer: &buffer, expected: manifestByPath[entry.path], onBytes: onBytes)
+                    entry, archive: archive, buffers: buffers, expected: manifestByPath[entry.path], onBytes: onBytes)
             }
         }
     }

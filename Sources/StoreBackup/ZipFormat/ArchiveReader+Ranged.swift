@@ -13,7 +13,8 @@ extension ArchiveReader {
     func checkLocalHeader(index: UInt64, exact: Bool = false) throws {
         guard let ranged else { return }
         var stat = zip_stat_t()
-        guard let span = ranged.span(ofEntry: index), zip_stat_index(idleHandle, index, zip_flags_t(ZIP_FL_ENC_RAW), &stat) == 0,
+        let handle = try idleHandle
+        guard let span = ranged.span(ofEntry: index), zip_stat_index(handle, index, zip_flags_t(ZIP_FL_ENC_RAW), &stat) == 0,
             let rawName = stat.name
         else { throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(index) is unreadable") }
         let name = Array(UnsafeRawBufferPointer(start: rawName, count: strlen(rawName)))

@@ -85,13 +85,25 @@ final class ArchiveReader: @unchecked Sendable {
     private(set) var markerFormat = 1
     /// The password, once checked; nil for an archive without encrypted entries.
     private(set) var password: BackupPassword?
-    /// Nil once ``release()`` let it go.
+    /// Nil once ``release()`` let it go, and until first used when the entries were listed
+    /// without libzip (``idleHandle``).
     private var archive: OpaquePointer?
+    /// Whether ``release()`` let the reader go.
+    private var released = false
+    /// Held while ``idleHandle`` opens the handle.
+    private let handleLock = NSLock()
+    /// Each entry's name length in the central directory, by libzip index, when the entries
+    /// were listed without libzip (whose `ZIP_CHECKCONS` compares the local headers
+    /// otherwise); see ``LocalHeader``. Empty otherwise.
+    private(set) var centralNameLengths: [UInt16] = []
     /// Each entry's local header offset, by libzip index (from ``CentralDirectoryCheck``):
     /// copied into the entries, then let go (8 bytes an entry).
     private var localHeaderOffsets: [Int64]
     /// Drops the archive's pages once read (nil when the file cannot be opened again).
     let pageCache: ArchivePageCache?
+    /// The archive when it is a complete file on this machine, for reading small entries
+    /// without libzip (see `LocalEntryReader`); nil for a remote or arriving archive.
+    let localFile: LocalArchiveFile?
     /// The remote archive read in ranges, when it is one (see ``init(ranged:backupName:passwords:)``).
     private(set) var ranged: RangedArchive?
     /// The downloaded file still arriving, when it is one (see ``init(arriving:backupName:passwords:)``).
@@ -100,12 +112,19 @@ final class ArchiveReader: @unchecked Sendable {
     /// Opens the archive. If it is encrypted, asks `passwords` for the password and checks
     /// it on the manifest (or the first encrypted entry) before anything else is read:
     /// `passwordRequired` without one, `wrongPassword` when it does not fit.
-    init(path: String, backupName: String, passwords: PasswordProvider? = nil) throws {
+    /// An unencrypted archive is listed from its central directory without libzip
+    /// (``readEntriesWithoutLibzip(_:check:)``), unless `listsThroughLibzip` (which makes the
+    /// same list, with libzip's consistency check of every local header up front).
+    init(path: String, backupName: String, passwords: PasswordProvider? = nil, listsThroughLibzip: Bool = false) throws {
         self.path = path
         self.backupName = backupName
-        // Counts, sizes and names are checked with fixed buffers before libzip allocates for them.
-        localHeaderOffsets = try CentralDirectoryCheck(path: path, backupName: backupName).run()
+        localHeaderOffsets = []
         pageCache = ArchivePageCache(path: path)
+        localFile = LocalArchiveFile(path: path)
+        // Counts, sizes and names are checked with fixed buffers before anything is sized by them.
+        let check = CentralDirectoryCheck(path: path, backupName: backupName)
+        if let localFile, !listsThroughLibzip, try readEntriesWithoutLibzip(localFile, check: check) { return }
+        localHeaderOffsets = try check.run()
         archive = try Self.open(path: path, backupName: backupName)
         // If this throws, deinit still runs (every property is set) and discards the handle.
         try readEntries(passwords: passwords)
@@ -121,6 +140,7 @@ final class ArchiveReader: @unchecked Sendable {
         ranged.setLayout(layout)
         localHeaderOffsets = layout.offsets
         pageCache = nil
+        localFile = nil
         self.ranged = ranged
         archive = try ranged.openHandle(backupName: backupName)
         try readEntries(passwords: passwords)
@@ -135,6 +155,7 @@ final class ArchiveReader: @unchecked Sendable {
         self.backupName = backupName
         localHeaderOffsets = try CentralDirectoryCheck(path: arriving.path, backupName: backupName).run(arriving).offsets
         pageCache = ArchivePageCache(path: arriving.path)
+        localFile = nil
         self.arriving = arriving
         archive = try arriving.openHandle(backupName: backupName)
         try readEntries(passwords: passwords)
@@ -162,9 +183,23 @@ final class ArchiveReader: @unchecked Sendable {
 
     /// The reader's own handle (password set), for one thread at a time while the reader is
     /// not used otherwise (extraction lends it to one worker instead of opening another).
+    /// Opened on first use when the entries were listed without libzip.
     var idleHandle: OpaquePointer {
-        guard let archive else { preconditionFailure("the reader of \(backupName) was released") }
-        return archive
+        get throws {
+            handleLock.lock()
+            defer { handleLock.unlock() }
+            if let archive { return archive }
+            precondition(!released, "the reader of \(backupName) was released")
+            let opened = try Self.open(path: path, backupName: backupName)
+            archive = opened
+            return opened
+        }
+    }
+
+    /// `entry`'s name length in the central directory, when the entries were listed
+    /// without libzip (see ``centralNameLengths``).
+    func centralNameLength(of entry: ArchiveEntry) -> Int? {
+        Int(entry.index) < centralNameLengths.count ? Int(centralNameLengths[Int(entry.index)]) : nil
     }
 
     deinit { if let archive { zip_discard(archive) } }
@@ -176,6 +211,8 @@ final class ArchiveReader: @unchecked Sendable {
     func release() {
         if let archive { zip_discard(archive) }
         archive = nil
+        released = true
+        centralNameLengths = []
         entries = []
         manifest = nil
         pageDeltas = [:]
@@ -205,16 +242,39 @@ final class ArchiveReader: @unchecked Sendable {
     /// libzip's zip_open is not safe to call from several threads at once (GUIDE §5).
     static let openLock = NSLock()
 
+    /// One entry as listed, from libzip's description or from its central directory record.
+    private struct ListedEntry {
+        let index: UInt64
+        /// Valid during ``list(_:into:)`` only.
+        let rawName: UnsafeRawBufferPointer
+        let size: Int64
+        let compressedSize: Int64
+        let method: Int32
+        let crc: UInt32
+        let encryptionMethod: UInt16
+        /// The system's attributes: the Unix mode in the high 16 bits, when `system` is Unix.
+        let system: UInt8
+        let attributes: UInt32
+        let localOffset: Int64
+        let modificationTime: () -> Int64
+    }
+
+    /// What the listing gathers beside the entries.
+    private struct Listing {
+        var seen = Set<String>()
+        var nameBytes = 0
+        var manifest: ArchiveEntry?
+        var encryptedIndex: UInt64?
+    }
+
+    /// Lists the entries through libzip's handle (a remote, arriving or encrypted archive).
     private func readEntries(passwords: PasswordProvider?) throws {
         let count = zip_get_num_entries(archive, 0)
         guard count >= 0 else { throw StoreBackupError.corruptArchive(name: backupName, reason: "cannot read the entry list") }
         markerFormat = try checkFormatMarkers(count: UInt64(count))
-        var seen = Set<String>()
         // Grown by doubling, the list would hold two copies at once for a moment.
         entries.reserveCapacity(Int(min(UInt64(count), UInt64(ArchiveLimits.maxEntries))))
-        var nameBytes = 0
-        var manifestIndex: UInt64?
-        var encryptedIndex: UInt64?
+        var listing = Listing()
         for index in 0..<UInt64(count) {
             var stat = zip_stat_t()
             // ZIP_FL_ENC_RAW: the name's bytes as stored, not converted from CP437 (a name
@@ -222,117 +282,215 @@ final class ArchiveReader: @unchecked Sendable {
             guard zip_stat_index(archive, index, zip_flags_t(ZIP_FL_ENC_RAW), &stat) == 0, let rawName = stat.name else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(index) is unreadable")
             }
-            let rawBytes = UnsafeRawBufferPointer(start: rawName, count: strlen(rawName))
-            let name = EscapedName.escape(rawBytes)
-            if let problem = Self.lengthProblem(rawBytes) {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(name.prefix(300)) has \(problem)")
-            }
-            nameBytes += strlen(rawName)
-            if name == Manifest.archivePath {
-                manifestIndex = index
-                if stat.encryption_method != UInt16(ZIP_EM_NONE) { encryptedIndex = encryptedIndex ?? index }
-                continue
-            }
-            if stat.encryption_method != UInt16(ZIP_EM_NONE) && encryptedIndex == nil { encryptedIndex = index }
-            let isDirectoryName = name.hasSuffix("/")
-            let entryName = isDirectoryName ? String(name.dropLast()) : name
-            guard Self.isSafeRelativePath(entryName) else {
-                throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
-            }
-            let path: String
-            switch ArchiveNames.storePath(forEntryName: entryName, format: markerFormat) {
-            case .store(let storePath): path = storePath
-            case .own: continue
-            case .pageDelta(let database):
-                guard !isDirectoryName, pageDeltas[database] == nil else {
-                    throw StoreBackupError.corruptArchive(name: backupName, reason: "the page delta of \(database) appears twice")
-                }
-                pageDeltas[database] = ArchiveEntry(
-                    index: index, path: database, kind: .file, permissions: 0o600, modificationTime: 0,
-                    size: Int64(clamping: stat.size), compressedSize: Int64(clamping: stat.comp_size),
-                    compressionMethod: Int32(stat.comp_method), crc: stat.crc, encryptionMethod: stat.encryption_method)
-                continue
-            case .unknown: throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
-            }
-            guard seen.insert(path).inserted else {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: "\(path) appears twice")
-            }
-            var opsys: UInt8 = 0
+            var system: UInt8 = 0
             var attributes: UInt32 = 0
-            zip_file_get_external_attributes(archive, index, 0, &opsys, &attributes)
-            let unixMode: UInt32? = opsys == UInt8(ZIP_OPSYS_UNIX) && attributes >> 16 != 0 ? attributes >> 16 : nil
-            let kind: ArchiveEntry.Kind
-            switch unixMode.map({ $0 & UnixMode.typeMask }) {
-            case UnixMode.directory?: kind = .directory
-            case UnixMode.symlink?: kind = .symlink
-            case UnixMode.fifo?: kind = .fifo
-            default: kind = isDirectoryName ? .directory : .file
-            }
-            // Every permission bit, set-user-ID, set-group-ID and sticky too: the store had them.
-            // Restore runs as the user restoring and sets no owner, so a set-user-ID file is
-            // that user's (as a copy made with `cp -p` would be).
-            let permissions = unixMode.map { $0 & 0o7777 } ?? (kind == .directory ? 0o755 : 0o644)
-            entries.append(
-                ArchiveEntry(
-                    index: index, path: path, kind: kind, permissions: permissions,
-                    modificationTime: modificationTime(index: index, stat: stat), size: Int64(clamping: stat.size),
-                    compressedSize: Int64(clamping: stat.comp_size), compressionMethod: Int32(stat.comp_method), crc: stat.crc,
-                    encryptionMethod: stat.encryption_method,
-                    archiveOffset: index < UInt64(localHeaderOffsets.count) ? localHeaderOffsets[Int(index)] : 0))
+            zip_file_get_external_attributes(archive, index, 0, &system, &attributes)
+            try list(
+                ListedEntry(
+                    index: index, rawName: UnsafeRawBufferPointer(start: rawName, count: strlen(rawName)),
+                    size: Int64(clamping: stat.size), compressedSize: Int64(clamping: stat.comp_size),
+                    method: Int32(stat.comp_method), crc: stat.crc, encryptionMethod: stat.encryption_method, system: system,
+                    attributes: attributes,
+                    localOffset: index < UInt64(localHeaderOffsets.count) ? localHeaderOffsets[Int(index)] : 0,
+                    modificationTime: { self.modificationTime(index: index, stat: stat) }),
+                into: &listing)
         }
-        // Only needed to find duplicates: let it go before the manifest is read and decoded.
-        seen = []
         localHeaderOffsets = []
-        if let encryptedIndex {
-            try checkPassword(passwords, onEntry: manifestIndex.flatMap { encrypted($0) ? $0 : nil } ?? encryptedIndex)
+        // Only needed to find duplicates: let it go before the manifest is decoded.
+        listing.seen = []
+        try finishListing(listing, count: Int(count), passwords: passwords, open: readThroughLibzip)
+    }
+
+    /// The manifest entry read through the reader's libzip handle.
+    private func readThroughLibzip(_ manifest: ArchiveEntry) throws -> ManifestRead {
+        try checkLocalHeader(index: manifest.index)
+        let archive = try idleHandle
+        guard let file = zip_fopen_index(archive, manifest.index, 0) else {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
         }
-        if let manifestIndex {
-            var stat = zip_stat_t()
-            var manifestLimit = ArchiveLimits.maxManifestBytes(entries: Int(count), nameBytes: nameBytes)
-            // A format-3 manifest may list files that live in earlier backups of its chain.
-            if markerFormat >= 3 { manifestLimit = max(manifestLimit, ArchiveLimits.maxChainManifestBytes) }
-            guard zip_stat_index(archive, manifestIndex, 0, &stat) == 0, stat.size <= UInt64(manifestLimit) else {
+        let read = { [backupName] (buffer: UnsafeMutableRawBufferPointer) throws -> Int in
+            let got = zip_fread(file, buffer.baseAddress, zip_uint64_t(buffer.count))
+            guard got >= 0 else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_file_strerror(file)))
+            }
+            return Int(got)
+        }
+        return (read: read, close: { zip_fclose(file) })
+    }
+
+    /// Lists the entries of an unencrypted backup file on this machine from its central
+    /// directory, as ``CentralDirectoryCheck`` reads it, without libzip: libzip's handle holds
+    /// its own copy of the directory, about 390 bytes an entry, the largest memory per entry of
+    /// a restore. The handle is opened later only if something needs it (``idleHandle``).
+    /// Returns false, having listed nothing, for an archive with encrypted entries.
+    private func readEntriesWithoutLibzip(_ file: LocalArchiveFile, check: CentralDirectoryCheck) throws -> Bool {
+        var leftToLibzip = false
+        var announced = 1
+        let layout = try check.run(FileArchiveBytes(descriptor: file.descriptor, size: file.size)) { record in
+            // libzip decrypts, and refuses names it finds inconsistent: it says so itself.
+            leftToLibzip = leftToLibzip || record.isEncrypted || (record.isUTF8 && !Self.libzipAcceptsUTF8(record.name))
+            if let format = Manifest.format(ofMarkerEntry: record.name) { announced = max(announced, format) }
+        }
+        guard !leftToLibzip else { return false }
+        if announced > Manifest.newestReadableFormat {
+            throw StoreBackupError.newerFormat(name: backupName, format: announced, newestReadable: Manifest.newestReadableFormat)
+        }
+        markerFormat = announced
+        let count = layout.offsets.count
+        entries.reserveCapacity(count)
+        centralNameLengths.reserveCapacity(count)
+        var listing = Listing()
+        // The directory again, now that the names' format is known (a few milliseconds).
+        _ = try check.run(FileArchiveBytes(descriptor: file.descriptor, size: file.size)) { record in
+            self.centralNameLengths.append(UInt16(record.name.count))
+            try self.list(
+                ListedEntry(
+                    index: UInt64(record.index), rawName: record.name, size: record.size, compressedSize: record.compressedSize,
+                    method: Int32(record.method), crc: record.crc, encryptionMethod: UInt16(ZIP_EM_NONE), system: record.system,
+                    attributes: record.externalAttributes, localOffset: record.localOffset,
+                    modificationTime: { Self.modificationTime(extra: record.extra, dosTime: record.dosTime, dosDate: record.dosDate) }),
+                into: &listing)
+        }
+        listing.seen = []
+        try finishListing(listing, count: count, passwords: nil) { manifest in
+            guard InflatingEntryStream.canRead(manifest) else { return try readThroughLibzip(manifest) }
+            let stream = try InflatingEntryStream(reader: self, entry: manifest)
+            return (read: { try stream.read($0) }, close: {})
+        }
+        return true
+    }
+
+    /// Whether libzip takes `name`, flagged as UTF-8, as UTF-8: printable ASCII, tab, line
+    /// feed and carriage return, and well-formed sequences of 2 to 4 bytes (libzip 1.7's
+    /// `_zip_guess_encoding`, which makes `zip_open` refuse the archive as inconsistent
+    /// otherwise).
+    static func libzipAcceptsUTF8(_ name: UnsafeRawBufferPointer) -> Bool {
+        var index = 0
+        while index < name.count {
+            let byte = name[index]
+            if (byte > 31 && byte < 128) || byte == 0x0D || byte == 0x0A || byte == 0x09 {
+                index += 1
+                continue
+            }
+            let following: Int
+            switch byte {
+            case _ where byte & 0xE0 == 0xC0: following = 1
+            case _ where byte & 0xF0 == 0xE0: following = 2
+            case _ where byte & 0xF8 == 0xF0: following = 3
+            default: return false
+            }
+            guard index + following < name.count else { return false }
+            for next in 1...following where name[index + next] & 0xC0 != 0x80 { return false }
+            index += following + 1
+        }
+        return true
+    }
+
+    /// Judges one entry's name and adds it to ``entries`` (or notes it as the manifest, a
+    /// page delta or one of the archive's own entries).
+    private func list(_ item: ListedEntry, into listing: inout Listing) throws {
+        let name = EscapedName.escape(item.rawName)
+        if let problem = Self.lengthProblem(item.rawName) {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "entry \(name.prefix(300)) has \(problem)")
+        }
+        listing.nameBytes += item.rawName.count
+        if item.encryptionMethod != UInt16(ZIP_EM_NONE) && listing.encryptedIndex == nil { listing.encryptedIndex = item.index }
+        let isDirectoryName = name.hasSuffix("/")
+        let entryName = isDirectoryName ? String(name.dropLast()) : name
+        if name == Manifest.archivePath {
+            listing.manifest = ArchiveEntry(
+                index: item.index, path: name, kind: .file, permissions: 0o600, modificationTime: 0, size: item.size,
+                compressedSize: item.compressedSize, compressionMethod: item.method, crc: item.crc,
+                encryptionMethod: item.encryptionMethod, archiveOffset: item.localOffset)
+            return
+        }
+        guard Self.isSafeRelativePath(entryName) else {
+            throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
+        }
+        let path: String
+        switch ArchiveNames.storePath(forEntryName: entryName, format: markerFormat) {
+        case .store(let storePath): path = storePath
+        case .own: return
+        case .pageDelta(let database):
+            guard !isDirectoryName, pageDeltas[database] == nil else {
+                throw StoreBackupError.corruptArchive(name: backupName, reason: "the page delta of \(database) appears twice")
+            }
+            pageDeltas[database] = ArchiveEntry(
+                index: item.index, path: database, kind: .file, permissions: 0o600, modificationTime: 0, size: item.size,
+                compressedSize: item.compressedSize, compressionMethod: item.method, crc: item.crc,
+                encryptionMethod: item.encryptionMethod, archiveOffset: item.localOffset)
+            return
+        case .unknown: throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: name)
+        }
+        guard listing.seen.insert(path).inserted else {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "\(path) appears twice")
+        }
+        let unixMode: UInt32? = item.system == UInt8(ZIP_OPSYS_UNIX) && item.attributes >> 16 != 0 ? item.attributes >> 16 : nil
+        let kind: ArchiveEntry.Kind
+        switch unixMode.map({ $0 & UnixMode.typeMask }) {
+        case UnixMode.directory?: kind = .directory
+        case UnixMode.symlink?: kind = .symlink
+        case UnixMode.fifo?: kind = .fifo
+        default: kind = isDirectoryName ? .directory : .file
+        }
+        // Every permission bit, set-user-ID, set-group-ID and sticky too: the store had them.
+        // Restore runs as the user restoring and sets no owner, so a set-user-ID file is
+        // that user's (as a copy made with `cp -p` would be).
+        let permissions = unixMode.map { $0 & 0o7777 } ?? (kind == .directory ? 0o755 : 0o644)
+        entries.append(
+            ArchiveEntry(
+                index: item.index, path: path, kind: kind, permissions: permissions, modificationTime: item.modificationTime(),
+                size: item.size, compressedSize: item.compressedSize, compressionMethod: item.method, crc: item.crc,
+                encryptionMethod: item.encryptionMethod, archiveOffset: item.localOffset))
+    }
+
+    /// A read function over the manifest entry's bytes, and what closes it.
+    private typealias ManifestRead = (read: (UnsafeMutableRawBufferPointer) throws -> Int, close: () -> Void)
+
+    /// Checks the password, then reads and decodes the manifest through `open` (as a stream,
+    /// row by row: the text is never held whole), and checks the page deltas against it.
+    private func finishListing(
+        _ listing: Listing, count: Int, passwords: PasswordProvider?,
+        open: (ArchiveEntry) throws -> ManifestRead
+    ) throws {
+        let (nameBytes, manifestEntry, encryptedIndex) = (listing.nameBytes, listing.manifest, listing.encryptedIndex)
+        if let encryptedIndex {
+            try checkPassword(passwords, onEntry: manifestEntry.flatMap { $0.isEncrypted ? $0.index : nil } ?? encryptedIndex)
+        }
+        guard let manifestEntry else { return }
+        var manifestLimit = ArchiveLimits.maxManifestBytes(entries: count, nameBytes: nameBytes)
+        // A format-3 manifest may list files that live in earlier backups of its chain.
+        if markerFormat >= 3 { manifestLimit = max(manifestLimit, ArchiveLimits.maxChainManifestBytes) }
+        guard manifestEntry.size <= Int64(manifestLimit) else {
+            throw StoreBackupError.corruptArchive(
+                name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
+        }
+        // The rows are bounded by the entries as they come (one row per entry, and one per database).
+        let rowLimit = markerFormat >= 3 ? max(entries.count, ArchiveLimits.maxChainManifestRows) : entries.count
+        let stream = try open(manifestEntry)
+        defer { stream.close() }
+        do {
+            (manifest, manifestSHA256) = try ManifestStreamDecoder.decode(
+                maxBytes: Int(manifestLimit), maxRows: 2 * rowLimit + 2, entries: entries, read: stream.read)
+        } catch ManifestStreamDecoder.Failure.tooManyRows {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest lists more files than the archive holds")
+        } catch ManifestStreamDecoder.Failure.newer(let format) {
+            throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.newestReadableFormat)
+        } catch ManifestStreamDecoder.Failure.tooLarge {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "entry too large")
+        } catch is ManifestStreamDecoder.Failure {
+            throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
+        }
+        // Format 3's own entries (page deltas, page maps) are accepted only where the
+        // manifest says format 3 too, and a delta only for a database the manifest patches.
+        if !pageDeltas.isEmpty, let manifest {
+            let patched = Set(manifest.files.filter { $0.source == "pages" }.map(\.path))
+            if manifest.format < 3 || markerFormat < 3 {
+                throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: ".storebackup/pages/")
+            }
+            if let stray = pageDeltas.keys.sorted().first(where: { !patched.contains($0) }) {
                 throw StoreBackupError.corruptArchive(
-                    name: backupName, reason: "its manifest is larger than \(manifestLimit) bytes, too large for \(count) entries")
-            }
-            // Read as a stream and decoded row by row (the text is never held whole), with the
-            // rows bounded by the entries as they come (one row per entry, and one per database).
-            let rowLimit = markerFormat >= 3 ? max(entries.count, ArchiveLimits.maxChainManifestRows) : entries.count
-            try checkLocalHeader(index: manifestIndex)
-            guard let file = zip_fopen_index(archive, manifestIndex, 0) else {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
-            }
-            defer { zip_fclose(file) }
-            do {
-                (manifest, manifestSHA256) = try ManifestStreamDecoder.decode(
-                    maxBytes: Int(manifestLimit), maxRows: 2 * rowLimit + 2, entries: entries
-                ) { buffer in
-                    let got = zip_fread(file, buffer.baseAddress, zip_uint64_t(buffer.count))
-                    guard got >= 0 else {
-                        throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_file_strerror(file)))
-                    }
-                    return Int(got)
-                }
-            } catch ManifestStreamDecoder.Failure.tooManyRows {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest lists more files than the archive holds")
-            } catch ManifestStreamDecoder.Failure.newer(let format) {
-                throw StoreBackupError.newerFormat(name: backupName, format: format, newestReadable: Manifest.newestReadableFormat)
-            } catch ManifestStreamDecoder.Failure.tooLarge {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: "entry too large")
-            } catch is ManifestStreamDecoder.Failure {
-                throw StoreBackupError.corruptArchive(name: backupName, reason: "its manifest cannot be read")
-            }
-            // Format 3's own entries (page deltas, page maps) are accepted only where the
-            // manifest says format 3 too, and a delta only for a database the manifest patches.
-            if !pageDeltas.isEmpty, let manifest {
-                let patched = Set(manifest.files.filter { $0.source == "pages" }.map(\.path))
-                if manifest.format < 3 || markerFormat < 3 {
-                    throw StoreBackupError.unsafeArchiveEntry(name: backupName, entry: ".storebackup/pages/")
-                }
-                if let stray = pageDeltas.keys.sorted().first(where: { !patched.contains($0) }) {
-                    throw StoreBackupError.corruptArchive(
-                        name: backupName, reason: "it holds a page delta for \(stray), which its manifest does not patch")
-                }
+                    name: backupName, reason: "it holds a page delta for \(stray), which its manifest does not patch")
             }
         }
     }
@@ -397,6 +555,35 @@ final class ArchiveReader: @unchecked Sendable {
         return Int64(stat.mtime)
     }
 
+    /// ``modificationTime(index:stat:)`` from a central directory record's extra fields, and
+    /// its DOS time read as libzip reads it (local time, daylight saving as `mktime` decides).
+    static func modificationTime(extra: UnsafeRawBufferPointer, dosTime: UInt16, dosDate: UInt16) -> Int64 {
+        if let body = extraField(NTFSTimestamp.fieldID, in: extra), let seconds = NTFSTimestamp.decode(body) { return seconds }
+        if let body = extraField(ZipTimestamp.fieldID, in: extra), let seconds = ZipTimestamp.decode(body) { return seconds }
+        var time = tm()
+        time.tm_isdst = -1
+        time.tm_year = Int32((dosDate >> 9) & 127) + 1980 - 1900
+        time.tm_mon = Int32((dosDate >> 5) & 15) - 1
+        time.tm_mday = Int32(dosDate & 31)
+        time.tm_hour = Int32((dosTime >> 11) & 31)
+        time.tm_min = Int32((dosTime >> 5) & 63)
+        time.tm_sec = Int32((dosTime << 1) & 62)
+        return Int64(mktime(&time))
+    }
+
+    /// The body of the first extra field `id` in `extra`, or nil.
+    private static func extraField(_ id: UInt16, in extra: UnsafeRawBufferPointer) -> [UInt8]? {
+        var position = 0
+        while position + 4 <= extra.count {
+            let fieldID = UInt16(extra[position]) | UInt16(extra[position + 1]) << 8
+            let length = Int(extra[position + 2]) | Int(extra[position + 3]) << 8
+            guard position + 4 + length <= extra.count else { return nil }
+            if fieldID == id { return Array(extra[position + 4..<position + 4 + length]) }
+            position += 4 + length
+        }
+        return nil
+    }
+
     /// Reads one entry as a stream, through a libzip handle of its own (password set):
     /// `body` gets a function that fills the buffer it is given as far as it can and returns
     /// the count, 0 at the end. Never holds the entry in memory.
@@ -451,6 +638,7 @@ final class ArchiveReader: @unchecked Sendable {
     /// `limit`) is reserved up front, so a large manifest is not copied as its buffer grows.
     func readSmallEntry(index: UInt64, limit: Int, expectedSize: Int = 0) throws -> Data {
         try checkLocalHeader(index: index)
+        let archive = try idleHandle
         guard let file = zip_fopen_index(archive, index, 0) else {
             throw StoreBackupError.corruptArchive(name: backupName, reason: String(cString: zip_strerror(archive)))
         }

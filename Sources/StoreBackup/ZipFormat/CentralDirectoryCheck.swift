@@ -14,7 +14,32 @@ struct CentralDirectoryCheck {
     let path: String
     let backupName: String
 
-    private struct Record { var offset: Int64; var end: Int64 }
+    private struct Span { var offset: Int64; var end: Int64 }
+
+    /// One central directory record as the check reads it, for a reader that lists the
+    /// entries without libzip (``ArchiveReader``). The buffers are valid during the call only.
+    struct Record {
+        let index: Int64
+        /// The name's bytes as stored.
+        let name: UnsafeRawBufferPointer
+        /// The central header's extra fields.
+        let extra: UnsafeRawBufferPointer
+        /// The high byte of "version made by": the system whose attributes these are.
+        let system: UInt8
+        let flags: UInt16
+        let method: UInt16
+        let dosTime: UInt16
+        let dosDate: UInt16
+        let crc: UInt32
+        let compressedSize: Int64
+        let size: Int64
+        let externalAttributes: UInt32
+        let localOffset: Int64
+
+        var isEncrypted: Bool { flags & 1 != 0 }
+        /// General purpose bit 11: the name is UTF-8.
+        var isUTF8: Bool { flags & 0x0800 != 0 }
+    }
 
     /// Where the entries and the central directory lie, as the check found them.
     struct Layout {
@@ -34,8 +59,9 @@ struct CentralDirectoryCheck {
         return try run(FileArchiveBytes(descriptor: fd, size: Int64(info.st_size))).offsets
     }
 
-    /// The same check over `bytes` (a file, or a remote backup read in ranges).
-    func run(_ bytes: some ArchiveBytes) throws -> Layout {
+    /// The same check over `bytes` (a file, or a remote backup read in ranges), handing each
+    /// central directory record to `visit` as it is read.
+    func run(_ bytes: some ArchiveBytes, visit: ((Record) throws -> Void)? = nil) throws -> Layout {
         let fileSize = bytes.size
         let (count, directorySize, directoryOffset) = try readEnd(bytes, fileSize: fileSize)
         guard count <= Int64(ArchiveLimits.maxEntries) else {
@@ -54,7 +80,7 @@ struct CentralDirectoryCheck {
         }
         // Only now, its size checked: a remote archive fetches the directory in one go.
         try bytes.willRead(directoryOffset..<directoryOffset + directorySize)
-        var records: [Record] = []
+        var records: [Span] = []
         records.reserveCapacity(Int(count))
         var offsets: [Int64] = []
         offsets.reserveCapacity(Int(count))
@@ -74,23 +100,38 @@ struct CentralDirectoryCheck {
             guard position + 46 + variableLength <= end else { throw damaged("its central directory ends early (entry \(index))") }
             var compressedSize = Int64(window.le32(at + 20))
             var localOffset = Int64(window.le32(at + 42))
-            let uncompressedIsZip64 = window.le32(at + 24) == 0xFFFF_FFFF
+            var size = Int64(window.le32(at + 24))
+            // Read now: covering the name may move the window.
+            let system = UInt8(window.le16(at + 4) >> 8), flags = window.le16(at + 8), method = window.le16(at + 10)
+            let dosTime = window.le16(at + 12), dosDate = window.le16(at + 14), crc = window.le32(at + 16)
+            let externalAttributes = window.le32(at + 38)
             let nameAt = try window.cover(position + 46, count: nameLength + extraLength, check: self)
             // Any byte but NUL is a legal Linux name byte; a NUL would cut the name short
             // for every C function that reads it.
             if window.contains(0, in: nameAt..<nameAt + nameLength) {
                 throw damaged("entry \(index) has a name holding a NUL byte")
             }
-            if compressedSize == 0xFFFF_FFFF || localOffset == 0xFFFF_FFFF {
+            if size == 0xFFFF_FFFF || compressedSize == 0xFFFF_FFFF || localOffset == 0xFFFF_FFFF {
                 try applyZip64(
-                    extra: window.copy(nameAt + nameLength..<nameAt + nameLength + extraLength), uncompressed: uncompressedIsZip64,
+                    extra: window.copy(nameAt + nameLength..<nameAt + nameLength + extraLength), size: &size,
                     compressed: &compressedSize, offset: &localOffset, index: index)
             }
             guard localOffset >= 0, localOffset < directoryOffset, compressedSize >= 0 else {
                 throw damaged("entry \(index) points outside the archive")
             }
             // The local header holds at least its 30 fixed bytes and the same name.
-            records.append(Record(offset: localOffset, end: localOffset + 30 + Int64(nameLength) + compressedSize))
+            records.append(Span(offset: localOffset, end: localOffset + 30 + Int64(nameLength) + compressedSize))
+            if let visit {
+                try window.withBytes { data in
+                    try visit(
+                        Record(
+                            index: index, name: UnsafeRawBufferPointer(rebasing: data[nameAt..<nameAt + nameLength]),
+                            extra: UnsafeRawBufferPointer(rebasing: data[nameAt + nameLength..<nameAt + nameLength + extraLength]),
+                            system: system, flags: flags, method: method, dosTime: dosTime, dosDate: dosDate, crc: crc,
+                            compressedSize: compressedSize, size: size, externalAttributes: externalAttributes,
+                            localOffset: localOffset))
+                }
+            }
             offsets.append(localOffset)
             position += 46 + variableLength
         }
@@ -133,6 +174,7 @@ struct CentralDirectoryCheck {
         func le32(_ i: Int) -> UInt32 { UInt32(le16(i)) | UInt32(le16(i + 2)) << 16 }
         func contains(_ byte: UInt8, in range: Range<Int>) -> Bool { data[range].contains(byte) }
         func copy(_ range: Range<Int>) -> [UInt8] { Array(data[range]) }
+        func withBytes<T>(_ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T { try data.withUnsafeBytes(body) }
     }
 
     /// Entry count, central directory size and offset from the end of central directory
@@ -167,8 +209,7 @@ struct CentralDirectoryCheck {
 
     /// Replaces 0xFFFFFFFF sizes and offsets by their ZIP64 extra field values, in the order
     /// the format gives them (uncompressed size, compressed size, offset).
-    private func applyZip64(extra: [UInt8], uncompressed: Bool, compressed: inout Int64, offset: inout Int64, index: Int64) throws {
-        guard compressed == 0xFFFF_FFFF || offset == 0xFFFF_FFFF else { return }
+    private func applyZip64(extra: [UInt8], size: inout Int64, compressed: inout Int64, offset: inout Int64, index: Int64) throws {
         var position = 0
         while position + 4 <= extra.count {
             let id = le16(extra, position), length = Int(le16(extra, position + 2))
@@ -181,13 +222,15 @@ struct CentralDirectoryCheck {
                     defer { field += 8 }
                     return clamp(le64(extra, field))
                 }
-                if uncompressed { _ = try next() }
+                if size == 0xFFFF_FFFF { size = try next() }
                 if compressed == 0xFFFF_FFFF { compressed = try next() }
                 if offset == 0xFFFF_FFFF { offset = try next() }
                 return
             }
             position = body + length
         }
+        // An entry of exactly 0xFFFFFFFF bytes with no ZIP64 field is what it says.
+        guard compressed == 0xFFFF_FFFF || offset == 0xFFFF_FFFF else { return }
         throw damaged("entry \(index) lacks its ZIP64 sizes")
     }
 

@@ -12,7 +12,8 @@ import Glibc
 final class LocalArchiveFile: PositionedBytes, Sendable {
     let path: String
     let size: Int64
-    private let descriptor: Int32
+    /// Read with `pread` only, so that threads may share it.
+    let descriptor: Int32
 
     /// Reads shorter than this are served from windows of this size.
     var readAheadBytes: Int { 64 << 10 }
@@ -41,5 +42,16 @@ final class LocalArchiveFile: PositionedBytes, Sendable {
             guard got >= 0 else { throw StoreBackupError.io(path: path, operation: "read", errno: errno) }
             return got
         }
+    }
+
+    /// Reads until `buffer` is full or the file ends; returns the count.
+    func readFully(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        var done = 0
+        while done < buffer.count {
+            let got = try read(at: offset + Int64(done), into: UnsafeMutableRawBufferPointer(rebasing: buffer[done...]))
+            if got == 0 { break }
+            done += got
+        }
+        return done
     }
 }

@@ -130,6 +130,15 @@ public struct Manifest: Codable, Sendable, Equatable {
     static let formatMarkerPrefix = ".storebackup/format-"
 
     /// N for an entry named ``formatMarkerPrefix`` + N, from its raw name; nil for any other name.
+    static func format(ofMarkerEntry raw: UnsafeRawBufferPointer) -> Int? {
+        let prefix = formatMarkerPrefix.utf8
+        guard raw.count > prefix.count, raw.starts(with: prefix) else { return nil }
+        return raw.withMemoryRebound(to: CChar.self) { chars in
+            let terminated = Array(chars) + [0]
+            return format(ofMarkerEntry: terminated)
+        }
+    }
+
     static func format(ofMarkerEntry raw: UnsafePointer<CChar>) -> Int? {
         // Every entry's name passes here: compare bytes before making a String.
         guard strncmp(raw, formatMarkerPrefix, formatMarkerPrefix.utf8.count) == 0 else { return nil }

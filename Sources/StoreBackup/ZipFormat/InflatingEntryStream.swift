@@ -5,18 +5,26 @@ import CZip
 import Glibc
 #endif
 
-/// Reads one deflated entry in order, inflating it with ISA-L on the calling thread, through
-/// a libzip handle of its own: the entry's raw bytes (still encrypted, for a WinZip AES entry:
-/// decrypted here and authenticated with its HMAC) go to ISA-L's streaming inflate instead of
-/// libzip's zlib, which inflates several times slower. A chain restore reads every night's page
-/// delta this way beside the unpacking of the full.
+/// Reads one deflated entry in order, inflating it with ISA-L on the calling thread: the
+/// entry's raw bytes (still encrypted, for a WinZip AES entry: decrypted here and
+/// authenticated with its HMAC) go to ISA-L's streaming inflate instead of libzip's zlib,
+/// which inflates several times slower. They are read with `pread` from a backup file on
+/// this machine, or else through a libzip handle of the stream's own. A chain restore reads
+/// every night's page delta this way beside the unpacking of the full, and a reader that
+/// lists its entries without libzip reads the manifest this way.
 ///
 /// Checks what libzip's own read would: never more bytes than the declared size, the CRC-32
 /// and the size once the deflate stream ends, no compressed bytes past its end, and for an
 /// encrypted entry the authentication code.
 final class InflatingEntryStream {
-    private let handle: OpaquePointer
-    private let file: OpaquePointer
+    /// Where the raw bytes come from.
+    private enum Source {
+        case libzip(handle: OpaquePointer, file: OpaquePointer)
+        /// The file and where the entry's data starts in it.
+        case local(LocalArchiveFile, dataOffset: Int64)
+    }
+
+    private let source: Source
     private let entry: ArchiveEntry
     private let backupName: String
     private let state: UnsafeMutablePointer<inflate_state>
@@ -24,6 +32,8 @@ final class InflatingEntryStream {
     /// Compressed (and encrypted) bytes of the entry not read yet, the authentication code aside.
     private var compressedLeft: Int64
     private var compressedOffset: Int64 = 0
+    /// Raw bytes read so far (the header and the authentication code included).
+    private var rawOffset: Int64 = 0
     private var authenticator: WinZipAuthenticator?
     /// Set by ``startDecrypting(password:)`` for an encrypted entry.
     private var decryptor: WinZipCTR?
@@ -38,29 +48,51 @@ final class InflatingEntryStream {
         entry.compressionMethod == Int32(ZIP_CM_DEFLATE) && (!entry.isEncrypted || entry.encryptionMethod == UInt16(ZIP_EM_AES_256))
     }
 
-    init(reader: ArchiveReader, entry: ArchiveEntry) throws {
-        self.entry = entry
-        backupName = reader.backupName
+    /// Reads `entry` of `reader`'s archive: from its file when it is on this machine, else
+    /// through a handle of its own.
+    convenience init(reader: ArchiveReader, entry: ArchiveEntry) throws {
+        if let file = reader.localFile {
+            try self.init(
+                file: file, entry: entry, centralNameLength: reader.centralNameLength(of: entry), backupName: reader.backupName,
+                password: reader.password)
+            return
+        }
         let handle = try reader.openHandle()
         // ZIP_FL_ENCRYPTED: the bytes as stored (salt, verifier, ciphertext, MAC), not decrypted by libzip.
         let flags = entry.isEncrypted ? ZIP_FL_ENCRYPTED : ZIP_FL_COMPRESSED
         guard let file = zip_fopen_index(handle, entry.index, zip_flags_t(flags)) else {
             defer { zip_discard(handle) }
-            throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path): \(String(cString: zip_strerror(handle)))")
+            throw StoreBackupError.corruptArchive(
+                name: reader.backupName, reason: "\(entry.path): \(String(cString: zip_strerror(handle)))")
         }
+        try self.init(source: .libzip(handle: handle, file: file), entry: entry, backupName: reader.backupName, password: reader.password)
+    }
+
+    /// Reads `entry` from `file` with `pread`, its local header checked (``LocalHeader``).
+    convenience init(
+        file: LocalArchiveFile, entry: ArchiveEntry, centralNameLength: Int?, backupName: String, password: BackupPassword? = nil
+    ) throws {
+        let offset = try LocalHeader.dataOffset(of: entry, in: file, centralNameLength: centralNameLength, backupName: backupName)
+        try self.init(source: .local(file, dataOffset: offset), entry: entry, backupName: backupName, password: password)
+    }
+
+    private init(source: Source, entry: ArchiveEntry, backupName: String, password: BackupPassword?) throws {
+        self.entry = entry
+        self.backupName = backupName
         guard let state = sb_isal_inflate_state_new() else {
-            zip_fclose(file)
-            zip_discard(handle)
+            if case .libzip(let handle, let file) = source {
+                zip_fclose(file)
+                zip_discard(handle)
+            }
             throw StoreBackupError.corruptArchive(name: backupName, reason: "out of memory for the ISA-L inflate state")
         }
-        self.handle = handle
-        self.file = file
+        self.source = source
         self.state = state
         sb_isal_inflate_stream_reset(state)
         input = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.inputSize, alignment: 16)
         compressedLeft = entry.compressedSize
         // Every property is set from here on: a throw below releases through deinit.
-        if entry.isEncrypted { try startDecrypting(password: reader.password) }
+        if entry.isEncrypted { try startDecrypting(password: password) }
     }
 
     private func startDecrypting(password: BackupPassword?) throws {
@@ -75,8 +107,10 @@ final class InflatingEntryStream {
     }
 
     deinit {
-        zip_fclose(file)
-        zip_discard(handle)
+        if case .libzip(let handle, let file) = source {
+            zip_fclose(file)
+            zip_discard(handle)
+        }
         free(state)
         input.deallocate()
     }
@@ -141,12 +175,21 @@ final class InflatingEntryStream {
     }
 
     private func readRaw(_ buffer: UnsafeMutableRawBufferPointer) throws {
-        var got = 0
-        while got < buffer.count {
-            let count = zip_fread(file, buffer.baseAddress! + got, zip_uint64_t(buffer.count - got))
-            guard count > 0 else { throw count < 0 ? damaged(String(cString: zip_file_strerror(file))) : endsEarly() }
-            got += Int(count)
+        switch source {
+        case .libzip(_, let file):
+            var got = 0
+            while got < buffer.count {
+                let count = zip_fread(file, buffer.baseAddress! + got, zip_uint64_t(buffer.count - got))
+                guard count > 0 else { throw count < 0 ? damaged(String(cString: zip_file_strerror(file))) : endsEarly() }
+                got += Int(count)
+            }
+        case .local(let file, let dataOffset):
+            // Never past the entry's own bytes, whatever asks.
+            guard rawOffset + Int64(buffer.count) <= entry.compressedSize,
+                try file.readFully(at: dataOffset + rawOffset, into: buffer) == buffer.count
+            else { throw endsEarly() }
         }
+        rawOffset += Int64(buffer.count)
     }
 
     private func endsEarly() -> StoreBackupError { damaged("ends early") }
