@@ -60,7 +60,7 @@ final class LocalEntryReaderTests: XCTestCase {
         XCTAssert(reader.entries.contains { $0.compressionMethod == Int32(ZIP_CM_DEFLATE) }, "the others are deflated")
         for entry in reader.entries {
             XCTAssert(LocalEntryReader.canRead(entry, into: buffers), entry.path)
-            let bytes = try XCTUnwrap(local.read(entry, into: buffers), entry.path)
+            let bytes = try XCTUnwrap(local.read(entry, centralNameLength: reader.centralNameLength(of: entry), into: buffers), entry.path)
             XCTAssert(bytes.elementsEqual(made.contents[entry.path]!), "\(entry.path) comes back byte for byte")
         }
         // The long extra field is really in the local header, beyond the first read.
@@ -102,7 +102,9 @@ final class LocalEntryReaderTests: XCTestCase {
             let local = LocalEntryReader(file: try XCTUnwrap(reader.localFile), backupName: "small.zip")
             let damaged = try XCTUnwrap(reader.entries.first { $0.path == name })
             // Left to libzip, which names the damage.
-            XCTAssertNil(try local.read(damaged, into: EntryReadBuffers(capacity: 64 << 10)), name)
+            XCTAssertNil(
+                try local.read(
+                    damaged, centralNameLength: reader.centralNameLength(of: damaged), into: EntryReadBuffers(capacity: 64 << 10)), name)
         }
     }
 }

@@ -124,8 +124,8 @@ struct EntryWriter {
             try cancel.throwIfCancelled()
         }
         if let local = reader.localFile, LocalEntryReader.canRead(entry, into: buffers),
-            let bytes = try LocalEntryReader(file: local, backupName: reader.backupName, centralNameLengths: reader.centralNameLengths)
-                .read(entry, into: buffers)
+            let bytes = try LocalEntryReader(file: local, backupName: reader.backupName)
+                .read(entry, centralNameLength: reader.centralNameLength(of: entry), into: buffers)
         {
             try consume(bytes)
         } else {

@@ -13,9 +13,6 @@ import Foundation
 struct LocalEntryReader: Sendable {
     let file: LocalArchiveFile
     let backupName: String
-    /// Each entry's central directory name length, by index, for ``LocalHeader``'s check
-    /// (empty when libzip checked every header on opening).
-    var centralNameLengths: [UInt16] = []
 
     /// Bytes read past the local header's 30 fixed ones, in the same read as the data, for
     /// its name and extra fields (storebackup's own: the name and two timestamps).
@@ -33,16 +30,17 @@ struct LocalEntryReader: Sendable {
     /// The entry's bytes, checked against its declared size and CRC-32, valid until `buffers`
     /// are used again; nil when they do not inflate to that size or fail the CRC-32 (the
     /// caller reads such an entry again through libzip, which names the damage). Throws
-    /// `corruptArchive` when the header or the stored size does not hold.
-    func read(_ entry: ArchiveEntry, into buffers: EntryReadBuffers) throws -> UnsafeRawBufferPointer? {
+    /// `corruptArchive` when the header or the stored size does not hold. `centralNameLength`
+    /// is for ``LocalHeader``'s check (nil when libzip checked every header on opening).
+    func read(_ entry: ArchiveEntry, centralNameLength: Int?, into buffers: EntryReadBuffers) throws -> UnsafeRawBufferPointer? {
         let compressedSize = Int(entry.compressedSize)
         let raw = buffers.compressed
         let wanted = Int(min(Int64(30 + Self.headerSlack + compressedSize), file.size - entry.archiveOffset))
         let got = try file.readFully(at: entry.archiveOffset, into: UnsafeMutableRawBufferPointer(rebasing: raw[0..<max(0, wanted)]))
-        let nameLength = Int(entry.index) < centralNameLengths.count ? Int(centralNameLengths[Int(entry.index)]) : nil
         let dataStart = try LocalHeader.dataStart(
-            UnsafeRawBufferPointer(rebasing: raw[0..<got]), entry: entry, centralNameLength: nameLength, backupName: backupName)
-        var data = UnsafeRawBufferPointer(start: raw.baseAddress! + min(dataStart, got), count: 0)
+            UnsafeRawBufferPointer(rebasing: raw[0..<got]), entry: entry, centralNameLength: centralNameLength,
+            backupName: backupName)
+        let data: UnsafeRawBufferPointer
         if dataStart + compressedSize <= got {
             data = UnsafeRawBufferPointer(rebasing: raw[dataStart..<dataStart + compressedSize])
         } else {

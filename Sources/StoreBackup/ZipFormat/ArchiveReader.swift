@@ -558,8 +558,8 @@ final class ArchiveReader: @unchecked Sendable {
     /// ``modificationTime(index:stat:)`` from a central directory record's extra fields, and
     /// its DOS time read as libzip reads it (local time, daylight saving as `mktime` decides).
     static func modificationTime(extra: UnsafeRawBufferPointer, dosTime: UInt16, dosDate: UInt16) -> Int64 {
-        if let body = extraField(NTFSTimestamp.fieldID, in: extra), let seconds = NTFSTimestamp.decode(body) { return seconds }
-        if let body = extraField(ZipTimestamp.fieldID, in: extra), let seconds = ZipTimestamp.decode(body) { return seconds }
+        if let body = ZipExtraFields.body(of: NTFSTimestamp.fieldID, in: extra), let seconds = NTFSTimestamp.decode(body) { return seconds }
+        if let body = ZipExtraFields.body(of: ZipTimestamp.fieldID, in: extra), let seconds = ZipTimestamp.decode(body) { return seconds }
         var time = tm()
         time.tm_isdst = -1
         time.tm_year = Int32((dosDate >> 9) & 127) + 1980 - 1900
@@ -569,19 +569,6 @@ final class ArchiveReader: @unchecked Sendable {
         time.tm_min = Int32((dosTime >> 5) & 63)
         time.tm_sec = Int32((dosTime << 1) & 62)
         return Int64(mktime(&time))
-    }
-
-    /// The body of the first extra field `id` in `extra`, or nil.
-    private static func extraField(_ id: UInt16, in extra: UnsafeRawBufferPointer) -> [UInt8]? {
-        var position = 0
-        while position + 4 <= extra.count {
-            let fieldID = UInt16(extra[position]) | UInt16(extra[position + 1]) << 8
-            let length = Int(extra[position + 2]) | Int(extra[position + 3]) << 8
-            guard position + 4 + length <= extra.count else { return nil }
-            if fieldID == id { return Array(extra[position + 4..<position + 4 + length]) }
-            position += 4 + length
-        }
-        return nil
     }
 
     /// Reads one entry as a stream, through a libzip handle of its own (password set):

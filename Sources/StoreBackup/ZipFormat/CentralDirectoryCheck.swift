@@ -210,28 +210,20 @@ struct CentralDirectoryCheck {
     /// Replaces 0xFFFFFFFF sizes and offsets by their ZIP64 extra field values, in the order
     /// the format gives them (uncompressed size, compressed size, offset).
     private func applyZip64(extra: [UInt8], size: inout Int64, compressed: inout Int64, offset: inout Int64, index: Int64) throws {
-        var position = 0
-        while position + 4 <= extra.count {
-            let id = le16(extra, position), length = Int(le16(extra, position + 2))
-            let body = position + 4
-            guard body + length <= extra.count else { break }
-            if id == 0x0001 {
-                var field = body
-                func next() throws -> Int64 {
-                    guard field + 8 <= body + length else { throw damaged("entry \(index) has a short ZIP64 field") }
-                    defer { field += 8 }
-                    return clamp(le64(extra, field))
-                }
-                if size == 0xFFFF_FFFF { size = try next() }
-                if compressed == 0xFFFF_FFFF { compressed = try next() }
-                if offset == 0xFFFF_FFFF { offset = try next() }
-                return
-            }
-            position = body + length
+        guard let field = extra.withUnsafeBytes({ ZipExtraFields.body(of: 0x0001, in: $0) }) else {
+            // An entry of exactly 0xFFFFFFFF bytes with no ZIP64 field is what it says.
+            guard compressed == 0xFFFF_FFFF || offset == 0xFFFF_FFFF else { return }
+            throw damaged("entry \(index) lacks its ZIP64 sizes")
         }
-        // An entry of exactly 0xFFFFFFFF bytes with no ZIP64 field is what it says.
-        guard compressed == 0xFFFF_FFFF || offset == 0xFFFF_FFFF else { return }
-        throw damaged("entry \(index) lacks its ZIP64 sizes")
+        var position = 0
+        func next() throws -> Int64 {
+            guard position + 8 <= field.count else { throw damaged("entry \(index) has a short ZIP64 field") }
+            defer { position += 8 }
+            return clamp(le64(field, position))
+        }
+        if size == 0xFFFF_FFFF { size = try next() }
+        if compressed == 0xFFFF_FFFF { compressed = try next() }
+        if offset == 0xFFFF_FFFF { offset = try next() }
     }
 
     fileprivate func read(_ bytes: some ArchiveBytes, at offset: Int64, count: Int) throws -> [UInt8] {
