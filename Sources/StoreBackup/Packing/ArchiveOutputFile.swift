@@ -15,6 +15,9 @@ import Glibc
 /// `path` itself (the caller's temporary, which the caller removes on failure), opened
 /// here so that its writeback can be paced from the start (``WritebackPacer``).
 ///
+/// One file can take several libzip archives in turn (``SegmentedArchive``): each starts at
+/// ``segmentStart`` and sees only itself (offset 0 is its first byte).
+///
 /// Used by the one thread that closes the archive (libzip calls it from `zip_close`).
 final class ArchiveOutputFile {
     let path: String
@@ -27,15 +30,17 @@ final class ArchiveOutputFile {
     /// Where in the file the buffer's first byte goes, and how many bytes it holds.
     private var bufferStart: Int64 = 0
     private var bufferCount = 0
-    /// libzip's write position, and the end of what it has written so far.
+    /// libzip's write position, and the end of what it has written so far (in the file).
     private var position: Int64 = 0
-    private var end: Int64 = 0
+    private(set) var end: Int64 = 0
+    /// Where the archive libzip writes now starts in the file.
+    private(set) var segmentStart: Int64 = 0
     private var error = zip_error_t()
 
     /// Creates `path` (which must not exist) with the mode libzip would give it.
     init(path: String) throws {
         self.path = path
-        descriptor = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o666)
+        descriptor = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o666)
         guard descriptor >= 0 else { throw StoreBackupError.io(path: path, operation: "create", errno: errno) }
         buffer = .allocate(byteCount: Self.bufferCapacity, alignment: 4096)
         zip_error_init(&error)
@@ -62,6 +67,39 @@ final class ArchiveOutputFile {
             throw StoreBackupError.archiveWrite(reason: "\(path): \(String(cString: zip_error_strerror(&openError)))")
         }
         return handle
+    }
+
+    /// Lets the next libzip archive (or ``append(_:)``) start at `offset`, which must not be
+    /// past what is written; anything after it is written over or cut off by ``finish()``.
+    func startSegment(at offset: Int64) throws {
+        try flush()
+        precondition(offset >= 0 && offset <= end)
+        segmentStart = offset
+        position = offset
+        end = offset
+        bufferStart = offset
+    }
+
+    /// Writes `bytes` at the write position, after whatever libzip wrote.
+    func append(_ bytes: [UInt8]) throws {
+        guard !bytes.isEmpty else { return }
+        try bytes.withUnsafeBytes { try write($0.baseAddress!, count: $0.count) }
+    }
+
+    /// Writes out what is buffered and cuts the file at the end of what was written.
+    func finish() throws {
+        try flush()
+        guard ftruncate(descriptor, off_t(end)) == 0 else {
+            throw StoreBackupError.io(path: path, operation: "truncate", errno: errno)
+        }
+    }
+
+    /// `count` bytes at `offset` of the file, once written out (``startSegment(at:)`` or a
+    /// commit flushed them).
+    func readBack(at offset: Int64, count: Int) throws -> [UInt8] {
+        let bytes = try FileArchiveBytes(descriptor: descriptor, size: end).read(at: offset, count: count)
+        guard bytes.count == count else { throw StoreBackupError.io(path: path, operation: "read", errno: EIO) }
+        return bytes
     }
 
     /// Copies libzip's bytes at the write position: into the buffer when they continue it or
@@ -119,7 +157,8 @@ final class ArchiveOutputFile {
             zip_error_set(&error, ZIP_ER_READ, ENOENT)
             return -1
         case ZIP_SOURCE_BEGIN_WRITE:
-            position = 0
+            position = segmentStart
+            end = segmentStart
             return 0
         case ZIP_SOURCE_WRITE:
             guard let data else { return 0 }
@@ -130,12 +169,13 @@ final class ArchiveOutputFile {
                 return failed(error)
             }
         case ZIP_SOURCE_SEEK_WRITE:
-            let offset = zip_source_seek_compute_offset(UInt64(position), UInt64(end), data, length, &error)
+            let offset = zip_source_seek_compute_offset(
+                UInt64(position - segmentStart), UInt64(end - segmentStart), data, length, &error)
             guard offset >= 0 else { return -1 }
-            position = offset
+            position = segmentStart + offset
             return 0
         case ZIP_SOURCE_TELL_WRITE:
-            return position
+            return position - segmentStart
         case ZIP_SOURCE_COMMIT_WRITE:
             do {
                 try flush()

@@ -19,7 +19,13 @@ struct ArchiveWriter {
         var password: BackupPassword? = nil
         /// Set for a format-3 archive (a backup in an incremental chain); nil: format 2.
         var chain: ArchiveChainParts? = nil
+        /// How many entries libzip holds at once (``SegmentedArchive``).
+        var entriesPerSegment = ArchiveWriter.entriesPerSegment
     }
+
+    /// About 2 MiB of libzip's entries at a time; a segment's close costs a read of its
+    /// central directory, a few hundred kilobytes.
+    static let entriesPerSegment = 4096
 
     let settings: Settings
     let cancel: CancellationFlag
@@ -37,9 +43,7 @@ struct ArchiveWriter {
         let writeback = WritebackPacer(descriptor: output.descriptor, boundInFlight: true)
         defer { writeback.stop() }
         output.wroteToFile = { writeback.wrote($0) }
-        let archive = try output.openHandle()
-        var closed = false
-        defer { if !closed { zip_discard(archive) } }
+        let segments = try SegmentedArchive(output: output, entriesPerSegment: settings.entriesPerSegment)
 
         let plan = planJobs(items: items, snapshots: snapshots)
         let totalBytes = plan.totalPlannedSize
@@ -55,11 +59,21 @@ struct ArchiveWriter {
         defer { pipeline.stop() }
         let sources = PipelineEntrySources(pipeline: pipeline, password: settings.password)
         let contents = ItemContentSources(items: items)
+        // Started first: the first segment is written before the last entry is added.
+        pipeline.start()
+        let cancel = self.cancel
+        func closeSegment(_ archive: OpaquePointer) throws {
+            guard zip_close(archive) == 0 else {
+                if cancel.isCancelled { throw StoreBackupError.cancelled }
+                throw libzipError(archive, "write")
+            }
+        }
 
         // Names are the path's raw bytes; ZIP_FL_ENC_GUESS keeps bytes that are not UTF-8 as they
         // are (libzip marks UTF-8 names as such and leaves the others unmarked).
         let nameFlags = zip_flags_t(ZIP_FL_ENC_GUESS)
         for (itemIndex, item) in items.enumerated() {
+            let archive = segments.handle
             let index: Int64
             let name = ArchiveNames.entryName(for: item.relativePath)
             switch item.kind {
@@ -94,16 +108,22 @@ struct ArchiveWriter {
                 try encryptSmallEntry(archive, index, what: item.relativePath)
                 try setAttributes(archive, index, type: UnixMode.fifo, item: item)
             }
+            try segments.entryAdded(close: closeSegment)
         }
 
         // The extras' jobs come after the store's.
         let storeJobCount = plan.jobs.count - plan.extras.count
         for (number, extra) in (settings.chain?.extraEntries ?? []).enumerated() {
             let jobIndex = storeJobCount + number
+            let archive = segments.handle
             let index = try addPipelineEntry(
                 archive, name: extra.name.map { CChar(bitPattern: $0) } + [0], jobIndex: jobIndex, plan: plan, sources: sources)
             try setAttributes(archive, index, type: UnixMode.regular, item: plan.item(ofJob: jobIndex))
+            try segments.entryAdded(close: closeSegment)
         }
+
+        // The marker and the manifest share the last segment (the manifest is the last entry).
+        let archive = segments.handle
 
         let markerText = Data((settings.chain == nil ? ArchiveNames.formatMarkerText : ArchiveChainParts.formatMarkerText).utf8)
         let markerName = settings.chain == nil ? ArchiveNames.formatMarker : ArchiveChainParts.formatMarker
@@ -137,20 +157,8 @@ struct ArchiveWriter {
         }
         zip_file_set_external_attributes(archive, zip_uint64_t(manifestIndex), 0, UInt8(ZIP_OPSYS_UNIX), (UnixMode.regular | 0o644) << 16)
         try encryptSmallEntry(archive, manifestIndex, what: "the manifest")
-        if settings.password != nil {
-            // A marker that tools (and `zipinfo`) can see without the password.
-            let comment = Self.encryptedComment
-            guard zip_set_archive_comment(archive, comment, UInt16(comment.utf8.count)) == 0 else {
-                throw libzipError(archive, "set the archive comment")
-            }
-        }
-
-        pipeline.start()
-        if zip_close(archive) != 0 {
-            if cancel.isCancelled { throw StoreBackupError.cancelled }
-            throw libzipError(archive, "write")
-        }
-        closed = true
+        // A marker that tools (and `zipinfo`) can see without the password.
+        try segments.finish(comment: settings.password == nil ? nil : Self.encryptedComment, close: closeSegment)
         guard var manifest = head else { throw StoreBackupError.archiveWrite(reason: "manifest was not written") }
         // Made again for the caller now that libzip's entries are freed: the same rows.
         var files: [Manifest.File] = []
