@@ -50,11 +50,16 @@ struct ManifestLookup: Sendable {
         let files = manifest.files
         // Which rows have an entry: a byte per row, not a set of every entry's path.
         var present = [Bool](repeating: false, count: files.count)
+        // create writes the rows in the entries' order: the row after the last one found is
+        // tried before a search.
+        var nextRow = 0
         for entry in entries {
-            guard let row = byPath.index(of: entry.path) else {
+            let guess = nextRow < files.count && compareBytes(files[nextRow].path, entry.path) == 0 ? nextRow : nil
+            guard let row = guess ?? byPath.index(of: entry.path) else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) is not in its manifest")
             }
             present[row] = true
+            nextRow = row + 1
             let expected = files[row]
             guard ArchiveEntry.Kind(manifestType: expected.type) == entry.kind else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "\(entry.path) has the wrong type")

@@ -275,6 +275,7 @@ final class ArchiveReader: @unchecked Sendable {
         // Grown by doubling, the list would hold two copies at once for a moment.
         entries.reserveCapacity(Int(min(UInt64(count), UInt64(ArchiveLimits.maxEntries))))
         var listing = Listing()
+        listing.seen.reserveCapacity(Int(min(UInt64(count), UInt64(ArchiveLimits.maxEntries))))
         for index in 0..<UInt64(count) {
             var stat = zip_stat_t()
             // ZIP_FL_ENC_RAW: the name's bytes as stored, not converted from CP437 (a name
@@ -340,6 +341,8 @@ final class ArchiveReader: @unchecked Sendable {
         entries.reserveCapacity(count)
         centralNameLengths.reserveCapacity(count)
         var listing = Listing()
+        // Sized once: grown by doubling, rehashing every path took a tenth of the listing.
+        listing.seen.reserveCapacity(count)
         // The directory again, now that the names' format is known (a few milliseconds).
         _ = try check.run(FileArchiveBytes(descriptor: file.descriptor, size: file.size)) { record in
             self.centralNameLengths.append(UInt16(record.name.count))
