@@ -50,7 +50,7 @@ struct ChainStepApplication {
             judge: DamageJudge(reader: reader, accept: acceptDamagedDatabases, found: damagedDatabases), progress: progress)
         unpacking.deferredChecks = deferredChecks
         unpacking.patches = patches
-        try unpacking.run(files, tree: tree, syncTree: nil)
+        try unpacking.run(files, tree: tree, durable: false)
         // In an incremental, only the databases stored whole here were unpacked (and checked).
         let unpacked = incremental ? Set(files.map(\.path)) : nil
         return (reader.manifest?.databases ?? []).map(\.path).filter { path in isSelected(path) && (unpacked?.contains(path) ?? true) }

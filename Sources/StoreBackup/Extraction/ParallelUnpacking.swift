@@ -34,14 +34,13 @@ struct ParallelUnpacking {
     private var workers: Int { writer.workers }
 
     /// Makes `tree`'s folders, writes `files`, then finishes `tree` (FIFOs, links, folders'
-    /// modes and times). `syncTree` is how the driver makes the unpacked tree durable (restore
-    /// and extract: one `syncfs`), given the tree's root. It runs once every file, link and
-    /// folder is written, while the databases' checks may still be running, so the disk's
-    /// work and the longest check overlap instead of following each other. When it is set,
-    /// each database (most of a store's bytes) is also fsynced on a thread of its own as soon
-    /// as it is written, so the final sync has only the other files left. Returns once every
-    /// check has passed.
-    func run(_ files: EntryList, tree: TreeEntries, syncTree: (@Sendable (String) throws -> Void)?) throws {
+    /// modes and times). With `durable` (restore and extract) the tree is made durable
+    /// (``TreeWriteback``: `syncfs` passes while the other files are written, and one once
+    /// every file, link and folder is written, while the databases' checks may still be
+    /// running, so the disk's work and the longest check overlap instead of following each
+    /// other), and each database (most of a store's bytes) is fsynced on a thread of its own
+    /// as soon as it is written. Returns once every check has passed.
+    func run(_ files: EntryList, tree: TreeEntries, durable: Bool) throws {
         try tree.makeDirectories(in: root)
         let total = files.reduce(Int64(0)) { $0 + $1.size }
         let counter = ByteCounter()
@@ -51,10 +50,12 @@ struct ParallelUnpacking {
             check in
             try judge.check(check)
         }
-        let flushes = syncTree.map { _ in Self.databaseFlushes(in: root) }
+        let flushes = durable ? Self.databaseFlushes(in: root) : nil
+        let writeback = Result { try durable ? TreeWriteback(root: root.root) : nil }
         // Every thread started here is joined on every path out, before any error is rethrown.
         let unpacked = Result {
-            try extractInParallel(Self.readingOrder(files), checks: checks, flushes: flushes) { bytes, name in
+            try extractInParallel(Self.readingOrder(files), checks: checks, flushes: flushes, writeback: writeback.get()) {
+                bytes, name in
                 let done = counter.add(bytes)
                 progress.report(BackupProgress(phase: .extracting, bytesDone: done, bytesTotal: total, currentFile: name))
             }
@@ -65,8 +66,9 @@ struct ParallelUnpacking {
             try unpacked.get()
             try flushed.get()
             if let failure = checks.firstFailure { throw failure }
-            try syncTree?(root.root)
+            try writeback.get()?.finish()
         }
+        (try? writeback.get())?.stop()
         if case .success = synced, !databaseFiles.isEmpty {
             progress.report(BackupProgress(phase: .checking, currentFile: databaseFiles.map(\.path).joined(separator: ", ")), force: true)
         }
@@ -110,7 +112,7 @@ struct ParallelUnpacking {
 
     private func extractInParallel(
         _ files: EntryList, checks: WorkerPool.Feed<IntegrityCheckJob>, flushes: WorkerPool.Feed<String>?,
-        onBytes: @escaping @Sendable (Int64, String) -> Void
+        writeback: TreeWriteback?, onBytes: @escaping @Sendable (Int64, String) -> Void
     ) throws {
         let databases = files.filter(writer.plan.isDatabase)
         // With databases, one core is kept for their checks (the longest step of a big
@@ -153,10 +155,17 @@ struct ParallelUnpacking {
             }
             try verifyDigests(&digests)
         }
-        checks.whenIdle { checksIdle.open() }
+        checks.whenIdle {
+            checksIdle.open()
+            writeback?.begin()
+        }
         // The databases are skipped as they come rather than filtered out, and the workers
         // take positions in the reader's list: a copy of the entries would cost memory per entry.
         let entries = files.all
+        let otherBytes: @Sendable (Int64, String) -> Void = { bytes, name in
+            onBytes(bytes, name)
+            writeback?.wrote(bytes)
+        }
         let bufferSize = Self.readBufferSize(largest: files.lazy.filter { !writer.plan.isDatabase($0) }.map(\.size).max() ?? 0)
         try WorkerPool.forEach(
             files.positions, name: "storebackup-extract", width: otherWidth, lateWidth: lentWidth, lateGate: checksIdle,
@@ -169,7 +178,7 @@ struct ParallelUnpacking {
                 if writer.plan.isDatabase(entry) { return }
                 if let failure = checks.firstFailure { throw failure }
                 try writer.writeFile(
-                    entry, archive: archive, buffers: buffers, expected: manifestByPath[entry.path], onBytes: onBytes)
+                    entry, archive: archive, buffers: buffers, expected: manifestByPath[entry.path], onBytes: otherBytes)
             }
         }
     }

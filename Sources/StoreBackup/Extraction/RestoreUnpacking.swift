@@ -30,7 +30,7 @@ struct RestoreUnpacking {
         unpacking.pendingDigestLimit = pendingDigestLimit
         // Every unpacked file and folder reaches the disk before the journal says
         // "swapping"; the sync runs while the databases are still being checked.
-        try unpacking.run(files, tree: tree, syncTree: { try TreeSync.sync($0) })
+        try unpacking.run(files, tree: tree, durable: true)
         guard let manifest = reader.manifest else {
             return try UnlistedDatabases.findAndCheck(
                 in: target, among: files, workers: unpacking.writer.workers, cancel: cancel, progress: progress)

@@ -35,7 +35,7 @@ struct SelectiveExtraction {
             writer: EntryWriter(
                 plan: plan, root: root, cancel: cancel, kept: .all, fileWritten: { TestPausePoint.reach("extract-file-written") }),
             judge: DamageJudge(reader: reader, accept: true, found: damagedDatabases), progress: progress)
-        try unpacking.run(files, tree: tree, syncTree: { try TreeSync.sync($0) })
+        try unpacking.run(files, tree: tree, durable: true)
         guard let manifest = reader.manifest else {
             return try UnlistedDatabases.findAndCheck(
                 in: target, among: files, workers: unpacking.writer.workers, cancel: cancel, progress: progress)

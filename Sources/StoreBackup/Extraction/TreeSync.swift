@@ -17,6 +17,12 @@ enum TreeSync {
         let descriptor = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard descriptor >= 0 else { throw StoreBackupError.io(path: root, operation: "open", errno: errno) }
         defer { close(descriptor) }
+        try sync(root, descriptor: descriptor)
+    }
+
+    /// ``sync(_:)`` through `descriptor`, a folder of the tree opened by the caller: `syncfs`
+    /// reports the writeback errors since that descriptor was opened.
+    static func sync(_ root: String, descriptor: Int32) throws {
         if sb_syncfs(descriptor) == 0 { return }
         guard errno == ENOSYS else { throw StoreBackupError.io(path: root, operation: "syncfs", errno: errno) }
         try fsyncEach(root)
