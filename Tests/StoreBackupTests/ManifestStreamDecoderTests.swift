@@ -91,6 +91,51 @@ final class ManifestStreamDecoderTests: XCTestCase {
         XCTAssertEqual(try streamed(try manifest.encoded(), chunk: 100, entries: entries).0, manifest)
     }
 
+    /// Rows written otherwise than storebackup writes them (escaped keys, numbers at and past
+    /// their types' edges, SHA-256 and type texts of other forms, unknown keys) are read as
+    /// JSONDecoder reads them: the same rows, or refused by both.
+    func testRowsWrittenOtherwiseDecodeAsJSONDecoderDecodes() throws {
+        let sha = String(repeating: "0123456789abcdef", count: 4)
+        let rows = [
+            #"{"p\u0061th":"a","\u0074ype":"file","size":1,"mode":420,"mtime":0}"#,
+            #"{"path":"a\/b\u00e9","type":"fi\u006ce","size":0,"mode":0,"mtime":-1}"#,
+            #"{"path":"a","type":"weird","size":1,"mode":420,"mtime":0,"extra":{"a":[1,2.5e3,null,true]}}"#,
+            #"{"path":"a","type":"file","size":9223372036854775807,"mode":4294967295,"mtime":-9223372036854775808}"#,
+            #"{"path":"a","type":"file","size":9223372036854775808,"mode":420,"mtime":0}"#,
+            #"{"path":"a","type":"file","size":1,"mode":4294967296,"mtime":0}"#,
+            #"{"path":"a","type":"file","size":1,"mode":-0,"mtime":-0}"#,
+            #"{"path":"a","type":"file","size":01,"mode":420,"mtime":0}"#,
+            #"{"path":"a","type":"file","size":-,"mode":420,"mtime":0}"#,
+            #"{"path":"a","type":"file","size":1,"mode":420,"mtime":0,"sha256":""# + sha + #""}"#,
+            #"{"path":"a","type":"file","size":1,"mode":420,"mtime":0,"sha256":""# + sha.uppercased() + #""}"#,
+            #"{"path":"a","type":"file","size":1,"mode":420,"mtime":0,"sha256":""# + sha.dropLast() + #""}"#,
+            #"{"path":"a","type":"file","size":1,"mode":420,"mtime":0,"sha256":null,"source":null,"linkTarget":"t"}"#,
+            #"{"path":"a","type":"file","size":1,"mode":420,"mtime":0,"sha256":1}"#,
+            #"{"path":"a","type":"database","size":1,"mode":420,"mtime":0,"deflateBlockSize":4,"deflateBlocks":[1,-2,3]}"#,
+            #"{"path":"a","type":"database","size":1,"mode":420,"mtime":0,"deflateBlocks":[1,"2"]}"#,
+        ]
+        func manifest(_ row: String) -> Data {
+            Data(
+                (#"{"compressionLevel":1,"createdAt":"2026-11-26T00:00:00Z","databases":[],"files":["# + row + "," + row
+                    + #"],"format":2,"hostName":"h","sourcePath":"/s","tool":"storebackup","toolVersion":"1"}"#).utf8)
+        }
+        for row in rows {
+            let expected = try? Manifest.decode(manifest(row))
+            for chunk in [1, 7, 1 << 16] {
+                let decoded = try? streamed(manifest(row), chunk: chunk, entries: [entry("a")]).0
+                XCTAssertEqual(decoded, expected, "\(row), chunks of \(chunk)")
+            }
+        }
+        // Stricter than JSONDecoder, which reads these as integers: a size, time or mode is
+        // an integer written as one (storebackup writes no other form).
+        for row in [
+            #"{"path":"a","type":"file","size":1e2,"mode":420,"mtime":0}"#, #"{"path":"a","type":"file","size":1.0,"mode":420,"mtime":0}"#,
+        ] {
+            XCTAssertNotNil(try? Manifest.decode(manifest(row)))
+            XCTAssertThrowsError(try streamed(manifest(row), chunk: 3), row)
+        }
+    }
+
     func testTextJSONDecoderRefusesIsRefused() throws {
         let row = #"{"path":"a","type":"file","size":1,"mode":420,"mtime":0}"#
         func manifest(_ files: String, format: String = "2") -> Data {

@@ -36,6 +36,18 @@ extension Manifest {
             self.rare = rare.isEmpty ? nil : Rare(rare)
         }
 
+        /// A row whose SHA-256 was read as its bytes already (the manifest's streamed decoding,
+        /// which so makes no hex text per row).
+        init(
+            path: String, type: String, size: Int64, digest: RawSHA256, mode: UInt32, mtime: Int64,
+            linkTarget: String? = nil, deflateBlockSize: Int? = nil, deflateBlocks: [Int]? = nil, source: String? = nil
+        ) {
+            self.init(
+                path: path, type: type, size: size, mode: mode, mtime: mtime, linkTarget: linkTarget,
+                deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source)
+            self.digest = digest
+        }
+
         /// "file", "directory", "symlink", "database" or (format 2) "fifo".
         public var type: String {
             get { typeCode.text ?? rare?.fields.typeText ?? "" }

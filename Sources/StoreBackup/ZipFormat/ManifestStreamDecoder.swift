@@ -12,7 +12,9 @@ import Foundation
 ///
 /// The rows are checked as strictly as `JSONDecoder` checks them: a required field missing,
 /// a value of the wrong type, a number that does not fit, text that is not UTF-8 or not
-/// JSON, and (stricter) a key given twice are errors.
+/// JSON, and (stricter) a key given twice or an integer written with a fraction or an
+/// exponent are errors. A row's keys, numbers and SHA-256 are read from the bytes, without
+/// making their text.
 struct ManifestStreamDecoder {
     /// Why the text was refused.
     enum Failure: Error {
@@ -71,6 +73,10 @@ struct ManifestStreamDecoder {
     private let entries: [ArchiveEntry]
     private var nextEntry = 0
     private var buffer = [UInt8](repeating: 0, count: 64 << 10)
+    /// The bytes of the string or number read last (``readString()``, ``readNumber()``): one
+    /// array for them all, where each string had one of its own (a third of a restore's start
+    /// went to the rows' allocations and text).
+    private var scratch: [UInt8] = []
     private var position = 0
     private var end = 0
     private var bytesRead = 0
@@ -91,6 +97,7 @@ struct ManifestStreamDecoder {
         self.maxRows = maxRows
         self.entries = entries
         self.read = read
+        scratch.reserveCapacity(256)
     }
 
     // MARK: Bytes
@@ -205,6 +212,25 @@ struct ManifestStreamDecoder {
         try expect(UInt8(ascii: "]"))
     }
 
+    /// The fields of a row this version reads.
+    private enum RowKey: Int, CaseIterable {
+        case path, type, size, sha256, mode, mtime, linkTarget, deflateBlockSize, deflateBlocks, source
+
+        /// Each key's name as bytes, in the cases' order.
+        static let names: [[UInt8]] = [
+            "path", "type", "size", "sha256", "mode", "mtime", "linkTarget", "deflateBlockSize", "deflateBlocks", "source",
+        ].map { Array($0.utf8) }
+
+        /// The key whose name is `bytes` (unescaped), if any.
+        static func named(_ bytes: [UInt8]) -> RowKey? {
+            names.firstIndex(of: bytes).flatMap(RowKey.init(rawValue:))
+        }
+    }
+
+    /// The types storebackup writes, as bytes and as the text a row keeps (no text made per row).
+    private static let typeNames: [(bytes: [UInt8], text: String)] =
+        ["file", "directory", "symlink", "database", "fifo"].map { (Array($0.utf8), $0) }
+
     /// One row of `files`; nil when it is JSON but not a `File` (consumed either way).
     private mutating func row() throws -> Manifest.File? {
         try skipWhitespace()
@@ -214,33 +240,47 @@ struct ManifestStreamDecoder {
         }
         _ = try next()
         var path: String?, type: String?, size: Int64?, mode: UInt32?, mtime: Int64?
-        var sha256: String?, linkTarget: String?, deflateBlockSize: Int?, deflateBlocks: [Int]?, source: String?
-        var seen = Set<String>()
+        var sha256: String?, digest: RawSHA256?, linkTarget: String?, deflateBlockSize: Int?, deflateBlocks: [Int]?
+        var source: String?
+        // The known keys seen, one bit each; any other key by its text (rare).
+        var seen: UInt16 = 0
+        var otherKeys = Set<String>()
         var fits = true
         if try !take(UInt8(ascii: "}")) {
             repeat {
                 try skipWhitespace()
-                let key = try string()
-                guard seen.insert(key).inserted else { throw Failure.unreadable }
+                try readString()
+                let key = RowKey.named(scratch)
+                if let key {
+                    guard seen & (1 << key.rawValue) == 0 else { throw Failure.unreadable }
+                    seen |= 1 << key.rawValue
+                } else {
+                    guard otherKeys.insert(try Self.text(scratch)).inserted else { throw Failure.unreadable }
+                }
                 try expect(UInt8(ascii: ":"))
                 try skipWhitespace()
                 switch key {
-                case "path": path = try required(&fits) { try $0.pathValue() }
-                case "type": type = try required(&fits) { try $0.stringValue() }
-                case "sha256": sha256 = try optional(&fits) { try $0.stringValue() }
-                case "linkTarget": linkTarget = try optional(&fits) { try $0.stringValue() }
-                case "source": source = try optional(&fits) { try $0.stringValue() }
-                case "size": size = try required(&fits) { try $0.integer(Int64.self) }
-                case "mtime": mtime = try required(&fits) { try $0.integer(Int64.self) }
-                case "mode": mode = try required(&fits) { try $0.integer(UInt32.self) }
-                case "deflateBlockSize": deflateBlockSize = try optional(&fits) { try $0.integer(Int.self) }
-                case "deflateBlocks": deflateBlocks = try optional(&fits) { try $0.integers() }
-                default: try skipValue()
+                case .path?: path = try required(&fits) { try $0.pathValue() }
+                case .type?: type = try required(&fits) { try $0.typeValue() }
+                case .sha256?: (digest, sha256) = try optional(&fits) { try $0.sha256Value() } ?? (nil, nil)
+                case .linkTarget?: linkTarget = try optional(&fits) { try $0.stringValue() }
+                case .source?: source = try optional(&fits) { try $0.stringValue() }
+                case .size?: size = try required(&fits) { try $0.integer(Int64.self) }
+                case .mtime?: mtime = try required(&fits) { try $0.integer(Int64.self) }
+                case .mode?: mode = try required(&fits) { try $0.integer(UInt32.self) }
+                case .deflateBlockSize?: deflateBlockSize = try optional(&fits) { try $0.integer(Int.self) }
+                case .deflateBlocks?: deflateBlocks = try optional(&fits) { try $0.integers() }
+                case nil: try skipValue()
                 }
             } while try take(UInt8(ascii: ","))
             try expect(UInt8(ascii: "}"))
         }
         guard fits, let path, let type, let size, let mode, let mtime else { return nil }
+        if let digest {
+            return Manifest.File(
+                path: path, type: type, size: size, digest: digest, mode: mode, mtime: mtime, linkTarget: linkTarget,
+                deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source)
+        }
         return Manifest.File(
             path: path, type: type, size: size, sha256: sha256, mode: mode, mtime: mtime, linkTarget: linkTarget,
             deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source)
@@ -305,12 +345,47 @@ struct ManifestStreamDecoder {
             try skipValue()
             return nil
         }
-        let bytes = try stringBytes()
-        if nextEntry < entries.count, entries[nextEntry].path.utf8.elementsEqual(bytes) {
+        try readString()
+        if nextEntry < entries.count, Self.bytes(of: entries[nextEntry].path, equal: scratch) {
             nextEntry += 1
             return entries[nextEntry - 1].path
         }
-        return try Self.text(bytes)
+        return try Self.text(scratch)
+    }
+
+    /// A row's type: the shared text of a type storebackup writes, else a string of its own;
+    /// nil (consumed) for any other value.
+    private mutating func typeValue() throws -> String? {
+        guard try peek() == UInt8(ascii: "\"") else {
+            try skipValue()
+            return nil
+        }
+        try readString()
+        if let known = Self.typeNames.first(where: { $0.bytes == scratch }) { return known.text }
+        return try Self.text(scratch)
+    }
+
+    /// A row's SHA-256: its bytes when it is in the form storebackup writes (``RawSHA256``),
+    /// else its text as it came; nil (consumed) for any other value.
+    private mutating func sha256Value() throws -> (RawSHA256?, String?)? {
+        guard try peek() == UInt8(ascii: "\"") else {
+            try skipValue()
+            return nil
+        }
+        try readString()
+        if let digest = RawSHA256(hexBytes: scratch) { return (digest, nil) }
+        return (nil, try Self.text(scratch))
+    }
+
+    /// Whether `text`'s UTF-8 bytes are `bytes`.
+    private static func bytes(of text: String, equal bytes: [UInt8]) -> Bool {
+        let utf8 = text.utf8
+        guard utf8.count == bytes.count else { return false }
+        return utf8.withContiguousStorageIfAvailable { stored in
+            bytes.withUnsafeBufferPointer { read in
+                stored.isEmpty || memcmp(stored.baseAddress!, read.baseAddress!, stored.count) == 0
+            }
+        } ?? utf8.elementsEqual(bytes)
     }
 
     private static func text(_ bytes: [UInt8]) throws -> String {
@@ -320,38 +395,55 @@ struct ManifestStreamDecoder {
 
     /// A JSON string (the opening quote next), unescaped; its bytes must be UTF-8.
     private mutating func string() throws -> String {
-        try Self.text(try stringBytes())
+        try readString()
+        return try Self.text(scratch)
     }
 
-    /// The bytes of a JSON string (the opening quote next), unescaped.
-    private mutating func stringBytes() throws -> [UInt8] {
+    /// Reads a JSON string (the opening quote next), unescaped, into ``scratch``.
+    private mutating func readString() throws {
         guard try next() == UInt8(ascii: "\"") else { throw Failure.unreadable }
-        var bytes: [UInt8] = []
+        scratch.removeAll(keepingCapacity: true)
         while true {
+            // A run of plain bytes is copied at once (not while the header copies each byte).
+            if !capturing && position < end {
+                let (from, to) = (position, end)
+                let stop = buffer.withUnsafeBufferPointer { bytes in
+                    var index = from
+                    while index < to, bytes[index] != UInt8(ascii: "\""), bytes[index] != UInt8(ascii: "\\"), bytes[index] >= 0x20 {
+                        index += 1
+                    }
+                    return index
+                }
+                if stop > from {
+                    scratch.append(contentsOf: buffer[from..<stop])
+                    position = stop
+                    continue
+                }
+            }
             let byte = try next()
             switch byte {
             case UInt8(ascii: "\""):
-                return bytes
+                return
             case UInt8(ascii: "\\"):
-                try escape(into: &bytes)
+                try escape()
             case 0..<0x20:
                 throw Failure.unreadable
             default:
-                bytes.append(byte)
+                scratch.append(byte)
             }
         }
     }
 
-    /// The character after a backslash, appended as UTF-8.
-    private mutating func escape(into bytes: inout [UInt8]) throws {
+    /// The character after a backslash, appended to ``scratch`` as UTF-8.
+    private mutating func escape() throws {
         let byte = try next()
         switch byte {
-        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): bytes.append(byte)
-        case UInt8(ascii: "b"): bytes.append(0x08)
-        case UInt8(ascii: "f"): bytes.append(0x0C)
-        case UInt8(ascii: "n"): bytes.append(0x0A)
-        case UInt8(ascii: "r"): bytes.append(0x0D)
-        case UInt8(ascii: "t"): bytes.append(0x09)
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): scratch.append(byte)
+        case UInt8(ascii: "b"): scratch.append(0x08)
+        case UInt8(ascii: "f"): scratch.append(0x0C)
+        case UInt8(ascii: "n"): scratch.append(0x0A)
+        case UInt8(ascii: "r"): scratch.append(0x0D)
+        case UInt8(ascii: "t"): scratch.append(0x09)
         case UInt8(ascii: "u"):
             var value = try hex4()
             if (0xD800..<0xDC00).contains(value) {
@@ -364,7 +456,7 @@ struct ManifestStreamDecoder {
                 throw Failure.unreadable
             }
             guard let scalar = Unicode.Scalar(value) else { throw Failure.unreadable }
-            bytes.append(contentsOf: Array(String(Character(scalar)).utf8))
+            scratch.append(contentsOf: String(Character(scalar)).utf8)
         default:
             throw Failure.unreadable
         }
@@ -392,26 +484,45 @@ struct ManifestStreamDecoder {
             try skipValue()
             return nil
         }
-        let text = try numberText()
-        return T(text)
+        try readNumber()
+        return Self.integer(scratch, as: T.self)
     }
 
-    /// The characters of a JSON number, checked against JSON's grammar.
-    private mutating func numberText() throws -> String {
-        var text = ""
+    /// The integer a JSON number's characters write, if they write one that fits `T`, read as
+    /// `T(text)` reads it (so "-0" is 0 of an unsigned type; a fraction or exponent is nil).
+    private static func integer<T: FixedWidthInteger>(_ text: [UInt8], as _: T.Type) -> T? {
+        var digits = text[...]
+        let negative = digits.first == UInt8(ascii: "-")
+        if negative { digits = digits.dropFirst() }
+        guard !digits.isEmpty else { return nil }
+        var value: T = 0
+        for byte in digits {
+            guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
+            let digit = T(byte - UInt8(ascii: "0"))
+            let (shifted, overflowed) = value.multipliedReportingOverflow(by: 10)
+            let (next, overflowedAgain) =
+                negative ? shifted.subtractingReportingOverflow(digit) : shifted.addingReportingOverflow(digit)
+            guard !overflowed, !overflowedAgain else { return nil }
+            value = next
+        }
+        return value
+    }
+
+    /// Reads the characters of a JSON number into ``scratch``, checked against JSON's grammar.
+    private mutating func readNumber() throws {
+        scratch.removeAll(keepingCapacity: true)
         while let byte = try peek(),
             (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "+")
                 || byte == UInt8(ascii: ".") || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E")
         {
-            text.unicodeScalars.append(Unicode.Scalar(try next()))
+            scratch.append(try next())
         }
-        guard Self.isJSONNumber(text) else { throw Failure.unreadable }
-        return text
+        guard Self.isJSONNumber(scratch) else { throw Failure.unreadable }
     }
 
     /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
-    private static func isJSONNumber(_ text: String) -> Bool {
-        var bytes = text.utf8[...]
+    private static func isJSONNumber(_ text: [UInt8]) -> Bool {
+        var bytes = text[...]
         func digits() -> Int {
             let count = bytes.prefix { (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }.count
             bytes = bytes.dropFirst(count)
@@ -463,7 +574,7 @@ struct ManifestStreamDecoder {
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
         case UInt8(ascii: "n"): try literal("null")
-        default: _ = try numberText()
+        default: try readNumber()
         }
     }
 }

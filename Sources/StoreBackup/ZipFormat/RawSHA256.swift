@@ -7,9 +7,14 @@ struct RawSHA256: Sendable, Hashable {
     /// nil unless `hex` is exactly 64 lowercase hex digits (the form storebackup writes),
     /// so that ``hex`` gives back the very text it came from.
     init?(hex: String) {
+        self.init(hexBytes: hex.utf8)
+    }
+
+    /// ``init(hex:)`` from the text's UTF-8 bytes (the manifest's decoder has no `String`).
+    init?(hexBytes: some Sequence<UInt8>) {
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
         var count = 0
-        for byte in hex.utf8 {
+        for byte in hexBytes {
             let digit: UInt8
             switch byte {
             case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = byte - UInt8(ascii: "0")
