@@ -23,6 +23,9 @@ final class SegmentedArchiveTests: XCTestCase {
         let store = work + "/Stores"
         try StoreFixture.make(at: store, logRows: 300, blobCount: 9)
         mkfifo(store + "/pipe", 0o640)
+        // The first snapshot's connection checkpoints the fixture's WAL as it closes: after it,
+        // every write finds the same store (and ``writeArchive`` the same times).
+        _ = try writeArchive(of: store, entriesPerSegment: 1_000_000, name: "first.zip")
         let whole = try writeArchive(of: store, entriesPerSegment: 1_000_000, name: "whole.zip")
         let wholeBytes = try Data(contentsOf: URL(fileURLWithPath: whole))
         var entries = 0
@@ -171,6 +174,9 @@ final class SegmentedArchiveTests: XCTestCase {
     // MARK: - Helpers
 
     private func writeArchive(of store: String, entriesPerSegment: Int, name: String, password: BackupPassword? = nil) throws -> String {
+        // The same times in every write, whichever second it starts in: opening a database
+        // touches its files, and their times are in the manifest the archive compresses.
+        try setTimes(under: store, to: 1_700_000_000)
         let scan = try StoreScanner.scan(storesDirectory: store, sampleCompressibility: true)
         var snapshots: [String: DatabaseSnapshot] = [:]
         defer { snapshots.values.forEach { $0.finish() } }
@@ -187,6 +193,18 @@ final class SegmentedArchiveTests: XCTestCase {
             items: scan.items, snapshots: snapshots, leftOut: scan.leftOut, root: (scan.rootPermissions, scan.rootModificationTime),
             to: path)
         return path
+    }
+
+    /// Sets the modification (and access) time of `root` and of everything under it, links
+    /// themselves rather than what they point to.
+    private func setTimes(under root: String, to seconds: Int) throws {
+        let paths = [root] + (FileManager.default.subpaths(atPath: root) ?? []).map { root + "/" + $0 }
+        let times = [timespec(tv_sec: seconds, tv_nsec: 0), timespec(tv_sec: seconds, tv_nsec: 0)]
+        for path in paths {
+            guard utimensat(AT_FDCWD, path, times, AT_SYMLINK_NOFOLLOW) == 0 else {
+                throw StoreBackupError.io(path: path, operation: "utimensat", errno: errno)
+            }
+        }
     }
 
     private func withLibzip(_ path: String, _ body: (OpaquePointer) throws -> Void) throws {
