@@ -111,6 +111,8 @@ def main():
     parser.add_argument("--out")
     args = parser.parse_args()
     bench.ARGS = argparse.Namespace(work=args.work, quick=True)
+    # scripts/bench makes the scratch folder; run by hand, the script makes it itself.
+    os.makedirs(args.work, exist_ok=True)
     with open(os.path.join(args.work, "restic-password"), "w") as f:
         f.write("bench-password-not-secret\n")
     store = os.path.join(args.work, "Stores")
