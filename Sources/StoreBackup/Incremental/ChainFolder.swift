@@ -1,0 +1,171 @@
+import Crypto
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The state folder of one store and one destination:
+/// `<parent>/.<store name>.storebackup-chains/<key>/`, mode 0700, holding `state.json`,
+/// the file list and the page maps. A new state's files get new names and `state.json`
+/// is replaced last (durably), so a crash leaves the old state or the new one.
+struct ChainFolder: Sendable {
+    let path: String
+    let destination: String
+
+    static let stateFile = "state.json"
+
+    init(storesDirectory: String, destination: String) {
+        let store = FileSystem.absolutePath(storesDirectory)
+        let parent = FileSystem.parentDirectory(of: store)
+        let root = parent + "/." + FileSystem.lastComponent(of: store) + ".storebackup-chains"
+        path = root + "/" + Self.key(for: destination)
+        self.destination = destination
+    }
+
+    /// A destination's folder name: the first 16 bytes of the SHA-256 of its display name, hex.
+    static func key(for destination: String) -> String {
+        FileDigest.hex(Array(SHA256.hash(data: Array(destination.utf8))).prefix(16))
+    }
+
+    /// The state and its files, or why there is none usable.
+    enum Loaded: Sendable {
+        case state(ChainState, files: [String: FileRecord])
+        case none(reason: String)
+    }
+
+    func load() -> Loaded {
+        let statePath = path + "/" + Self.stateFile
+        guard FileSystem.fileExists(statePath) else { return .none(reason: "no chain state for this destination yet") }
+        do {
+            let data = try Data(contentsOf: URL(fileURLWithPath: statePath))
+            let decoder = JSONDecoder()
+            decoder.dateDecodingStrategy = .utcTimestamp
+            let state = try decoder.decode(ChainState.self, from: data)
+            guard state.version == ChainState.currentVersion, state.destination == destination else {
+                return .none(reason: "the chain state at \(path) is for another version or destination")
+            }
+            let files = try Self.readFilesList(path + "/" + state.filesList)
+            for database in state.databases {
+                let map = try PageMapFile(path: path + "/" + database.map)
+                guard map.pageSize == database.pageSize, map.pages == database.pages else {
+                    return .none(reason: "the page map of \(database.path) in \(path) does not match the state")
+                }
+            }
+            return .state(state, files: files)
+        } catch {
+            return .none(reason: "the chain state at \(path) is unreadable (\(error))")
+        }
+    }
+
+    /// Makes the folder (0700) and removes what dead runs left in it.
+    func prepare() throws {
+        try FileSystem.createDirectories(FileSystem.parentDirectory(of: path), mode: 0o700)
+        try FileSystem.createDirectories(path, mode: 0o700)
+        ScratchFiles.sweep(path)
+    }
+
+    /// A scratch path in the folder (renamed into place by ``save(_:files:maps:)``).
+    func scratchPath(purpose: String) -> String { ScratchFiles.path(in: path, purpose: purpose) }
+
+    /// Writes the new state: the file list, the page maps (scratch files in this folder,
+    /// fsynced, by database path) and last `state.json`; then removes the old state's files.
+    @discardableResult
+    func save(_ state: ChainState, files: [(path: String, record: FileRecord)], maps: [String: String]) throws -> ChainState {
+        var state = state
+        let generation = UUID().uuidString.prefix(8).lowercased()
+        let listScratch = scratchPath(purpose: "files")
+        do {
+            let writer = try BufferedFileWriter(path: listScratch)
+            for (filePath, record) in files.sorted(by: { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }) {
+                let s = record.stat
+                try writer.write(
+                    Array(
+                        "\(filePath)\t\(s.size)\t\(s.mtimeNanoseconds)\t\(s.ctimeNanoseconds)\t\(s.inode)\t\(record.sha256)\n".utf8))
+            }
+            _ = try writer.finish()
+        } catch {
+            unlink(listScratch)
+            throw error
+        }
+        state.filesList = "files-\(generation).txt"
+        try FileSystem.rename(from: listScratch, to: path + "/" + state.filesList)
+        for index in state.databases.indices {
+            guard let scratch = maps[state.databases[index].path] else {
+                throw StoreBackupError.unexpected(reason: "no page map for \(state.databases[index].path)")
+            }
+            state.databases[index].map = "map-\(generation)-\(index).bin"
+            try FileSystem.rename(from: scratch, to: path + "/" + state.databases[index].map)
+        }
+        try writeStateFile(state)
+        return state
+    }
+
+    /// The same state as `source`'s folder holds (`state`, saved there), for another
+    /// destination that received the same backup as `name` (`size` bytes): a mirror.
+    func saveCopy(of state: ChainState, from source: ChainFolder, name: String, size: Int64) throws {
+        try prepare()
+        var copy = state
+        copy.destination = destination
+        copy.backupName = name
+        copy.archiveSize = size
+        for file in [state.filesList] + state.databases.map(\.map) {
+            let scratch = scratchPath(purpose: "copy")
+            do {
+                guard let input = FileHandle(forReadingAtPath: source.path + "/" + file) else {
+                    throw StoreBackupError.io(path: source.path + "/" + file, operation: "open", errno: errno)
+                }
+                defer { try? input.close() }
+                let writer = try BufferedFileWriter(path: scratch)
+                while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
+                    try chunk.withUnsafeBytes { try writer.write($0) }
+                }
+                _ = try writer.finish()
+                try FileSystem.rename(from: scratch, to: path + "/" + file)
+            } catch {
+                unlink(scratch)
+                throw error
+            }
+        }
+        try writeStateFile(copy)
+    }
+
+    /// fsyncs the folder (the new files' names), replaces `state.json` durably, then removes
+    /// the files of the state it replaced.
+    private func writeStateFile(_ state: ChainState) throws {
+        try FileSystem.fsync(path: path)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        encoder.dateEncodingStrategy = .utcTimestamp
+        try DurableFile.write(try encoder.encode(state), to: path + "/" + Self.stateFile, mode: 0o600)
+        // The old state's files: nothing refers to them any more.
+        let keep = Set([Self.stateFile, state.filesList] + state.databases.map(\.map))
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
+        where !keep.contains(name) && (name.hasPrefix("files-") || name.hasPrefix("map-")) {
+            unlink(path + "/" + name)
+        }
+    }
+
+    /// Forgets the chain (the next backup is a full one).
+    func remove() { try? FileSystem.removeTree(path) }
+
+    /// Lines `path TAB size TAB mtime-ns TAB ctime-ns TAB inode TAB sha256`, sorted by path.
+    static func readFilesList(_ listPath: String) throws -> [String: FileRecord] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: listPath))
+        var files: [String: FileRecord] = [:]
+        for line in data.split(separator: UInt8(ascii: "\n")) {
+            let fields = line.split(separator: UInt8(ascii: "\t"), omittingEmptySubsequences: false)
+            guard fields.count == 6,
+                let size = Int64(String(decoding: fields[1], as: UTF8.self)),
+                let mtime = Int64(String(decoding: fields[2], as: UTF8.self)),
+                let ctime = Int64(String(decoding: fields[3], as: UTF8.self)),
+                let inode = UInt64(String(decoding: fields[4], as: UTF8.self)),
+                fields[5].count == 64
+            else { throw StoreBackupError.corruptArchive(name: listPath, reason: "a line of the file list is malformed") }
+            files[String(decoding: fields[0], as: UTF8.self)] = FileRecord(
+                stat: FileStat(size: size, mtimeNanoseconds: mtime, ctimeNanoseconds: ctime, inode: inode),
+                sha256: String(decoding: fields[5], as: UTF8.self))
+        }
+        return files
+    }
+}
