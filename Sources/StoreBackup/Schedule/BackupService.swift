@@ -163,8 +163,8 @@ public final class BackupService: Service, Sendable {
     }
 
     private func runOnce(_ job: StoreJob) async throws -> BackupRunOutcome {
-        guard await running.begin(job.name) else { throw StoreBackupError.backupAlreadyRunning(store: job.name) }
-        defer { Task { await running.end(job.name) } }
+        guard running.begin(job.name) else { throw StoreBackupError.backupAlreadyRunning(store: job.name) }
+        defer { running.end(job.name) }
         let log = logger.with(store: job.name)
         let started = Date()
         _ = try? stateStore.update(job.name, default: initialState(job)) {
@@ -347,11 +347,12 @@ public struct BackupRunOutcome: Sendable {
     }
 }
 
-/// Which stores have a run in progress: the guard against overlapping runs.
-actor RunningStores {
-    private var names: Set<String> = []
-    func begin(_ name: String) -> Bool { names.insert(name).inserted }
-    func end(_ name: String) { names.remove(name) }
+/// Which stores have a run in progress: the guard against overlapping runs. Ended
+/// synchronously when a run returns, so a run started right after it is not refused.
+final class RunningStores: Sendable {
+    private let names = Locked(Set<String>())
+    func begin(_ name: String) -> Bool { names.withLock { $0.insert(name).inserted } }
+    func end(_ name: String) { _ = names.withLock { $0.remove(name) } }
 }
 
 extension Logger {
