@@ -16,7 +16,7 @@ extension StoreHelper {
         let folder = chainFolder(for: destination.displayName)
         // The base must be at the destination: listed now, checked against the state under the lock.
         let listing = try? await destination.sortedBackups()
-        let build = ChainBuild(folder: folder, policy: policy, password: password, listing: listing)
+        let build = ChainBuild(folder: folder, policy: policy, password: password, listing: listing, now: now())
         defer { build.discard() }
         let archivePath =
             try destination.prepareInPlaceArchive()
@@ -25,7 +25,8 @@ extension StoreHelper {
             if let reason = build.fullReason {
                 logger.info("a full backup: \(reason)", metadata: ["store": "\(storesDirectory)"])
             }
-            let published = try await publish(archive, to: destination, progress: progress, baseName: build.baseName)
+            var published = try await publish(archive, to: destination, progress: progress, baseName: build.baseName)
+            published.fullReason = build.fullReason
             TestPausePoint.reach("chain-published")
             saveChainState(build, published: [published])
             archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)

@@ -109,7 +109,8 @@ extension StoreHelper {
                 }
                 for (index, result) in all {
                     switch result {
-                    case .success(let backup):
+                    case .success(var backup):
+                        backup.fullReason = chain?.fullReason
                         published[index].backup = backup
                         BackupMetrics.recordBackup(
                             store: metricsStoreName, destination: backup.destination, size: backup.size,
@@ -145,7 +146,7 @@ extension StoreHelper {
         }
         return ChainBuild(
             folder: chainFolder(for: first.displayName), policy: incremental, password: password, listing: listed[0].listing,
-            mirrors: Array(listed.dropFirst()))
+            mirrors: Array(listed.dropFirst()), now: now())
     }
 }
 

@@ -52,11 +52,16 @@ public struct BackupResult: Sendable {
     public var outsideLinks: [String] { manifest.outsideLinks ?? [] }
     /// Sockets and device files left out of the backup, each as "path (what it is)".
     public var leftOut: [String] { manifest.leftOut ?? [] }
+    /// Why this backup is a full one although an incremental was asked for (``StoreHelper/incremental``):
+    /// no usable chain state, a chain that is broken at the destination, the policy. Nil otherwise.
+    public var fullReason: String? = nil
+    /// Set when the backup's name could not follow the destination's newest (see ``warnings``).
+    var nameWarning: String? = nil
     /// One line per thing `create` warned about (the same lines went to the logger).
     public var warnings: [String] {
         var targets: [String: String] = [:]
         for file in manifest.files { if let target = file.linkTarget { targets[file.path] = target } }
-        return BackupWarnings.lines(outsideLinks: outsideLinks, leftOut: leftOut, targets: targets)
+        return BackupWarnings.lines(outsideLinks: outsideLinks, leftOut: leftOut, targets: targets) + (nameWarning.map { [$0] } ?? [])
     }
 }
 
@@ -160,6 +165,9 @@ public struct StoreHelper: Sendable {
     /// ones holding only what changed, by this policy. Nil (the default): every backup is a
     /// standalone full one (format 2), as before.
     public var incremental: IncrementalPolicy? = nil
+
+    /// The clock that dates new backups and their chain decisions: the system's; tests step it.
+    var now: @Sendable () -> Date = { Date() }
 
     /// The `store` dimension of the metrics this helper reports (see ``BackupMetrics``), e.g.
     /// the store's name in a configuration; nil reports the stores directory's path.
@@ -288,7 +296,7 @@ public struct StoreHelper: Sendable {
             do { try await quiesce() } catch is CancellationError { throw StoreBackupError.cancelled }
         }
 
-        let createdAt = Date()
+        let createdAt = now()
         let throttle = ProgressThrottle(progress)
         let storesDirectory = self.storesDirectory
         let level = compressionLevel
@@ -343,10 +351,13 @@ public struct StoreHelper: Sendable {
                         cancel: cancel)
                 }
                 let writer = ArchiveWriter(settings: settings, cancel: cancel, progress: throttle)
-                return try writer.write(
+                let manifest = try writer.write(
                     items: scan.items, snapshots: snapshots, outsideLinks: outsideLinks,
                     leftOut: scan.leftOut,
                     root: (scan.rootPermissions, scan.rootModificationTime), to: archivePath)
+                // What create calls good restores: an incremental is checked against its base first.
+                try chain?.prove(manifest)
+                return manifest
             }
         } catch {
             unlink(archivePath)
@@ -361,16 +372,18 @@ public struct StoreHelper: Sendable {
         return try await publish(archive)
     }
 
-    /// Uploads a built archive to `destination` as `<UTC date> Stores.zip` (the date `start`,
-    /// by default when it was built), moving the name on by a second while another store
-    /// sharing the destination has taken it.
+    /// Uploads a built archive to `destination` as `<UTC date> Stores.zip`, the date chosen
+    /// by ``BackupNameDate`` (from `start`, by default when the archive was built), moving the
+    /// name on by a second while another store sharing the destination has taken it.
     func publish(
         _ archive: BuiltArchive, to destination: any BackupDestination, progress: ProgressHandler?,
         start: Date? = nil, baseName: String? = nil
     ) async throws -> BackupResult {
         let clock = ContinuousClock()
         let uploadStarted = clock.now
-        let first = await Self.firstFreeSecond(from: start ?? archive.createdAt, at: destination)
+        let choice = await BackupNameDate.choose(clock: start ?? archive.createdAt, at: destination, base: baseName)
+        if let warning = choice.warning { logger.warning("\(warning)", metadata: ["store": "\(storesDirectory)"]) }
+        let first = choice.date
         // An incremental's name says which backup it applies onto.
         func nameAt(_ date: Date) -> String {
             baseName.flatMap { BackupName.makeIncremental(for: date, base: $0) } ?? BackupName.make(for: date)
@@ -389,24 +402,11 @@ public struct StoreHelper: Sendable {
         }
         // S3 Object Lock: an incremental's chain stays locked as long as the incremental.
         try await destination.extendChainRetention(of: name)
-        return BackupResult(
+        var result = BackupResult(
             name: name, size: archive.size, destination: destination.displayName, manifest: archive.manifest,
             archiveSeconds: archive.archiveSeconds, uploadSeconds: Self.seconds(clock.now - uploadStarted))
-    }
-
-    /// `date`, or the second after the destination's newest backup when that one is named
-    /// for the same second or a little later. Backups made within one second take the next
-    /// free seconds; once retention has deleted the first of them, its name is free again,
-    /// and a backup named for it would sort before the others and not be `latest`.
-    /// Best effort: a destination that cannot list (write-only credentials) gets `date`,
-    /// and a newest backup far ahead (another host's clock) is not followed.
-    static func firstFreeSecond(from date: Date, at destination: any BackupDestination) async -> Date {
-        let second = date.timeIntervalSince1970.rounded(.down)
-        guard let newest = try? await destination.sortedBackups().first(where: \.hasDateInName),
-            let newestSecond = BackupName.date(of: newest.name)?.timeIntervalSince1970,
-            newestSecond >= second, newestSecond < second + 60
-        else { return date }
-        return Date(timeIntervalSince1970: newestSecond + 1)
+        result.nameWarning = choice.warning
+        return result
     }
 
     // MARK: list and delete

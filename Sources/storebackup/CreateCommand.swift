@@ -161,6 +161,7 @@ struct CreateCommand: AsyncParsableCommand {
                 "warnings": result.warnings, "kind": result.kind,
             ]
             if let base = result.base { summary["base"] = base }
+            if let reason = result.fullReason { summary["fullReason"] = reason }
             if let usage {
                 summary["openBy"] = usage.users.map { ["file": $0.file, "pid": Int($0.pid), "command": $0.command] as [String: Any] }
                 if !usage.blindSpots.isEmpty { summary["openByUnseen"] = usage.blindSpots }
@@ -168,6 +169,8 @@ struct CreateCommand: AsyncParsableCommand {
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
             Terminal.output(String(decoding: data, as: UTF8.self))
         } else {
+            // With --incremental, why this one is a full (a broken chain, a damaged state, the policy).
+            if let reason = result.fullReason { Terminal.info("storebackup: a full backup: \(reason)") }
             Terminal.info("storebackup: created \"\(result.name)\" (\(Terminal.formatBytes(result.size))) in \(result.destination)")
             Terminal.output(result.name)
         }

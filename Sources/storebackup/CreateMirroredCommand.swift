@@ -39,6 +39,7 @@ extension CreateCommand {
                 summary["archiveSeconds"] = first.archiveSeconds
                 summary["kind"] = first.kind
                 if let base = first.base { summary["base"] = base }
+                if let reason = first.fullReason { summary["fullReason"] = reason }
             }
             let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
             Terminal.output(String(decoding: data, as: UTF8.self))
@@ -53,7 +54,10 @@ extension CreateCommand {
                     )
                 }
             }
-            if let first = outcomes.compactMap(\.backup).first { Terminal.output(first.name) }
+            if let first = outcomes.compactMap(\.backup).first {
+                if let reason = first.fullReason { Terminal.info("storebackup: a full backup: \(reason)") }
+                Terminal.output(first.name)
+            }
         }
         if !failed.isEmpty {
             Terminal.info(

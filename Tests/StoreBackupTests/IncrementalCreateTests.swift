@@ -631,17 +631,17 @@ final class IncrementalCreateTests: XCTestCase {
         addBlob("a", bytes: 1_000)
         let kept = try await helper().createBackup()
         XCTAssertEqual(kept.kind, "incremental")
-        let key = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: stateRoot).first)
-        let statePath = stateRoot + "/" + key + "/state.json"
-        var state = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: statePath))) as? [String: Any])
-        let eightDaysAgo = Date().addingTimeInterval(-8 * 86_400)
-        state["fullCreatedAt"] = ISO8601DateFormatter().string(from: eightDaysAgo)
-        try JSONSerialization.data(withJSONObject: state).write(to: URL(fileURLWithPath: statePath))
+        // Eight days on, by the helper's clock.
+        let eightDaysOn = Date().addingTimeInterval(8 * 86_400)
         addBlob("b", bytes: 1_000)
-        let longer = try await helper(policy: IncrementalPolicy(fullEvery: 9 * 86_400)).createBackup()
+        var nineDays = try helper(policy: IncrementalPolicy(fullEvery: 9 * 86_400))
+        nineDays.now = { eightDaysOn }
+        let longer = try await nineDays.createBackup()
         XCTAssertEqual(longer.kind, "incremental", "within a 9-day period")
         addBlob("c", bytes: 1_000)
-        let renewed = try await helper().createBackup()
+        var sevenDays = try helper()
+        sevenDays.now = { eightDaysOn.addingTimeInterval(60) }
+        let renewed = try await sevenDays.createBackup()
         XCTAssertEqual(renewed.kind, "full", "the chain's full is 8 days old; the default is 7")
     }
 

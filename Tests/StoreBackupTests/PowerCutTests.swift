@@ -3,19 +3,28 @@ import XCTest
 
 @testable import StoreBackup
 
-/// A power cut during restore, at every call that changes a name: a restore's file-system
-/// calls are recorded (strace), replayed on a model of the store's parent folder, and at
-/// each name change the state a power cut may leave is materialised: every name change up
-/// to the cut, in program order; a file's bytes only if it was synced (fsync, fdatasync or
-/// syncfs) after its last write, else an empty file. `recover` must then leave the old
-/// store or the new one, exactly, and nothing else beside it.
+/// A power cut during restore and create, at every call that changes a name: a command's
+/// file-system calls are recorded (strace), replayed on a model of the store's parent folder
+/// (which holds the destination folder too), and at each name change the state a power cut
+/// may leave is materialised: every name change up to the cut, in program order; a file's
+/// bytes only if it was synced (fsync, fdatasync or syncfs) after its last write, else an
+/// empty file.
+///
+/// - Restore: `recover` must then leave exactly the old store when the cut came before the
+///   journal recorded the commit, and exactly the new one after it, and nothing else beside it.
+/// - Create: every backup listed must verify, and the next `create --incremental` must make a
+///   full or an incremental that verifies.
 final class PowerCutTests: XCTestCase {
     var work = ""
     /// The store's parent: the folder a power cut is modelled in.
     var parent: String { work + "/parent" }
     var store: String { parent + "/Stores" }
-    var backups: String { work + "/backups" }
+    var backups: String { parent + "/backups" }
+    var journal: String { parent + "/.Stores.storebackup-restore.json" }
     var environment: [String: String] { ["TMPDIR": work + "/tmp"] }
+    static let calls =
+        "openat,mkdir,mkdirat,write,pwrite64,writev,pwritev,fsync,fdatasync,syncfs,"
+        + "rename,renameat,renameat2,unlink,unlinkat,rmdir,symlink,symlinkat,link,linkat"
 
     override func setUpWithError() throws {
         work = try TestEnvironment.temporaryDirectory("power-cut")
@@ -28,28 +37,46 @@ final class PowerCutTests: XCTestCase {
     }
 
     func testRecoveryAfterAPowerCutAtEveryNameChangeOfARestore() throws {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else {
-            return XCTFail("strace is not installed (scripts/install-deps installs it)")
-        }
         try StoreFixture.make(at: store, logRows: 300, blobCount: 3)
         XCTAssertEqual(try runStoreBackup(["create", store, "--to", backups], environment: environment).status, 0)
         try "changed after the backup\n".write(toFile: store + "/notes.txt", atomically: false, encoding: .utf8)
+        try replayRestore("latest")
+    }
+
+    /// The same for the newest backup of a chain (a full and two incrementals): restore reads
+    /// every link, applies the page deltas in `_New`, then swaps.
+    func testRecoveryAfterAPowerCutAtEveryNameChangeOfAChainRestore() throws {
+        try StoreFixture.make(at: store, logRows: 300, blobCount: 3)
+        for night in 0..<3 {
+            try Self.changeRows(store, note: "night \(night)")
+            let made = try runStoreBackup(["create", store, "--to", backups, "--incremental"], environment: environment)
+            XCTAssertEqual(made.status, 0, made.stderr)
+        }
+        let names = try FileManager.default.contentsOfDirectory(atPath: backups).filter(BackupName.isBackup)
+        XCTAssertEqual(names.filter(BackupName.isIncremental).count, 2, "\(names)")
+        try "changed after the backup\n".write(toFile: store + "/notes.txt", atomically: false, encoding: .utf8)
+        try Self.changeRows(store, note: "after the backups")
+        try replayRestore("latest")
+    }
+
+    /// Traces `restore <name>` into the store, then replays a power cut at each name change.
+    private func replayRestore(_ name: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else {
+            return XCTFail("strace is not installed (scripts/install-deps installs it)")
+        }
         let oldTree = try StoreFixture.describe(store, includeJournals: false)
         let initial = work + "/initial"
         XCTAssertEqual(try runTool("/bin/cp", ["-a", parent, initial]).status, 0)
 
         let trace = work + "/trace.txt"
-        let calls =
-            "openat,mkdir,mkdirat,write,pwrite64,writev,pwritev,fsync,fdatasync,syncfs,"
-            + "rename,renameat,renameat2,unlink,unlinkat,rmdir,symlink,symlinkat,link,linkat"
         let restored = try runTool(
             "/usr/bin/strace",
             [
-                "-f", "-y", "-x", "-s", "4096", "-qq", "-o", trace, "-e", "trace=" + calls,
-                TestEnvironment.binary, "restore", "latest", store, "--from", backups, "--yes",
+                "-f", "-y", "-x", "-s", "4096", "-qq", "-o", trace, "-e", "trace=" + Self.calls,
+                TestEnvironment.binary, "restore", name, store, "--from", backups, "--yes",
             ],
             environment: environment)
-        XCTAssertEqual(restored.status, 0, restored.stderr)
+        XCTAssertEqual(restored.status, 0, restored.stderr, file: file, line: line)
         let newTree = try StoreFixture.describe(store, includeJournals: false)
         XCTAssertNotEqual(newTree, oldTree)
         let final = work + "/final"
@@ -59,31 +86,123 @@ final class PowerCutTests: XCTestCase {
         var model = PowerCutModel(parent: parent, initial: initial)
         let events = SyscallTrace.parse(try String(contentsOfFile: trace, encoding: .utf8))
         let cuts = model.replay(events)
-        XCTAssertGreaterThan(cuts.count, 10, "the trace shows the restore's name changes")
+        XCTAssertGreaterThan(cuts.count, 10, "the trace shows the restore's name changes", file: file, line: line)
         XCTAssertTrue(cuts.contains { $0.call.contains("Stores_New") && $0.call.hasPrefix("rename") }, "the swap is among the cuts")
         var outcomes = (old: 0, new: 0)
+        var committed = false
         for cut in cuts {
+            // The oracle is the journal's protocol: once it records the commit, the restore
+            // stands; before that, the old store comes back.
+            let phase = Self.journalPhase(cut.state[journal])
+            if phase == "committing" || phase == "startingApp" { committed = true }
+            let expectNew = committed
             try model.materialise(cut.state, final: final)
             let recovered = try runStoreBackup(["recover", store], environment: environment)
-            let label = "power cut after \(cut.call)"
-            XCTAssertEqual(recovered.status, 0, "\(label): \(recovered.stderr)")
+            let label = "power cut after \(cut.call) (journal: \(phase ?? "none"))"
+            XCTAssertEqual(recovered.status, 0, "\(label): \(recovered.stderr)", file: file, line: line)
             let tree = try StoreFixture.describe(store, includeJournals: false)
-            if tree == oldTree {
-                outcomes.old += 1
-            } else if tree == newTree {
-                outcomes.new += 1
+            let expected = expectNew ? newTree : oldTree
+            if tree == expected {
+                if expectNew { outcomes.new += 1 } else { outcomes.old += 1 }
             } else {
-                let differing = Set(tree.keys).union(newTree.keys).filter { tree[$0] != newTree[$0] && tree[$0] != oldTree[$0] }.sorted()
+                let differing = Set(tree.keys).union(expected.keys).filter { tree[$0] != expected[$0] }.sorted()
                 let first = differing.first ?? ""
                 XCTFail(
-                    "\(label): neither the old store nor the new one (differs in \(differing.prefix(5)); \(first): "
-                        + "\(tree[first].map { "\($0)" } ?? "missing") where the new store has \(newTree[first].map { "\($0)" } ?? "nothing"))"
-                )
+                    "\(label): not the \(expectNew ? "new" : "old") store (differs in \(differing.prefix(5)); \(first): "
+                        + "\(tree[first].map { "\($0)" } ?? "missing") where it should have \(expected[first].map { "\($0)" } ?? "nothing"))",
+                    file: file, line: line)
             }
             let left = Set(try FileManager.default.contentsOfDirectory(atPath: parent)).subtracting(keptBeside)
-            XCTAssertEqual(left, [], "\(label): left beside the store")
+            XCTAssertEqual(left, [], "\(label): left beside the store", file: file, line: line)
         }
+        XCTAssertGreaterThan(outcomes.old, 0, "some cuts come before the commit")
+        XCTAssertGreaterThan(outcomes.new, 0, "some cuts come after the commit")
         print("PowerCutTests: \(cuts.count) cuts; recovery gave the old store \(outcomes.old) times, the new one \(outcomes.new) times")
+    }
+
+    /// The phase a journal file left by a cut records (nil: no journal, or not readable).
+    static func journalPhase(_ frozen: PowerCutModel.Frozen?) -> String? {
+        guard let frozen, frozen.durable, let data = frozen.written,
+            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+        else { return nil }
+        return object["phase"] as? String
+    }
+
+    // MARK: create
+
+    func testEveryBackupListedAfterAPowerCutDuringCreateVerifies() throws {
+        try replayCreate(incremental: false)
+    }
+
+    func testEveryBackupListedAfterAPowerCutDuringAnIncrementalCreateVerifies() throws {
+        try replayCreate(incremental: true)
+    }
+
+    /// Traces one `create` (after a full and an incremental, with the store changed), then at
+    /// each name change: `verify --all` passes, and the next `create --incremental` succeeds
+    /// with a backup that verifies.
+    private func replayCreate(incremental: Bool, file: StaticString = #filePath, line: UInt = #line) throws {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/strace") else {
+            return XCTFail("strace is not installed (scripts/install-deps installs it)")
+        }
+        try StoreFixture.make(at: store, logRows: 300, blobCount: 3)
+        let mode = incremental ? ["--incremental"] : []
+        for night in 0..<2 {
+            try Self.changeRows(store, note: "night \(night)")
+            let made = try runStoreBackup(["create", store, "--to", backups] + mode, environment: environment)
+            XCTAssertEqual(made.status, 0, made.stderr, file: file, line: line)
+        }
+        try "changed after the backups\n".write(toFile: store + "/notes.txt", atomically: false, encoding: .utf8)
+        // Checkpointed and closed: create writes nothing into the databases, so what a cut
+        // can lose is only what create itself writes (the archive, the chain state).
+        try Self.changeRows(store, note: "traced night")
+        let initial = work + "/initial"
+        XCTAssertEqual(try runTool("/bin/cp", ["-a", parent, initial]).status, 0)
+
+        let trace = work + "/trace.txt"
+        let traced = try runTool(
+            "/usr/bin/strace",
+            ["-f", "-y", "-x", "-s", "4096", "-qq", "-o", trace, "-e", "trace=" + Self.calls, TestEnvironment.binary, "create", store]
+                + ["--to", backups] + mode,
+            environment: environment)
+        XCTAssertEqual(traced.status, 0, traced.stderr, file: file, line: line)
+        let final = work + "/final"
+        XCTAssertEqual(try runTool("/bin/cp", ["-a", parent, final]).status, 0)
+
+        var model = PowerCutModel(parent: parent, initial: initial)
+        let cuts = model.replay(SyscallTrace.parse(try String(contentsOfFile: trace, encoding: .utf8)))
+        XCTAssertTrue(cuts.contains { $0.call.hasPrefix("rename") && $0.call.contains("backups/") }, "the publish is among the cuts")
+        if incremental {
+            XCTAssertTrue(
+                cuts.contains { $0.call.hasPrefix("rename") && $0.call.hasSuffix("state.json)") }, "the state's update is among the cuts")
+        }
+        var kinds: [String: Int] = [:]
+        for cut in cuts {
+            try model.materialise(cut.state, final: final)
+            let label = "power cut after \(cut.call)"
+            let verified = try runStoreBackup(["verify", "--all", "--from", backups], environment: environment)
+            XCTAssertEqual(
+                verified.status, 0, "\(label): a listed backup fails: \(verified.stdout) \(verified.stderr)", file: file, line: line)
+            let next = try runStoreBackup(["create", store, "--to", backups, "--incremental", "--json"], environment: environment)
+            XCTAssertEqual(next.status, 0, "\(label): the next create: \(next.stderr)", file: file, line: line)
+            let summary = (try? JSONSerialization.jsonObject(with: Data(next.stdout.utf8))) as? [String: Any]
+            let kind = summary?["kind"] as? String ?? "?"
+            kinds[kind, default: 0] += 1
+            let after = try runStoreBackup(["verify", "--all", "--from", backups], environment: environment)
+            XCTAssertEqual(
+                after.status, 0, "\(label): after the next create (\(kind)): \(after.stdout) \(after.stderr)", file: file, line: line)
+        }
+        XCTAssertEqual(Set(kinds.keys).subtracting(["full", "incremental"]), [], "\(kinds)")
+        print("PowerCutTests: create\(incremental ? " --incremental" : ""): \(cuts.count) cuts; the next create made \(kinds)")
+    }
+
+    /// Rows added to the fixture's WAL database, then a checkpoint that empties the WAL.
+    static func changeRows(_ store: String, note: String) throws {
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try app.execute(
+            "INSERT INTO log(note) VALUES('\(note)'); UPDATE accounts SET balance = balance + 1 WHERE id = 3", operation: "test")
+        try app.execute("PRAGMA wal_checkpoint(TRUNCATE)", operation: "test")
+        app.close()
     }
 }
 

@@ -187,7 +187,9 @@ final class RetentionTests: XCTestCase {
         let destination = LocalFolderDestination(folder: folder)
         let madeAt = utc.date(from: DateComponents(year: 2026, month: 11, day: 24, hour: 1, minute: 34, second: 17))!
             .addingTimeInterval(0.4)
-        func free(_ date: Date) async -> String { BackupName.make(for: await StoreHelper.firstFreeSecond(from: date, at: destination)) }
+        func free(_ date: Date) async -> String {
+            BackupName.make(for: await BackupNameDate.choose(clock: date, at: destination, base: nil).date)
+        }
 
         var name = await free(madeAt)
         XCTAssertEqual(name, BackupName.make(for: madeAt), "an empty destination: the date's own name")
@@ -197,13 +199,18 @@ final class RetentionTests: XCTestCase {
         XCTAssertEqual(name, BackupName.make(for: madeAt.addingTimeInterval(2)))
         let latest = try await destination.resolve("latest").name
         XCTAssertEqual(latest, BackupName.make(for: madeAt.addingTimeInterval(1)))
-        // Backups from earlier seconds leave the name alone; one far ahead (a host whose clock
-        // runs fast) is not followed.
+        // Backups from earlier seconds leave the name alone; one up to an hour ahead (a burst
+        // of backups, a clock stepped back) is followed, so names never go back; one further
+        // ahead (a host whose clock runs fast) is not, with a warning.
         name = await free(madeAt.addingTimeInterval(5))
         XCTAssertEqual(name, BackupName.make(for: madeAt.addingTimeInterval(5)))
-        try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/" + BackupName.make(for: madeAt.addingTimeInterval(3600))))
+        try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/" + BackupName.make(for: madeAt.addingTimeInterval(3000))))
         name = await free(madeAt)
-        XCTAssertEqual(name, BackupName.make(for: madeAt))
+        XCTAssertEqual(name, BackupName.make(for: madeAt.addingTimeInterval(3001)))
+        try Data("x".utf8).write(to: URL(fileURLWithPath: folder + "/" + BackupName.make(for: madeAt.addingTimeInterval(3602))))
+        let far = await BackupNameDate.choose(clock: madeAt, at: destination, base: nil)
+        XCTAssertEqual(BackupName.make(for: far.date), BackupName.make(for: madeAt))
+        XCTAssertNotNil(far.warning)
     }
 
     // MARK: chains (issue 35)

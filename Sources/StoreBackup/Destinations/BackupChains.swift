@@ -5,31 +5,96 @@ import Foundation
 /// depend on one, and which incrementals cannot be restored because a base is missing.
 ///
 /// A base is the backup whose own date is the date an incremental's name gives after
-/// "incremental on". Only an older backup can be a base, so chains never loop, and every
-/// dependent is newer than its base: deleting newest first never leaves an incremental
-/// without its base. When several backups share that date (two stores sharing a
-/// destination in the same second), each of them counts as a possible base, so keeping,
-/// copying and locking err on the side of keeping too much.
+/// "incremental on". storebackup names an incremental after its base, but earlier versions
+/// could name one before it (a clock stepped back, a burst of backups): such a name is still
+/// read as pointing at its base, and backups are ordered so that every incremental comes
+/// after its bases whatever the dates say (``newestFirst(_:)``), so deleting newest first
+/// never leaves an incremental without its base, and `latest` is never a base of another.
+/// When several backups share that date (two stores sharing a destination in the same
+/// second), each of them counts as a possible base, so keeping, copying and locking err on
+/// the side of keeping too much. A link that would close a loop is not a link.
 public struct BackupChains: Sendable {
-    /// The backups, newest first (by the date in the name, then by name).
+    /// The backups, newest first (see ``newestFirst(_:)``).
     public let backups: [BackupListing]
-    private let byOwnDate: [Substring: [String]]
+    private let basesByName: [String: [String]]
     private let dependentsByBase: [String: [String]]
 
     /// The chains among `backups` (one destination's listing, in any order).
     public init(_ backups: [BackupListing]) {
-        let sorted = backups.sorted { ($0.date, $0.name) > ($1.date, $1.name) }
+        let links = Self.links(backups)
+        let sorted = Self.newestFirst(backups, links: links)
         self.backups = sorted
-        var byOwnDate: [Substring: [String]] = [:]
-        for backup in sorted {
-            if let own = BackupName.ownDateText(of: backup.name) { byOwnDate[own, default: []].append(backup.name) }
-        }
-        self.byOwnDate = byOwnDate
+        self.basesByName = links
         var dependents: [String: [String]] = [:]
         for backup in sorted {
-            for base in Self.bases(of: backup.name, byOwnDate: byOwnDate) { dependents[base, default: []].append(backup.name) }
+            for base in links[backup.name] ?? [] { dependents[base, default: []].append(backup.name) }
         }
         self.dependentsByBase = dependents
+    }
+
+    /// Each incremental's bases: the backups whose own date its name gives after
+    /// "incremental on". A link to a base not older than the incremental (a name from a clock
+    /// stepped back) is kept unless it closes a loop; links to older bases never can.
+    private static func links(_ backups: [BackupListing]) -> [String: [String]] {
+        var byOwnDate: [Substring: [String]] = [:]
+        for backup in backups {
+            if let own = BackupName.ownDateText(of: backup.name) { byOwnDate[own, default: []].append(backup.name) }
+        }
+        var links: [String: [String]] = [:]
+        var odd: [(name: String, base: String)] = []
+        for backup in backups {
+            guard let baseDate = BackupName.baseDateText(of: backup.name), let own = BackupName.ownDateText(of: backup.name) else {
+                continue
+            }
+            for base in byOwnDate[baseDate] ?? [] where base != backup.name {
+                if baseDate < own { links[backup.name, default: []].append(base) } else { odd.append((backup.name, base)) }
+            }
+        }
+        func reaches(_ from: String, _ target: String) -> Bool {
+            var seen: Set<String> = []
+            var pending = [from]
+            while let next = pending.popLast() {
+                if next == target { return true }
+                guard seen.insert(next).inserted else { continue }
+                pending += links[next] ?? []
+            }
+            return false
+        }
+        for link in odd.sorted(by: { ($0.name, $0.base) < ($1.name, $1.base) }) where !reaches(link.base, link.name) {
+            links[link.name, default: []].append(link.base)
+        }
+        return links
+    }
+
+    /// `backups` newest first: by the date in the name, then by name, except that an
+    /// incremental always comes before (is newer than) each of its bases; backups whose
+    /// name carries no date come last, whatever their upload time, since that time is not theirs.
+    public static func newestFirst(_ backups: [BackupListing]) -> [BackupListing] {
+        newestFirst(backups, links: links(backups))
+    }
+
+    private static func newestFirst(_ backups: [BackupListing], links: [String: [String]]) -> [BackupListing] {
+        let dates = Dictionary(backups.map { ($0.name, $0.date) }) { first, _ in first }
+        // An incremental's place: just after the latest of its bases, when its own date is
+        // not later. `links` has no loops.
+        var placed: [String: (date: Date, depth: Int)] = [:]
+        func place(_ name: String) -> (date: Date, depth: Int) {
+            if let known = placed[name] { return known }
+            var result = (date: dates[name] ?? .distantPast, depth: 0)
+            for base in links[name] ?? [] {
+                let under = place(base)
+                if (under.date, under.depth) >= (result.date, result.depth) { result = (under.date, under.depth + 1) }
+            }
+            placed[name] = result
+            return result
+        }
+        for backup in backups where backup.hasDateInName { _ = place(backup.name) }
+        return backups.sorted { left, right in
+            if left.hasDateInName != right.hasDateInName { return left.hasDateInName }
+            let l = placed[left.name] ?? (left.date, 0)
+            let r = placed[right.name] ?? (right.date, 0)
+            return (l.date, l.depth, left.date, left.name) > (r.date, r.depth, right.date, right.name)
+        }
     }
 
     /// The chains among backups known by name only.
@@ -37,19 +102,12 @@ public struct BackupChains: Sendable {
         self.init(names.map { BackupListing(name: $0, size: 0, date: BackupName.date(of: $0) ?? .distantPast, modified: nil) })
     }
 
-    private static func bases(of name: String, byOwnDate: [Substring: [String]]) -> [String] {
-        guard let baseDate = BackupName.baseDateText(of: name), let own = BackupName.ownDateText(of: name), baseDate < own else {
-            return []
-        }
-        return byOwnDate[baseDate] ?? []
-    }
-
     /// Whether `name` is an incremental backup's name (it names a base).
     public func isIncremental(_ name: String) -> Bool { BackupName.isIncremental(name) }
 
     /// The backups `name` applies to directly: its base (more than one only when several
     /// share the base's date); empty for a full, and for an incremental whose base is missing.
-    public func bases(of name: String) -> [String] { Self.bases(of: name, byOwnDate: byOwnDate) }
+    public func bases(of name: String) -> [String] { basesByName[name] ?? [] }
 
     /// The base of incremental `name`; nil for a full, or when the base is not listed.
     public func base(of name: String) -> String? { bases(of: name).first }

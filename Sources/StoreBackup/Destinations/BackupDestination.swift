@@ -129,13 +129,11 @@ extension BackupDestination {
 }
 
 extension BackupDestination {
-    /// Backups newest first (by the date in the name, then by name); backups whose name
-    /// carries no date come last, whatever their upload time, since that time is not theirs.
+    /// Backups newest first (by the date in the name, then by name, every incremental before
+    /// its bases: ``BackupChains/newestFirst(_:)``); backups whose name carries no date come
+    /// last, whatever their upload time, since that time is not theirs.
     public func sortedBackups() async throws -> [BackupListing] {
-        try await listBackups().sorted { left, right in
-            if left.hasDateInName != right.hasDateInName { return left.hasDateInName }
-            return (left.date, left.name) > (right.date, right.name)
-        }
+        BackupChains.newestFirst(try await listBackups())
     }
 
     /// Removes every leftover upload older than `age` seconds (a day for `prune`) and

@@ -31,11 +31,18 @@ final class ChainBuild: @unchecked Sendable {
     private var scratch: [String] = []
     private var hasher = PageHasher.plain
     private var hashSalt: String?
+    /// The base's manifest (incrementals), from the state's checked copy.
+    private var baseManifest: Manifest?
+    /// The databases this incremental patches with a page delta it holds.
+    private var patchedPaths: Set<String> = []
+    /// The time the decision is made at (the helper's clock).
+    let now: Date
 
     init(
         folder: ChainFolder, policy: IncrementalPolicy, password: BackupPassword?, listing: [BackupListing]?,
-        mirrors: [(folder: ChainFolder, listing: [BackupListing]?)] = []
+        mirrors: [(folder: ChainFolder, listing: [BackupListing]?)] = [], now: Date = Date()
     ) {
+        self.now = now
         self.folder = folder
         self.mirrors = mirrors
         self.policy = policy
@@ -66,7 +73,13 @@ final class ChainBuild: @unchecked Sendable {
         cancel: CancellationFlag
     ) throws -> ArchiveChainParts {
         try folder.prepare()
-        decision = IncrementalPlan.decide(policy: policy, loaded: folder.load(), password: password, listing: listing, now: Date())
+        decision = IncrementalPlan.decide(policy: policy, loaded: folder.load(), password: password, listing: listing, now: now)
+        if case .incremental(let state, _, _) = decision {
+            // What the incremental is proven against before it is published (``prove(_:)``).
+            do { baseManifest = try folder.baseManifest(of: state) } catch {
+                decision = .full(reason: "\(error)")
+            }
+        }
         if case .incremental(let state, _, _) = decision {
             for mirror in mirrors {
                 // Simple and safe: the same base, checked the same way, at every destination.
@@ -111,14 +124,20 @@ final class ChainBuild: @unchecked Sendable {
         let files = items.filter { $0.kind == .file }
         let changes = try ChangeDetector.detect(files: files, known: base?.files, workers: workers, cancel: cancel)
         stats = changes.stats
+        // Only what the base's manifest records at the same path, as a file of the same
+        // size and SHA-256, is taken from the base; anything else goes in whole.
+        var baseEntries: [String: Manifest.File] = [:]
+        for entry in baseManifest?.files ?? [] { baseEntries[entry.path] = entry }
 
         var parts = ArchiveChainParts(kind: "full", base: nil, chainLength: 0, hashSalt: hashSalt, pageMaps: [])
         var deltaBytes: Int64 = 0
         var storeBytes: Int64 = 0
         for item in files {
             storeBytes += item.size
-            if let sha256 = changes.unchanged[item.relativePath] {
-                parts.notStored[item.relativePath] = .init(size: item.size, sha256: sha256, source: "base")
+            if let record = changes.unchanged[item.relativePath], let entry = baseEntries[item.relativePath],
+                entry.type == "file", entry.size == record.stat.size, entry.sha256 == record.sha256
+            {
+                parts.notStored[item.relativePath] = .init(size: record.stat.size, sha256: record.sha256, source: "base")
             } else {
                 deltaBytes += item.size
             }
@@ -135,7 +154,12 @@ final class ChainBuild: @unchecked Sendable {
             scratch.append(mapPath)
             databases.append(.init(path: item.relativePath, pageSize: snapshot.pageSize, pages: snapshot.pageCount, map: ""))
             let entryName = ArchiveChainParts.entryName(for: item.relativePath)
-            let previous = base?.state.databases.first { $0.path == item.relativePath && $0.pageSize == snapshot.pageSize }
+            // Patched only when the base's manifest holds this database with the same page size.
+            let inBase =
+                baseEntries[item.relativePath].map { ChainLinkRule.isRegular($0.type) } == true
+                && baseManifest?.databases.contains { $0.path == item.relativePath && $0.pageSize == snapshot.pageSize } == true
+            let previous =
+                inBase ? base?.state.databases.first { $0.path == item.relativePath && $0.pageSize == snapshot.pageSize } : nil
             // A map that cannot be read now (it was checked when the state was loaded): stored whole.
             let baseMap = previous.flatMap { try? PageMapFile(path: folder.path + "/" + $0.map) }
             guard let baseMap, baseMap.hashKind == hasher.kind, baseMap.pageSize == snapshot.pageSize else {
@@ -156,6 +180,7 @@ final class ChainBuild: @unchecked Sendable {
             patched.append(snapshot)
             deltaBytes += result.deltaSize ?? 0
             parts.notStored[item.relativePath] = .init(size: snapshot.size, sha256: result.sha256 ?? "", source: "pages")
+            patchedPaths.insert(item.relativePath)
             parts.extraEntries.append(.init(name: Self.pagesPrefix + entryName, path: deltaPath, size: result.deltaSize ?? 0))
             parts.extraEntries.append(
                 .init(name: Self.pageMapPrefix + entryName, path: changedMapPath, size: result.changedMapSize ?? 0))
@@ -215,7 +240,8 @@ final class ChainBuild: @unchecked Sendable {
     }
 
     private func commit(to folder: ChainFolder, name: String, manifest: Manifest, archiveSize: Int64) throws -> ChainState {
-        let manifestSHA256 = FileDigest.hex(SHA256.hash(data: try manifest.encoded()))
+        let manifestBytes = try manifest.encoded()
+        let manifestSHA256 = FileDigest.hex(SHA256.hash(data: manifestBytes))
         var fullCreatedAt = manifest.createdAt
         if case .incremental(let state, _, _) = decision { fullCreatedAt = state.fullCreatedAt }
         var files: [(path: String, record: FileRecord)] = []
@@ -228,7 +254,26 @@ final class ChainBuild: @unchecked Sendable {
             archiveSize: archiveSize, chainLength: manifest.chainLength ?? 0, fullCreatedAt: fullCreatedAt,
             encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases)
         try folder.prepare()
-        return try folder.save(state, files: files, maps: maps)
+        return try folder.save(state, files: files, maps: maps, manifest: manifestBytes)
+    }
+
+    /// Proves an incremental before it is published, by the rules verify and restore apply to
+    /// a link of a chain (``ChainLinkRule``),
+    /// against the base's manifest from the state's checked copy. A full needs no base.
+    /// Throws when the archive would not restore: nothing is published then.
+    func prove(_ manifest: Manifest, name: String = "the new backup") throws {
+        guard case .incremental(let state, _, _) = decision else { return }
+        guard let baseManifest else {
+            throw StoreBackupError.unexpected(reason: "an incremental was built without its base's manifest")
+        }
+        do {
+            try ChainLinkRule.check(
+                manifest, named: name, hasPageDelta: { [patchedPaths] in patchedPaths.contains($0) }, base: state.backupName,
+                baseManifest: baseManifest,
+                baseManifestSHA256: state.manifestSHA256)
+        } catch {
+            throw StoreBackupError.unexpected(reason: "refusing to publish an incremental that would not restore: \(error)")
+        }
     }
 
     /// Removes the scratch files this build made (the page maps not yet saved, the deltas).

@@ -7,8 +7,13 @@ import Glibc
 
 /// The state folder of one store and one destination:
 /// `<parent>/.<store name>.storebackup-chains/<key>/`, mode 0700, holding `state.json`,
-/// the file list and the page maps. A new state's files get new names and `state.json`
-/// is replaced last (durably), so a crash leaves the old state or the new one.
+/// the file list, the page maps and the last backup's manifest. A new state's files get new
+/// names and `state.json` is replaced last (durably), so a crash leaves the old state or the
+/// new one.
+///
+/// `state.json` is the state's JSON, a newline, and the hex SHA-256 of that JSON; the state
+/// records the SHA-256 of each file it names. ``load()`` checks all of them: a bit flipped
+/// anywhere makes the state unusable, and the next backup a full one.
 struct ChainFolder: Sendable {
     let path: String
     let destination: String
@@ -39,14 +44,23 @@ struct ChainFolder: Sendable {
         guard FileSystem.fileExists(statePath) else { return .none(reason: "no chain state for this destination yet") }
         do {
             let data = try Data(contentsOf: URL(fileURLWithPath: statePath))
+            guard let json = Self.checkedBody(data) else {
+                return .none(reason: "the chain state at \(path) fails its checksum (damaged, or from another version)")
+            }
             let decoder = JSONDecoder()
             decoder.dateDecodingStrategy = .utcTimestamp
-            let state = try decoder.decode(ChainState.self, from: data)
+            let state = try decoder.decode(ChainState.self, from: json)
             guard state.version == ChainState.currentVersion, state.destination == destination else {
                 return .none(reason: "the chain state at \(path) is for another version or destination")
             }
+            guard try fileSHA256(state.filesList) == state.filesListSHA256 else {
+                return .none(reason: "the file list of the chain state at \(path) fails its checksum")
+            }
             let files = try Self.readFilesList(path + "/" + state.filesList)
             for database in state.databases {
+                guard try fileSHA256(database.map) == database.mapSHA256 else {
+                    return .none(reason: "the page map of \(database.path) in \(path) fails its checksum")
+                }
                 let map = try PageMapFile(path: path + "/" + database.map)
                 guard map.pageSize == database.pageSize, map.pages == database.pages else {
                     return .none(reason: "the page map of \(database.path) in \(path) does not match the state")
@@ -58,6 +72,35 @@ struct ChainFolder: Sendable {
         }
     }
 
+    /// The copy of the last backup's manifest that `state` names, checked against the
+    /// manifest SHA-256 the state (and every incremental on that backup) records.
+    func baseManifest(of state: ChainState) throws -> Manifest {
+        let copy = path + "/" + state.baseManifest
+        guard !state.baseManifest.isEmpty, FileSystem.fileExists(copy) else {
+            throw StoreBackupError.unexpected(reason: "the chain state holds no copy of \(state.backupName)'s manifest")
+        }
+        let data = try Data(contentsOf: URL(fileURLWithPath: copy))
+        guard FileDigest.hex(SHA256.hash(data: data)) == state.manifestSHA256 else {
+            throw StoreBackupError.unexpected(reason: "the copy of \(state.backupName)'s manifest fails its checksum")
+        }
+        return try Manifest.decode(data)
+    }
+
+    /// The JSON of a `state.json` whose last line is the SHA-256 of the rest; nil when it is not.
+    private static func checkedBody(_ data: Data) -> Data? {
+        let bytes = [UInt8](data)
+        guard bytes.last == UInt8(ascii: "\n"), bytes.count > 66 else { return nil }
+        let line = bytes[(bytes.count - 65)..<(bytes.count - 1)]
+        guard bytes[bytes.count - 66] == UInt8(ascii: "\n") else { return nil }
+        let body = Data(bytes[..<(bytes.count - 66)])
+        return FileDigest.hex(SHA256.hash(data: body)) == String(decoding: line, as: UTF8.self) ? body : nil
+    }
+
+    private func fileSHA256(_ name: String) throws -> String {
+        let file = path + "/" + name
+        return try FileDigest.sha256(file: file, length: Int64(FileSystem.lstatInfo(file).st_size))
+    }
+
     /// Makes the folder (0700) and removes what dead runs left in it.
     func prepare() throws {
         try FileSystem.createDirectories(FileSystem.parentDirectory(of: path), mode: 0o700)
@@ -65,37 +108,40 @@ struct ChainFolder: Sendable {
         ScratchFiles.sweep(path)
     }
 
-    /// A scratch path in the folder (renamed into place by ``save(_:files:maps:)``).
+    /// A scratch path in the folder (renamed into place by ``save(_:files:maps:manifest:)``).
     func scratchPath(purpose: String) -> String { ScratchFiles.path(in: path, purpose: purpose) }
 
     /// Writes the new state: the file list, the page maps (scratch files in this folder,
-    /// fsynced, by database path) and last `state.json`; then removes the old state's files.
+    /// fsynced, by database path), the manifest's bytes, and last `state.json`; then removes
+    /// the old state's files.
     @discardableResult
-    func save(_ state: ChainState, files: [(path: String, record: FileRecord)], maps: [String: String]) throws -> ChainState {
+    func save(
+        _ state: ChainState, files: [(path: String, record: FileRecord)], maps: [String: String], manifest: Data
+    ) throws -> ChainState {
         var state = state
         let generation = UUID().uuidString.prefix(8).lowercased()
-        let listScratch = scratchPath(purpose: "files")
-        do {
-            let writer = try BufferedFileWriter(path: listScratch)
+        state.filesList = "files-\(generation).txt"
+        // Streamed: a store of a million files has a list of a hundred megabytes.
+        var listHash = SHA256()
+        try writeNew(as: state.filesList) { writer in
             for (filePath, record) in files.sorted(by: { $0.path.utf8.lexicographicallyPrecedes($1.path.utf8) }) {
                 let s = record.stat
-                try writer.write(
-                    Array(
-                        "\(filePath)\t\(s.size)\t\(s.mtimeNanoseconds)\t\(s.ctimeNanoseconds)\t\(s.inode)\t\(record.sha256)\n".utf8))
+                let line = Array(
+                    "\(filePath)\t\(s.size)\t\(s.mtimeNanoseconds)\t\(s.ctimeNanoseconds)\t\(s.inode)\t\(record.sha256)\n".utf8)
+                listHash.update(data: line)
+                try writer.write(line)
             }
-            _ = try writer.finish()
-        } catch {
-            unlink(listScratch)
-            throw error
         }
-        state.filesList = "files-\(generation).txt"
-        try FileSystem.rename(from: listScratch, to: path + "/" + state.filesList)
+        state.filesListSHA256 = FileDigest.hex(listHash.finalize())
+        state.baseManifest = "manifest-\(generation).json"
+        try writeNew(as: state.baseManifest) { writer in try manifest.withUnsafeBytes { try writer.write($0) } }
         for index in state.databases.indices {
             guard let scratch = maps[state.databases[index].path] else {
                 throw StoreBackupError.unexpected(reason: "no page map for \(state.databases[index].path)")
             }
             state.databases[index].map = "map-\(generation)-\(index).bin"
             try FileSystem.rename(from: scratch, to: path + "/" + state.databases[index].map)
+            state.databases[index].mapSHA256 = try fileSHA256(state.databases[index].map)
         }
         try writeStateFile(state)
         return state
@@ -109,7 +155,7 @@ struct ChainFolder: Sendable {
         copy.destination = destination
         copy.backupName = name
         copy.archiveSize = size
-        for file in [state.filesList] + state.databases.map(\.map) {
+        for file in [state.filesList, state.baseManifest] + state.databases.map(\.map) {
             let scratch = scratchPath(purpose: "copy")
             do {
                 guard let input = FileHandle(forReadingAtPath: source.path + "/" + file) else {
@@ -127,21 +173,39 @@ struct ChainFolder: Sendable {
                 throw error
             }
         }
+        // The copies' checksums are the source's; load() checks them against these files.
         try writeStateFile(copy)
     }
 
-    /// fsyncs the folder (the new files' names), replaces `state.json` durably, then removes
-    /// the files of the state it replaced.
+    /// A new file of the state, written to a scratch name, fsynced and renamed to `name`
+    /// (the folder is fsynced with `state.json`).
+    private func writeNew(as name: String, _ write: (BufferedFileWriter) throws -> Void) throws {
+        let scratch = scratchPath(purpose: "state-file")
+        do {
+            let writer = try BufferedFileWriter(path: scratch)
+            try write(writer)
+            _ = try writer.finish()
+            try FileSystem.rename(from: scratch, to: path + "/" + name)
+        } catch {
+            unlink(scratch)
+            throw error
+        }
+    }
+
+    /// fsyncs the folder (the new files' names), replaces `state.json` durably (its JSON,
+    /// then its checksum line), then removes the files of the state it replaced.
     private func writeStateFile(_ state: ChainState) throws {
         try FileSystem.fsync(path: path)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         encoder.dateEncodingStrategy = .utcTimestamp
-        try DurableFile.write(try encoder.encode(state), to: path + "/" + Self.stateFile, mode: 0o600)
+        var data = try encoder.encode(state)
+        data.append(contentsOf: Array(("\n" + FileDigest.hex(SHA256.hash(data: data)) + "\n").utf8))
+        try DurableFile.write(data, to: path + "/" + Self.stateFile, mode: 0o600)
         // The old state's files: nothing refers to them any more.
-        let keep = Set([Self.stateFile, state.filesList] + state.databases.map(\.map))
+        let keep = Set([Self.stateFile, state.filesList, state.baseManifest] + state.databases.map(\.map))
         for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
-        where !keep.contains(name) && (name.hasPrefix("files-") || name.hasPrefix("map-")) {
+        where !keep.contains(name) && (name.hasPrefix("files-") || name.hasPrefix("map-") || name.hasPrefix("manifest-")) {
             unlink(path + "/" + name)
         }
     }

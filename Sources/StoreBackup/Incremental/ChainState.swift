@@ -8,7 +8,9 @@ import Glibc
 /// What the last backup of a chain was, kept beside the store so the next backup to the
 /// same destination can be an incremental one: its name and manifest hash, the files it
 /// held (with the stat fields that let unchanged files be skipped) and each database's
-/// complete page map. Any doubt about it makes the next backup a full one.
+/// complete page map, and a copy of its manifest. Every file of the state carries its
+/// SHA-256 here, and the state itself a checksum (``ChainFolder``): any doubt about it makes
+/// the next backup a full one.
 struct ChainState: Codable, Sendable {
     struct Database: Codable, Sendable {
         /// The database's path in the store (escaped).
@@ -17,9 +19,13 @@ struct ChainState: Codable, Sendable {
         var pages: Int
         /// The page map's file name in the state folder.
         var map: String
+        /// Hex SHA-256 of the page map file.
+        var mapSHA256: String = ""
     }
 
-    static let currentVersion = 1
+    /// Version 2 added the checksums and the manifest copy: a version-1 state (which had
+    /// neither) is not trusted, so the first backup after an upgrade is a full one.
+    static let currentVersion = 2
 
     var version = currentVersion
     /// The destination's display name (the folder's key is its hash).
@@ -41,6 +47,11 @@ struct ChainState: Codable, Sendable {
     var keyCheck: String?
     /// The file list's file name in the state folder.
     var filesList: String
+    /// Hex SHA-256 of the file list.
+    var filesListSHA256: String = ""
+    /// The file name, in the state folder, of a copy of the last backup's manifest (its
+    /// SHA-256 is ``manifestSHA256``): what an incremental on it is proven against.
+    var baseManifest: String = ""
     var databases: [Database]
 }
 

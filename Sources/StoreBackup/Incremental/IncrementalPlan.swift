@@ -49,6 +49,13 @@ enum IncrementalPlan {
         guard BackupName.makeIncremental(for: now, base: state.backupName) != nil else {
             return .full(reason: "the base's name \(state.backupName) carries no date an incremental's name can refer to")
         }
+        if let broken = brokenChain(of: state, in: listing) { return .full(reason: broken) }
+        guard !BackupNameDate.isTooFarAhead(state.backupName, of: now) else {
+            return .full(
+                reason:
+                    "the base \(state.backupName) is named more than \(DurationText.format(BackupNameDate.maximumLead)) ahead of this machine's clock"
+            )
+        }
         guard state.encrypted == (password != nil) else {
             return .full(
                 reason: state.encrypted ? "the chain was encrypted, this backup is not" : "this backup is encrypted, the chain was not")
@@ -70,6 +77,30 @@ enum IncrementalPlan {
             hasher = .plain
         }
         return .incremental(state, files: files, hasher: hasher)
+    }
+
+    /// Why the chain of the state's last backup cannot be extended, read from the names at
+    /// the destination (as `list` reads them): a base missing down to the full, a length
+    /// other than the state's, or names that do not say one base for each link, in order.
+    /// Nil when the chain is whole.
+    static func brokenChain(of state: ChainState, in listing: [BackupListing]) -> String? {
+        let chains = BackupChains(listing)
+        if let missing = chains.missingBase(of: state.backupName) {
+            return "the chain of \(state.backupName) is broken: its base of \(missing) is not at the destination"
+        }
+        let chain = chains.chain(of: state.backupName)
+        for link in chain {
+            guard let base = BackupName.baseDateText(of: link) else { continue }
+            guard chains.bases(of: link).count == 1, let own = BackupName.ownDateText(of: link), base < own else {
+                return
+                    "the chain of \(state.backupName) cannot be read from the names at the destination (\(link) has no single earlier base)"
+            }
+        }
+        guard chain.count == state.chainLength + 1, let full = chain.first, !BackupName.isIncremental(full) else {
+            return
+                "the chain of \(state.backupName) at the destination does not match the chain state (\(chain.count) backups, \(state.chainLength + 1) expected)"
+        }
+        return nil
     }
 
     static func bytes(hex: String) -> [UInt8]? {

@@ -16,11 +16,8 @@ struct ChainLink: Sendable {
 }
 
 /// A backup and, when it is incremental (format 3), every backup it applies to down to a
-/// full, each fetched and opened, and every link checked before anything is written: the
-/// SHA-256 of each base's manifest bytes equals what the backup on it recorded, every file
-/// it marks as the base's (`"source": "base"`) is the base's at the same path with the same
-/// type and SHA-256, and every database it patches (`"pages"`) is one of the base's with
-/// the same page size. A full backup is a chain of one.
+/// full, each fetched and opened, and every link checked by ``ChainLinkRule`` before
+/// anything is written. A full backup is a chain of one.
 struct BackupChain: Sendable {
     /// The full first, the backup asked for last.
     let links: [ChainLink]
@@ -146,50 +143,15 @@ struct BackupChain: Sendable {
 
     /// Whether `incremental` fits onto `base` (see the type's description).
     static func check(_ incremental: ChainLink, on base: ChainLink) throws {
-        guard let manifest = incremental.manifest, let expected = manifest.base else { return }
-        func broken(_ reason: String) -> StoreBackupError { .brokenChain(name: incremental.name, reason: reason) }
+        guard let manifest = incremental.manifest, manifest.base != nil else { return }
         guard let baseManifest = base.manifest, let baseSHA256 = base.reader.manifestSHA256 else {
-            throw broken("its base \"\(base.name)\" has no manifest")
+            throw StoreBackupError.brokenChain(name: incremental.name, reason: "its base \"\(base.name)\" has no manifest")
         }
-        guard baseSHA256 == expected.manifestSHA256 else {
-            throw broken("its base \"\(base.name)\" is not the backup it was made on (the base's manifest has another SHA-256)")
-        }
-        if let length = manifest.chainLength, let baseLength = baseManifest.chainLength, length != baseLength + 1 {
-            throw broken("its chain length \(length) does not follow its base's \(baseLength)")
-        }
-        var baseFiles: [String: Manifest.File] = [:]
-        for file in baseManifest.files { baseFiles[file.path] = file }
-        let basePageSizes = Dictionary(baseManifest.databases.map { ($0.path, $0.pageSize) }) { first, _ in first }
-        let pageSizes = Dictionary(manifest.databases.map { ($0.path, $0.pageSize) }) { first, _ in first }
-        for file in manifest.files {
-            switch file.source {
-            case "base":
-                guard let original = baseFiles[file.path] else {
-                    throw broken("\(file.path) is marked as unchanged, but its base \"\(base.name)\" does not hold it")
-                }
-                guard original.type == file.type, Self.isRegular(file.type), original.sha256 == file.sha256,
-                    original.size == file.size, file.sha256 != nil
-                else {
-                    throw broken("\(file.path) is marked as unchanged, but its base \"\(base.name)\" holds other content there")
-                }
-            case "pages":
-                guard let original = baseFiles[file.path], Self.isRegular(original.type), let oldSize = basePageSizes[file.path] else {
-                    throw broken("\(file.path) is patched by pages, but its base \"\(base.name)\" holds no such database")
-                }
-                guard let pageSize = pageSizes[file.path], pageSize == oldSize else {
-                    throw broken(
-                        "\(file.path) is patched by pages of \(pageSizes[file.path] ?? 0) bytes, but its base \"\(base.name)\" has pages of \(oldSize)"
-                    )
-                }
-                guard incremental.reader.pageDeltas[file.path] != nil else {
-                    throw StoreBackupError.corruptArchive(name: incremental.name, reason: "the page delta of \(file.path) is missing")
-                }
-            default:
-                continue
-            }
-        }
+        try ChainLinkRule.check(
+            manifest, named: incremental.name, hasPageDelta: { incremental.reader.pageDeltas[$0] != nil }, base: base.name,
+            baseManifest: baseManifest, baseManifestSHA256: baseSHA256)
     }
 
     /// Files and databases are both regular files on disk.
-    static func isRegular(_ type: String) -> Bool { type == "file" || type == "database" }
+    static func isRegular(_ type: String) -> Bool { ChainLinkRule.isRegular(type) }
 }

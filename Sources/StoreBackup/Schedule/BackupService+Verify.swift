@@ -166,6 +166,7 @@ extension BackupService {
     /// Verifies the backup a run just made, where it is cheapest to read (a local folder
     /// needs no download), before retention can delete an older good one. Records the
     /// outcome like a drill does; returns the error the run fails with, nil when it passed.
+    /// A failed check discards the store's chain state for `destination`.
     func verifyJustMade(_ job: StoreJob, backup: String, at destination: any BackupDestination, log: Logger) async throws
         -> StoreBackupError?
     {
@@ -181,6 +182,9 @@ extension BackupService {
             log.info("backup verified", metadata: ["backup": "\(backup)", "databases": "\(result.databases)"])
             return nil
         }
+        // The chain state describes a backup that does not restore: forget it, so the next
+        // run makes a full one instead of building on it.
+        ChainFolder(storesDirectory: job.storesDirectory, destination: destination.displayName).remove()
         return StoreBackupError.verificationFailed(backup: backup, problem: result.problem ?? "failed")
     }
 

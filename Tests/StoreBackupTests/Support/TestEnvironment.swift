@@ -22,6 +22,17 @@ enum TestEnvironment {
         return candidates.first { FileManager.default.isExecutableFile(atPath: $0) } ?? candidates.last!
     }()
 
+    /// A count an environment variable may set (a longer opt-in run), else `default`; a value
+    /// below `floor` or not a number fails the test, so no setting can empty it.
+    static func count(_ variable: String, default value: Int, floor: Int) throws -> Int {
+        guard let text = ProcessInfo.processInfo.environment[variable] else { return value }
+        guard let asked = Int(text), asked >= floor else {
+            XCTFail("\(variable)=\(text): at least \(floor) is needed")
+            throw StoreBackupError.unexpected(reason: "\(variable) below its floor")
+        }
+        return asked
+    }
+
     static func temporaryDirectory(_ label: String) throws -> String {
         let path = NSTemporaryDirectory() + "storebackup-test-\(label)-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
