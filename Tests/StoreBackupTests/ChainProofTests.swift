@@ -152,6 +152,25 @@ final class ChainProofTests: XCTestCase {
         }
     }
 
+    /// With a mirror, a chain broken at the mirror alone makes a full too (the archive is
+    /// built once, so it is an incremental only where every destination holds the whole chain).
+    func testAChainBrokenAtAMirrorIsNotExtended() async throws {
+        let mirror = work + "/mirror"
+        var names: [String] = []
+        for night in 0..<3 {
+            try touchDatabase("mirrored night \(night)")
+            let outcomes = try await helper().createBackup(alsoTo: [LocalFolderDestination(folder: mirror)])
+            XCTAssertTrue(outcomes.allSatisfy(\.succeeded), "\(outcomes.map(\.error))")
+            names.append(try XCTUnwrap(outcomes[1].backup?.name))
+        }
+        try FileManager.default.removeItem(atPath: mirror + "/" + names[1])
+        try touchDatabase("mirrored after the loss")
+        let outcomes = try await helper().createBackup(alsoTo: [LocalFolderDestination(folder: mirror)])
+        let first = try XCTUnwrap(outcomes[0].backup)
+        XCTAssertEqual(first.kind, "full")
+        XCTAssertTrue(first.fullReason?.contains(mirror) == true, "\(first.fullReason ?? "no reason")")
+    }
+
     // MARK: finding 3: names never go back, never collide
 
     /// A burst of creates within one second of the clock, then the clock stepped back by 30

@@ -95,6 +95,10 @@ final class ChainBuild: @unchecked Sendable {
                     decision = .full(reason: "\(mirror.folder.destination) does not hold the base \(state.backupName)")
                     break
                 }
+                if let listing = mirror.listing, let broken = IncrementalPlan.brokenChain(of: state, in: listing) {
+                    decision = .full(reason: "at \(mirror.folder.destination), \(broken)")
+                    break
+                }
             }
         }
         let parts = try buildParts(
