@@ -79,11 +79,28 @@ struct ChainFolder: Sendable {
         guard !state.baseManifest.isEmpty, FileSystem.fileExists(copy) else {
             throw StoreBackupError.unexpected(reason: "the chain state holds no copy of \(state.backupName)'s manifest")
         }
-        let data = try Data(contentsOf: URL(fileURLWithPath: copy))
-        guard FileDigest.hex(SHA256.hash(data: data)) == state.manifestSHA256 else {
+        guard let input = FileHandle(forReadingAtPath: copy) else {
+            throw StoreBackupError.io(path: copy, operation: "open", errno: errno)
+        }
+        defer { try? input.close() }
+        // Decoded as it is read, as restore decodes manifests: a million rows without their text.
+        let size = try FileSystem.lstatInfo(copy).st_size
+        let decoded: (manifest: Manifest, sha256: String)
+        do {
+            decoded = try ManifestStreamDecoder.decode(
+                maxBytes: Int(size), maxRows: 2 * ArchiveLimits.maxEntries, entries: []
+            ) { buffer in
+                let got = Glibc.read(input.fileDescriptor, buffer.baseAddress, buffer.count)
+                guard got >= 0 else { throw StoreBackupError.io(path: copy, operation: "read", errno: errno) }
+                return got
+            }
+        } catch is ManifestStreamDecoder.Failure {
+            throw StoreBackupError.unexpected(reason: "the copy of \(state.backupName)'s manifest cannot be read")
+        }
+        guard decoded.sha256 == state.manifestSHA256 else {
             throw StoreBackupError.unexpected(reason: "the copy of \(state.backupName)'s manifest fails its checksum")
         }
-        return try Manifest.decode(data)
+        return decoded.manifest
     }
 
     /// The JSON of a `state.json` whose last line is the SHA-256 of the rest; nil when it is not.
