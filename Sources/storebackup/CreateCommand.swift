@@ -22,8 +22,10 @@ struct CreateCommand: AsyncParsableCommand {
             backup at that destination; restoring one reads its chain back to the full. A full \
             starts a new chain every --full-every (7d), after --max-chain incrementals (14), when \
             the changes exceed --max-delta-share of the store (0.5), with --full, and whenever \
-            the chain state kept beside the store (.<name>.storebackup-chains) or the base at the \
-            destination is missing or does not match. See docs/incremental-backups.md.
+            the chain state kept beside the store (.<name>.storebackup-chains) is missing, \
+            damaged or does not match, or the chain at the destination is broken; the reason is \
+            printed (and in --json as fullReason). An incremental is checked against its base's \
+            manifest before it is published. See docs/incremental-backups.md.
             """)
 
     @Argument(help: ArgumentHelp("The stores directory to back up (or --store NAME from the configuration).", valueName: "stores-dir"))
