@@ -129,31 +129,14 @@ struct HookRunner: Sendable {
         }
     }
 
+    /// Runs the hook's command as restore runs the app's commands (``ShellCommand``): its own
+    /// process group, killed whole at the deadline, our descriptors closed.
     private func runCommand(_ command: String, event: HookEvent, timeout: TimeInterval) async throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", command]
-        process.environment = ProcessInfo.processInfo.environment.merging(event.environment) { _, new in new }
-        process.standardInput = FileHandle(forReadingAtPath: "/dev/null")
-        let status: Int32 = try await withCheckedThrowingContinuation { continuation in
-            process.terminationHandler = { finished in continuation.resume(returning: finished.terminationStatus) }
-            do { try process.run() } catch {
-                process.terminationHandler = nil
-                continuation.resume(throwing: HookError("cannot start /bin/sh: \(error.localizedDescription)"))
-                return
-            }
-            // The deadline: SIGTERM, then SIGKILL a few seconds later if it is still there.
-            let pid = process.processIdentifier
-            DispatchQueue.global().asyncAfter(deadline: .now() + timeout) {
-                guard process.isRunning else { return }
-                kill(pid, SIGTERM)
-                DispatchQueue.global().asyncAfter(deadline: .now() + 5) { if process.isRunning { kill(pid, SIGKILL) } }
-            }
+        let environment = event.environment
+        let outcome = try await runBlocking(name: "storebackup-hook") { _ in
+            ShellCommand.run(command, timeout: timeout, environment: environment)
         }
-        if process.terminationReason == .uncaughtSignal {
-            throw HookError("killed by signal \(status) (timeout \(DurationText.format(timeout)))")
-        }
-        guard status == 0 else { throw HookError("exited with status \(status)") }
+        if let failure = outcome.failure { throw HookError(failure) }
     }
 
     private func post(_ url: String, event: HookEvent, timeout: TimeInterval) async throws {

@@ -11,7 +11,8 @@ import Glibc
 /// Its own group keeps a terminal's Ctrl-C (sent to the foreground group) away from the
 /// command, so a stop or start runs to its end while the restore winds down. Its output
 /// goes to our standard error, keeping standard output for results (`--json`); no other
-/// descriptor of ours is passed on.
+/// descriptor of ours is passed on. Restore's stop and start commands and the scheduler's
+/// hooks all run this way.
 enum ShellCommand {
     enum Outcome: Sendable, Equatable {
         case succeeded
@@ -34,8 +35,9 @@ enum ShellCommand {
         }
     }
 
-    /// Runs `command` and blocks until it ends or `timeout` seconds have passed.
-    static func run(_ command: String, timeout: Double) -> Outcome {
+    /// Runs `command` and blocks until it ends or `timeout` seconds have passed; `environment`
+    /// is added to this process's own (a hook's event).
+    static func run(_ command: String, timeout: Double, environment: [String: String] = [:]) -> Outcome {
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -64,7 +66,16 @@ enum ShellCommand {
         let arguments: [UnsafeMutablePointer<CChar>?] = ["/bin/sh", "-c", command].map { (text: String) in strdup(text) } + [nil]
         defer { arguments.forEach { free($0) } }
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, Glibc.environ)
+        var variables: [UnsafeMutablePointer<CChar>?] = []
+        if !environment.isEmpty {
+            let merged = ProcessInfo.processInfo.environment.merging(environment) { _, new in new }
+            variables = merged.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        }
+        defer { variables.forEach { free($0) } }
+        let spawned =
+            variables.isEmpty
+            ? posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, Glibc.environ)
+            : posix_spawn(&pid, "/bin/sh", &actions, &attributes, arguments, variables)
         guard spawned == 0 else { return .couldNotStart(errno: spawned) }
 
         // The deadline kills the group unless the command has been reaped first (the lock
