@@ -335,9 +335,9 @@ public struct StoreHelper: Sendable {
                     do {
                         snapshots[item.relativePath] = try DatabaseSnapshot(
                             path: item.absolutePath, relativePath: item.relativePath, scratchDirectory: scratch)
-                    } catch StoreBackupError.sqlite(_, _, let message) where message.contains("malformed") {
+                    } catch let error as StoreBackupError where error.isSQLiteDamage {
                         // SQLite noticed on the way (create runs no integrity_check): say what it means.
-                        throw StoreBackupError.databaseDamagedInStore(path: item.absolutePath, reason: message)
+                        throw StoreBackupError.databaseDamagedInStore(path: item.absolutePath, reason: DamageJudge.sqliteAnswer(error))
                     }
                 }
                 TestPausePoint.reach("snapshots-held")

@@ -38,11 +38,8 @@ struct DamageJudge: Sendable {
 
     /// A failed check, or SQLite calling the file malformed before the check could run.
     static func isDamage(_ error: StoreBackupError) -> Bool {
-        switch error {
-        case .databaseCheckFailed: return true
-        case .sqlite(_, _, let message): return message.contains("malformed")
-        default: return false
-        }
+        if case .databaseCheckFailed = error { return true }
+        return error.isSQLiteDamage
     }
 
     static func sqliteAnswer(_ error: StoreBackupError) -> String {

@@ -188,3 +188,12 @@ enum SQLiteHeader {
         return (rc == SQLITE_OK && header == magic, sampleRead)
     }
 }
+
+extension StoreBackupError {
+    /// Whether this is SQLite saying a database file is damaged ("database disk image is
+    /// malformed", SQLITE_CORRUPT's message), the one place that reads it from the text.
+    var isSQLiteDamage: Bool {
+        if case .sqlite(_, _, let message) = self { return message.contains("malformed") }
+        return false
+    }
+}
