@@ -151,17 +151,11 @@ extension LocalFolderDestination {
             guard descriptor >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
             defer { close(descriptor) }
             var data = Data(count: range.count)
-            var got = 0
-            while got < range.count {
-                let result = data.withUnsafeMutableBytes {
-                    pread(descriptor, $0.baseAddress! + got, range.count - got, off_t(range.lowerBound) + off_t(got))
-                }
-                if result < 0 && errno == EINTR { continue }
-                guard result > 0 else {
-                    if result < 0 { throw StoreBackupError.io(path: path, operation: "read", errno: errno) }
-                    throw StoreBackupError.corruptArchive(name: name, reason: "it ends early (it changed while read?)")
-                }
-                got += result
+            let got = try data.withUnsafeMutableBytes {
+                try PositionedRead.fill(descriptor, into: $0, at: Int64(range.lowerBound), path: path)
+            }
+            guard got == range.count else {
+                throw StoreBackupError.corruptArchive(name: name, reason: "it ends early (it changed while read?)")
             }
             return data
         }

@@ -136,13 +136,9 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
     private func hash(descriptor: Int32, path: String, upTo end: Int64) throws {
         while hashed < end {
             let wanted = Int(min(Int64(readBack.count), end - hashed))
-            let got = pread(descriptor, readBack.baseAddress, wanted, off_t(hashed))
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else {
-                throw got < 0
-                    ? StoreBackupError.io(path: path, operation: "read", errno: errno)
-                    : StoreBackupError.checksumMismatch(name: backupName, entry: databasePath)
-            }
+            let got = try PositionedRead.some(
+                descriptor, into: UnsafeMutableRawBufferPointer(rebasing: readBack[0..<wanted]), at: hashed, path: path)
+            guard got > 0 else { throw StoreBackupError.checksumMismatch(name: backupName, entry: databasePath) }
             hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: readBack[0..<got]))
             hashed += Int64(got)
         }

@@ -43,7 +43,10 @@ final class PageMapFile {
         guard descriptor >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
         var header = [UInt8](repeating: 0, count: PageMapFormat.headerSize)
         var info = stat()
-        guard pread(descriptor, &header, header.count, 0) == header.count, fstat(descriptor, &info) == 0,
+        let headerBytes = header.withUnsafeMutableBytes { [descriptor, path] in
+            (try? PositionedRead.fill(descriptor, into: $0, at: 0, path: path)) ?? 0
+        }
+        guard headerBytes == header.count, fstat(descriptor, &info) == 0,
             Array(header[0..<4]) == PageMapFormat.magic, header[4] == PageMapFormat.version,
             header[5] == PageMapFormat.Kind.complete.rawValue, let kind = PageHashKind(rawValue: header[6])
         else {
@@ -69,8 +72,10 @@ final class PageMapFile {
         let bytes = available * PageMapFormat.hashSize
         if buffer.count < bytes { buffer = [UInt8](repeating: 0, count: bytes) }
         let offset = off_t(PageMapFormat.headerSize + (first - 1) * PageMapFormat.hashSize)
-        let got = buffer.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress, bytes, offset) }
-        guard got == bytes else { throw StoreBackupError.io(path: path, operation: "read", errno: got < 0 ? errno : EIO) }
+        try buffer.withUnsafeMutableBytes {
+            try PositionedRead.exactly(
+                descriptor, into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<bytes]), at: Int64(offset), path: path)
+        }
         return available
     }
 

@@ -171,13 +171,13 @@ final class DirectorySpool {
         var chunk = [UInt8](repeating: 0, count: Self.chunkBytes)
         while offset < length {
             let count = Int(min(Int64(Self.chunkBytes), length - offset))
-            let got = chunk.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress!, count, off_t(offset)) }
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else {
-                throw StoreBackupError.io(path: "(central directory spool)", operation: "read", errno: got < 0 ? errno : EIO)
+            try chunk.withUnsafeMutableBytes {
+                try PositionedRead.exactly(
+                    descriptor, into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<count]), at: offset,
+                    path: "(central directory spool)")
             }
-            try body(Array(chunk[0..<got]))
-            offset += Int64(got)
+            try body(Array(chunk[0..<count]))
+            offset += Int64(count)
         }
     }
 }

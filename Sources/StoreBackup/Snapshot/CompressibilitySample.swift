@@ -31,7 +31,8 @@ enum CompressibilitySample {
         guard fd >= 0 else { return false }
         defer { close(fd) }
         let range = range(fileSize: size)
-        let got = pread(fd, sample.baseAddress, min(sample.count, self.size), off_t(range.offset))
+        let wanted = UnsafeMutableRawBufferPointer(rebasing: sample[0..<min(sample.count, self.size)])
+        let got = (try? PositionedRead.some(fd, into: wanted, at: Int64(range.offset), path: path)) ?? 0
         guard got > 0 else { return false }
         return looksIncompressible(UnsafeRawBufferPointer(rebasing: sample[0..<got]))
     }

@@ -118,8 +118,8 @@ final class DatabaseSnapshot: @unchecked Sendable {
             }
             return amount
         }
-        let got = pread(copyDescriptor, buffer, amount, off_t(offset))
-        guard got == amount else { throw StoreBackupError.io(path: copyPath ?? path, operation: "read", errno: errno) }
+        try PositionedRead.exactly(
+            copyDescriptor, into: UnsafeMutableRawBufferPointer(start: buffer, count: amount), at: offset, path: copyPath ?? path)
         return amount
     }
 

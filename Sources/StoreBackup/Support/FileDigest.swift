@@ -46,11 +46,10 @@ enum FileDigest {
         let end = offset + length
         while position < end {
             let want = Int(min(Int64(buffer.count), end - position))
-            let got = pread(descriptor, buffer.baseAddress, want, off_t(position))
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else {
-                throw StoreBackupError.io(path: file, operation: "read for hashing", errno: got < 0 ? errno : EIO)
-            }
+            let got = try PositionedRead.some(
+                descriptor, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<want]), at: position, path: file,
+                operation: "read for hashing")
+            guard got > 0 else { throw StoreBackupError.io(path: file, operation: "read for hashing", errno: EIO) }
             try consume(position, UnsafeRawBufferPointer(rebasing: buffer[0..<got]))
             position += Int64(got)
         }

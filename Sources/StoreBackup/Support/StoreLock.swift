@@ -34,7 +34,7 @@ final class StoreLock: Sendable {
 
     private static func readHolder(fd: Int32) -> String {
         var buffer = [UInt8](repeating: 0, count: 512)
-        let count = pread(fd, &buffer, buffer.count, 0)
+        let count = buffer.withUnsafeMutableBytes { (try? PositionedRead.some(fd, into: $0, at: 0, path: "(lock file)")) ?? 0 }
         guard count > 0 else { return "unknown holder" }
         return String(decoding: buffer[0..<count], as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }

@@ -288,9 +288,17 @@ final class TransferContext: @unchecked Sendable {
             bodyPosition += Int64(count)
             return count
         }
-        let got = pread(bodyFile, buffer, count, off_t(bodyOffset + bodyPosition))
+        let got: Int
+        do {
+            got = try PositionedRead.some(
+                bodyFile, into: UnsafeMutableRawBufferPointer(start: buffer, count: count), at: bodyOffset + bodyPosition,
+                path: request.label, operation: "read upload data")
+        } catch {
+            failure = StoreBackupError.wrapping(error)
+            return Int(CURL_READFUNC_ABORT)
+        }
         guard got > 0 else {
-            failure = StoreBackupError.io(path: request.label, operation: "read upload data", errno: got < 0 ? errno : EIO)
+            failure = StoreBackupError.io(path: request.label, operation: "read upload data", errno: EIO)
             return Int(CURL_READFUNC_ABORT)
         }
         if let uploadLimit, !uploadLimit.pace(got, cancel: cancel) { return Int(CURL_READFUNC_ABORT) }

@@ -24,13 +24,7 @@ struct FileArchiveBytes: ArchiveBytes {
 
     func read(at offset: Int64, count: Int) throws -> [UInt8] {
         var bytes = [UInt8](repeating: 0, count: count)
-        var got = 0
-        while got < count {
-            let result = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress! + got, count - got, off_t(offset) + off_t(got)) }
-            if result < 0 && errno == EINTR { continue }
-            guard result > 0 else { break }
-            got += result
-        }
+        let got = try bytes.withUnsafeMutableBytes { try PositionedRead.fill(descriptor, into: $0, at: offset, path: "(archive)") }
         return got == count ? bytes : Array(bytes[0..<got])
     }
 

@@ -56,15 +56,10 @@ final class ArrivingArchive: ArchiveBytes, PositionedBytes, Sendable {
         guard offset < size, buffer.count > 0 else { return 0 }
         let count = Int(min(Int64(buffer.count), size - offset))
         try arrival.waitUntilArrived(offset..<offset + Int64(count))
-        while true {
-            let got = pread(descriptor, buffer.baseAddress!, count, off_t(offset))
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else {
-                if got < 0 { throw StoreBackupError.io(path: path, operation: "read", errno: errno) }
-                throw StoreBackupError.io(path: path, operation: "read", errno: EIO)
-            }
-            return got
-        }
+        let got = try PositionedRead.some(
+            descriptor, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<count]), at: offset, path: path)
+        guard got > 0 else { throw StoreBackupError.io(path: path, operation: "read", errno: EIO) }
+        return got
     }
 
     /// A libzip handle over the file as it arrives (see ``ZipSource``); libzip's check of

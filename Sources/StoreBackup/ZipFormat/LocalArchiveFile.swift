@@ -36,12 +36,7 @@ final class LocalArchiveFile: PositionedBytes, Sendable {
 
     func read(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         guard offset < size, buffer.count > 0 else { return 0 }
-        while true {
-            let got = pread(descriptor, buffer.baseAddress!, buffer.count, off_t(offset))
-            if got < 0 && errno == EINTR { continue }
-            guard got >= 0 else { throw StoreBackupError.io(path: path, operation: "read", errno: errno) }
-            return got
-        }
+        return try PositionedRead.some(descriptor, into: buffer, at: offset, path: path)
     }
 
     /// Reads until `buffer` is full or the file ends; returns the count.
