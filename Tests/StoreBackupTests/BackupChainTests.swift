@@ -88,6 +88,45 @@ final class BackupChainTests: XCTestCase {
         XCTAssertEqual(shared.dependents(of: twin), [i2])
     }
 
+    /// Issue 47, finding 3: names an earlier version wrote after the clock was set back two
+    /// hours (an incremental named before its base) or in a burst (an incremental named for
+    /// its base's own second). They are read as chains, ordered with every incremental
+    /// before its bases, and kept, deleted and picked as `latest` by that order.
+    func testNamesOutOfOrderAreReadAsChains() async throws {
+        let full = "2026-12-04 183614 Stores.zip"
+        let back = "2026-12-04 163614 incremental on 2026-12-04 183614 Stores.zip"
+        let next = "2026-12-04 163615 incremental on 2026-12-04 163614 Stores.zip"
+        let same = "2026-12-04 183656 incremental on 2026-12-04 183656 Stores.zip"
+        let sameBase = "2026-12-04 183656 Stores.zip"
+        let chains = BackupChains(names: [full, back, next, sameBase, same].shuffled())
+        XCTAssertEqual(chains.bases(of: back), [full])
+        XCTAssertEqual(chains.bases(of: same), [sameBase])
+        XCTAssertEqual(chains.chain(of: next), [full, back, next])
+        XCTAssertFalse(chains.isBroken(next))
+        XCTAssertEqual(chains.dependents(of: full), [next, back], "newest first: the order to delete them in")
+        let order = chains.backups.map(\.name)
+        XCTAssertLessThan(order.firstIndex(of: next)!, order.firstIndex(of: back)!)
+        XCTAssertLessThan(order.firstIndex(of: back)!, order.firstIndex(of: full)!)
+        XCTAssertLessThan(order.firstIndex(of: same)!, order.firstIndex(of: sameBase)!)
+
+        // On a destination: latest is the newest of the later chain, delete refuses the base,
+        // and keep-last 1 keeps the real newest with its chain.
+        let folder = work + "/backups"
+        try place([full, back, next], in: folder)
+        let destination = LocalFolderDestination(folder: folder)
+        let latest = try await destination.resolve("latest").name
+        XCTAssertEqual(latest, next)
+        let refused = try runStoreBackup(["delete", full, "--to", folder])
+        XCTAssertNotEqual(refused.status, 0, "a base others need")
+        let kept = RetentionPolicy(keepLast: 1).apply(to: try await destination.listBackups())
+        XCTAssertEqual(kept.filter(\.keep).map(\.backup.name), [next])
+        let pruner = BackupPruner(destination: destination, stateDirectory: work + "/state")
+        let plan = try await pruner.plan(RetentionPolicy(keepLast: 1), host: nil, storesDirectory: nil)
+        let deleted = try await pruner.execute(plan)
+        XCTAssertEqual(deleted, [], "the kept backup's chain stays whole")
+        XCTAssertEqual(Set(try FileManager.default.contentsOfDirectory(atPath: folder)), [full, back, next])
+    }
+
     // MARK: list
 
     func testListShowsKindBaseAndBrokenChains() throws {

@@ -88,7 +88,9 @@ public struct BackupPruner: Sendable {
         keptAsBase: (@Sendable (_ name: String, _ dependent: String) -> Void)? = nil
     ) async throws -> [String] {
         let chains = BackupChains(groups.flatMap { $0.decisions.map(\.backup) })
-        let doomed = groups.flatMap(\.toDelete).sorted { ($0.date, $0.name) > ($1.date, $1.name) }
+        let toDelete = Set(groups.flatMap(\.toDelete).map(\.name))
+        // Newest first, every incremental before its bases.
+        let doomed = chains.backups.filter { toDelete.contains($0.name) }
         var deleted: Set<String> = []
         var order: [String] = []
         for backup in doomed {

@@ -58,9 +58,11 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
     }
 
     /// Applies the policy to one group of backups (one store of one host). Returns one
-    /// decision per backup, newest first.
+    /// decision per backup, newest first (by date, every incremental before its bases:
+    /// ``BackupChains/newestFirst(_:)``, so a chain an earlier version named out of order
+    /// keeps its real newest).
     public func apply(to backups: [BackupListing], calendar: Calendar = .current) -> [Decision] {
-        let sorted = backups.sorted { ($0.date, $0.name) > ($1.date, $1.name) }
+        let sorted = BackupChains.newestFirst(backups)
         guard let newest = sorted.first else { return [] }
         var iso = Calendar(identifier: .iso8601)
         iso.timeZone = calendar.timeZone
