@@ -12,7 +12,7 @@ import XCTest
 /// The oracle is the independent walk of roundtrip_stores.py (databases by rows, files by
 /// bytes, modes and times).
 ///
-/// `STOREBACKUP_CHAIN_CASES` (default 4, at least 1) and `STOREBACKUP_CHAIN_SEED` (default 47)
+/// `STOREBACKUP_CHAIN_PROPERTY_CASES` (default 4, at least 1) and `STOREBACKUP_CHAIN_PROPERTY_SEED` (default 47)
 /// make a longer or another run; the seed is printed.
 final class ChainPropertyTests: XCTestCase {
     var work = ""
@@ -31,8 +31,8 @@ final class ChainPropertyTests: XCTestCase {
     ]
 
     func testRandomChainsRestoreEveryBackupCreateCalledGood() async throws {
-        let cases = try TestEnvironment.count("STOREBACKUP_CHAIN_CASES", default: 4, floor: 1)
-        let seed = UInt64(ProcessInfo.processInfo.environment["STOREBACKUP_CHAIN_SEED"] ?? "") ?? 47
+        let cases = try TestEnvironment.count("STOREBACKUP_CHAIN_PROPERTY_CASES", default: 4, floor: 1)
+        let seed = UInt64(ProcessInfo.processInfo.environment["STOREBACKUP_CHAIN_PROPERTY_SEED"] ?? "") ?? 47
         print("ChainPropertyTests: seed \(seed), \(cases) cases")
         work = try TestEnvironment.temporaryDirectory("chain-property")
         var random = SplitMix64(seed: seed)
