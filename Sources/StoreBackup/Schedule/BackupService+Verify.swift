@@ -34,7 +34,7 @@ public struct DrillOutcome: Sendable {
     public var wasCancelled: Bool {
         destinations.contains { place in
             guard let error = place.error else { return false }
-            return error is CancellationError || (error as? StoreBackupError) == .cancelled
+            return error == .cancelled
         }
     }
 }

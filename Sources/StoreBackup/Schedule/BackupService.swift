@@ -343,7 +343,8 @@ public struct BackupRunOutcome: Sendable {
 
     public var wasCancelled: Bool {
         guard let error else { return false }
-        return error is CancellationError || (error as? StoreBackupError) == .cancelled
+        // StoreBackupError.wrapping turns a CancellationError into .cancelled.
+        return error == .cancelled
     }
 }
 

@@ -1,21 +1,19 @@
 import Foundation
+import Synchronization
 
 /// A value shared between threads, read and written only while its lock is held.
 ///
 /// The one lock-protected box the library's shared state goes through, so that the types
 /// holding it are plainly `Sendable` (a `let` of this) instead of each claiming it unchecked.
-// Unchecked: `value` is read and written only while `lock` is held.
-final class Locked<Value: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value: Value
+/// A class around Swift's `Mutex` (a value that cannot be copied), so that it can be shared.
+final class Locked<Value: Sendable>: Sendable {
+    private let mutex: Mutex<Value>
 
-    init(_ value: Value) { self.value = value }
+    init(_ value: Value) { mutex = Mutex(value) }
 
     /// Runs `body` with the value, under the lock; keep it short and never block inside.
-    func withLock<Result>(_ body: (inout Value) throws -> Result) rethrows -> Result {
-        lock.lock()
-        defer { lock.unlock() }
-        return try body(&value)
+    func withLock<Result: Sendable>(_ body: (inout Value) throws -> Result) rethrows -> Result {
+        try mutex.withLock { value in try body(&value) }
     }
 
     /// A copy of the value as it is now.
