@@ -3,6 +3,7 @@ import Foundation
 import Metrics
 import Prometheus
 import StoreBackup
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -70,23 +71,19 @@ enum MetricsFile {
 }
 
 /// The exporter's state: written once at start, read at exit, possibly from another thread.
-/// `@unchecked Sendable`: every access goes through `lock`.
-private final class LockedTarget: @unchecked Sendable {
-    private let lock = NSLock()
-    private var storedPath: String?
-    private var storedRegistry: PrometheusCollectorRegistry?
+private final class LockedTarget: Sendable {
+    private let stored = Mutex<(path: String, registry: PrometheusCollectorRegistry)?>(nil)
 
     /// False when already set (the metrics system can be bootstrapped only once).
     func set(path: String, registry: PrometheusCollectorRegistry) -> Bool {
-        lock.withLock {
-            guard storedPath == nil else { return false }
-            storedPath = path
-            storedRegistry = registry
+        stored.withLock { stored in
+            guard stored == nil else { return false }
+            stored = (path, registry)
             return true
         }
     }
-    var path: String? { lock.withLock { storedPath } }
-    var registry: PrometheusCollectorRegistry? { lock.withLock { storedRegistry } }
+    var path: String? { stored.withLock { $0?.path } }
+    var registry: PrometheusCollectorRegistry? { stored.withLock { $0?.registry } }
 }
 
 /// Reads samples back from Prometheus's text exposition format (what the registry wrote).

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import StoreBackup
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -36,14 +37,12 @@ struct PasswordOption: ParsableArguments {
 }
 
 /// Asks on the terminal once and remembers the answer for the rest of the command.
-// Unchecked: `password` is used only while `lock` is held.
-private final class PromptedPassword: @unchecked Sendable {
-    private let lock = NSLock()
-    private var password: BackupPassword?
+private final class PromptedPassword: Sendable {
+    private let remembered = Mutex<BackupPassword?>(nil)
 
     func get(confirm: Bool) throws -> BackupPassword {
-        try lock.withLock {
-            if let password { return password }
+        try remembered.withLock { remembered in
+            if let password = remembered { return password }
             ProgressPrinter.shared.finishLine()
             guard let first = Terminal.readSecret(prompt: "Backup password: ") else {
                 throw StoreBackupError.passwordUnavailable(reason: "no password entered")
@@ -54,7 +53,7 @@ private final class PromptedPassword: @unchecked Sendable {
                 }
             }
             let password = try BackupPassword(first)
-            self.password = password
+            remembered = password
             return password
         }
     }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import StoreBackup
+import Synchronization
 
 struct RestoreCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -193,13 +194,12 @@ struct RestoreCommand: AsyncParsableCommand {
 }
 
 /// Counts reload calls so only the first (on the restored store) fails.
-// Unchecked: `count` is used only while `lock` is held.
-final class ReloadAttempts: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
+final class ReloadAttempts: Sendable {
+    private let count = Mutex(0)
     func next() -> Int {
-        lock.withLock {
-            count += 1; return count
+        count.withLock { count in
+            count += 1
+            return count
         }
     }
 }
