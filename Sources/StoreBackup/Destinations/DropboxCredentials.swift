@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The secrets a Dropbox destination may have, read with the usual precedence
 /// (`--credentials FILE`, then the environment, then `~/.config/storebackup/credentials`):
@@ -57,27 +58,26 @@ struct DropboxCredentials: Sendable {
 /// Hands out the current access token and renews it from the refresh token when Dropbox
 /// says it expired. One renewal at a time: a caller holding a token that was already
 /// replaced gets the new one without another round trip.
-// Unchecked: `current` is read and renewed only while `lock` is held.
-final class DropboxTokenSource: @unchecked Sendable {
+final class DropboxTokenSource: Sendable {
     let credentials: DropboxCredentials
     /// `{API}/oauth2/token`.
     let tokenURL: String
     let destination: String
     private let transport: RetryingTransport
-    private let lock = NSLock()
-    private var current: String?
+    /// The token in use; renewed under this lock, so one renewal runs at a time.
+    private let current: Mutex<String?>
 
     init(credentials: DropboxCredentials, tokenURL: String, destination: String, transport: RetryingTransport) {
         self.credentials = credentials
         self.tokenURL = tokenURL
         self.destination = destination
         self.transport = transport
-        current = credentials.accessToken
+        current = Mutex(credentials.accessToken)
     }
 
     /// The token to use now (obtained from the refresh token on first use if needed).
     func token(cancel: CancellationFlag?) throws -> String {
-        try lock.withLock {
+        try current.withLock { current in
             if let current { return current }
             let fresh = try requestAccessToken(cancel: cancel)
             current = fresh
@@ -88,7 +88,7 @@ final class DropboxTokenSource: @unchecked Sendable {
     /// Replaces `stale` with a new token. Returns nil when no renewal is possible.
     func renew(replacing stale: String, cancel: CancellationFlag?) throws -> String? {
         guard credentials.canRefresh else { return nil }
-        return try lock.withLock {
+        return try current.withLock { current in
             if let current, current != stale { return current }
             let fresh = try requestAccessToken(cancel: cancel)
             current = fresh
