@@ -28,8 +28,10 @@ final class BusyServiceTests: XCTestCase {
 
     /// The seeds to run: three by default, more when asked.
     var seeds: [Int] {
-        let count = ProcessInfo.processInfo.environment["STOREBACKUP_BUSY_SEEDS"].flatMap(Int.init) ?? 3
-        return Array(1...max(1, count))
+        get throws {
+            let count = try TestEnvironment.count("STOREBACKUP_BUSY_SEEDS", default: 3, floor: 1)
+            return Array(1...count)
+        }
     }
 
     /// The budget the commands run with: the documented one, given explicitly.
@@ -40,7 +42,7 @@ final class BusyServiceTests: XCTestCase {
         defer { emulator.stop() }
         let environment = emulator.environment(home: work, token: emulator.accessToken)
         let writes = ["/2/files/upload", "/2/files/upload_session/*", "/2/files/delete_v2"]
-        for seed in seeds {
+        for seed in try seeds {
             let to = ["--to", "dropbox:///Busy\(seed)"]
             try emulator.control("faults", ["kinds": ["409_write"], "probability": 0.5, "seed": seed, "routes": writes, "retry_after": 0])
             let names = try createFour(to: to, environment: environment, seed: seed)
@@ -72,7 +74,7 @@ final class BusyServiceTests: XCTestCase {
             "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>SlowDown</Code>"
             + "<Message>Please reduce your request rate.</Message></Error>"
         var busyDeletes = 0
-        for seed in seeds {
+        for seed in try seeds {
             let plan = work + "/plan-\(seed).json"
             // Real S3 sends no Retry-After with SlowDown: the client's own backoff must do.
             try JSONSerialization.data(withJSONObject: [

@@ -578,9 +578,9 @@ final class IncrementalCreateTests: XCTestCase {
     /// Seeded nights of work (updates, inserts, deletes, VACUUM, a page-size change, blobs
     /// added, changed and removed), an incremental after each: rebuilding the newest backup
     /// from its chain gives the store as it was. STOREBACKUP_INCREMENTAL_NIGHTS sets how many
-    /// nights (default 6).
+    /// nights (default 6, at least 2).
     func testSeededNightsRebuildFromTheChain() async throws {
-        let nights = Int(ProcessInfo.processInfo.environment["STOREBACKUP_INCREMENTAL_NIGHTS"] ?? "") ?? 6
+        let nights = try TestEnvironment.count("STOREBACKUP_INCREMENTAL_NIGHTS", default: 6, floor: 2)
         var random = SplitMix64(seed: 3_535)
         // Every night an incremental, however much changed: this is about what they hold.
         let policy = IncrementalPolicy(maxDeltaShare: 1)

@@ -111,7 +111,7 @@ final class LossyNetworkTests: XCTestCase {
             tcp: true, expectFault: "reset after 0")
 
         // 5. 30 % mixed faults, several seeds: honest either way.
-        for seed in seeds {
+        for seed in try seeds {
             try expectHonest(
                 target, "mixed seed \(seed)", seed: seed,
                 rules: [
@@ -152,7 +152,7 @@ final class LossyNetworkTests: XCTestCase {
                 tcp: true, expectFault: "reset after")
         }
         // 5. 30 % of connections cut somewhere, several seeds.
-        for seed in seeds {
+        for seed in try seeds {
             try expectHonest(
                 target, "mixed seed \(seed)", seed: seed,
                 rules: [
@@ -303,8 +303,10 @@ final class LossyNetworkTests: XCTestCase {
     // MARK: helpers
 
     var seeds: [Int] {
-        let count = ProcessInfo.processInfo.environment["STOREBACKUP_LOSSY_SEEDS"].flatMap(Int.init) ?? 3
-        return Array(1...max(1, count))
+        get throws {
+            let count = try TestEnvironment.count("STOREBACKUP_LOSSY_SEEDS", default: 3, floor: 1)
+            return Array(1...count)
+        }
     }
 
     func nextFolder() -> String {

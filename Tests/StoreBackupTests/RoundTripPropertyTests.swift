@@ -20,7 +20,7 @@ import XCTest
 final class RoundTripPropertyTests: XCTestCase {
     func testEveryStoreCreateAcceptsComesBackExactly() throws {
         let environmentValues = ProcessInfo.processInfo.environment
-        let cases = environmentValues["STOREBACKUP_ROUNDTRIP_CASES"].flatMap(Int.init) ?? 24
+        let cases = try TestEnvironment.count("STOREBACKUP_ROUNDTRIP_CASES", default: 24, floor: 1)
         let firstSeed = environmentValues["STOREBACKUP_ROUNDTRIP_SEED"].flatMap(Int.init) ?? 1
         let work = try TestEnvironment.temporaryDirectory("roundtrip-property")
         defer { try? FileManager.default.removeItem(atPath: work) }

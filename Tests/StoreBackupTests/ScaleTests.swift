@@ -25,7 +25,8 @@ final class ScaleTests: XCTestCase {
     /// A store of many files is created, verified and restored, and the restored tree
     /// matches the original by an independent walk (type, mode, mtime, SHA-256 of each file).
     func testManySmallFilesRoundTrip() throws {
-        let count = Int(ProcessInfo.processInfo.environment["STOREBACKUP_SCALE_FILES"] ?? "") ?? 60_000
+        // At least 1,000 files: fewer would not test a store of many.
+        let count = try TestEnvironment.count("STOREBACKUP_SCALE_FILES", default: 60_000, floor: 1_000)
         try makeStore(smallFiles: count, sizes: 200...2_000)
 
         let created = try runStoreBackup(["create", store, "--to", backups])
