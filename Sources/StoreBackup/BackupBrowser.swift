@@ -46,7 +46,7 @@ package struct BackupBrowser: Sendable {
                 if reader.manifest?.isIncremental == true {
                     // A chain is read from archive files: an incremental read in ranges is downloaded.
                     guard case .file(let path) = archive else { throw DownloadInstead() }
-                    let chain = try await BackupChain.fetch(
+                    let chain = try await StagedChain.fetch(
                         newest: ChainLink(name: backup.name, path: path, downloaded: false, reader: reader),
                         destination: destination, passwords: passwords, downloadingInto: ScratchFiles.temporaryDirectory,
                         progress: nil)
@@ -97,9 +97,9 @@ package struct BackupBrowser: Sendable {
                 // A local archive is opened once here, to see whether it starts a chain.
                 var opened: ArchiveReader? = nil
                 if case .file(let path) = archive {
-                    let reader = try await BackupChain.open(path, name: backup.name, passwords: passwords)
+                    let reader = try await StagedChain.open(path, name: backup.name, passwords: passwords)
                     if reader.manifest?.isIncremental == true {
-                        let chain = try await BackupChain.fetch(
+                        let chain = try await StagedChain.fetch(
                             newest: ChainLink(name: backup.name, path: path, downloaded: false, reader: reader),
                             destination: destination, passwords: passwords, downloadingInto: parent, progress: progress)
                         defer { chain.removeDownloads() }
@@ -150,7 +150,7 @@ package struct BackupBrowser: Sendable {
     /// target with only the selected paths (a patched database rebuilt from the chain's
     /// deltas and checked), synced, then renamed into place.
     private static func extractChain(
-        _ chain: BackupChain, selection: EntrySelection, into target: String, allowOutsideLinks: Bool,
+        _ chain: StagedChain, selection: EntrySelection, into target: String, allowOutsideLinks: Bool,
         throttle: ProgressThrottle
     ) async throws -> ExtractResult {
         let newest = chain.newest
@@ -178,7 +178,7 @@ package struct BackupBrowser: Sendable {
             let written = files.filter { selection.needs($0.path) }
             return ExtractResult(
                 backupName: newest.name, directory: target, entryCount: written.count,
-                byteCount: written.filter { BackupChain.isRegular($0.type) }.reduce(0) { $0 + $1.size },
+                byteCount: written.filter { StagedChain.isRegular($0.type) }.reduce(0) { $0 + $1.size },
                 databasesChecked: databases, warning: damageWarning(applier.damagedDatabases.current))
         }
     }

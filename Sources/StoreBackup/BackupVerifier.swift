@@ -87,7 +87,7 @@ package struct BackupVerifier: Sendable {
     /// in the scratch folder as restore builds it (every file's final SHA-256, every database's
     /// `integrity_check`).
     private func verifyChain(_ newest: ChainLink, scratch: String, progress: ProgressHandler?) async throws -> VerificationResult {
-        let chain = try await BackupChain.fetch(
+        let chain = try await StagedChain.fetch(
             newest: newest, destination: destination, passwords: passwords, downloadingInto: scratch, progress: progress)
         defer { chain.removeDownloads() }
         let throttle = ProgressThrottle(progress)
@@ -127,7 +127,7 @@ package struct BackupVerifier: Sendable {
             let throttle = ProgressThrottle(progress)
             let passwords = self.passwords
             let allowUnverified = self.allowUnverified, allowOutsideLinks = self.allowOutsideLinks
-            let reader = try await BackupChain.open(path, name: name, passwords: passwords)
+            let reader = try await StagedChain.open(path, name: name, passwords: passwords)
             if reader.manifest?.isIncremental == true {
                 let newest = ChainLink(name: name, path: path, downloaded: false, reader: reader)
                 return try await verifyChain(newest, scratch: scratch, progress: progress)

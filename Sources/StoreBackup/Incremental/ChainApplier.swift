@@ -18,10 +18,10 @@ import Glibc
 /// night by night would write the same pages again and again and read the whole file again
 /// for its checks. Only a database that a later backup replaces or removes is still patched
 /// delta by delta (``PageDeltaReader``) and checked at the end.
-/// The chain's links were checked by ``BackupChain/fetch(newest:destination:passwords:stage:)``
+/// The chain's links were checked by ``StagedChain/fetch(newest:destination:passwords:stage:)``
 /// before this runs. Any failure throws; the caller removes the folder.
 struct ChainApplier {
-    let chain: BackupChain
+    let chain: StagedChain
     let cancel: CancellationFlag
     let progress: ProgressThrottle
     var allowOutsideLinks = false
@@ -228,7 +228,7 @@ struct ChainApplier {
                 switch new.type {
                 case "directory": keep = old.type == "directory"
                 case "symlink", "fifo": keep = false
-                default: keep = BackupChain.isRegular(old.type) && new.source != nil
+                default: keep = StagedChain.isRegular(old.type) && new.source != nil
                 }
             } else {
                 keep = false

@@ -46,7 +46,7 @@ extension RestoreTransaction {
                     defer { chain.removeDownloads() }
                     return try await install(chain: chain, throttle: ProgressThrottle(progress))
                 }
-                let chain = BackupChain(links: [ChainLink(name: name, path: target, downloaded: true, reader: reader)])
+                let chain = StagedChain(links: [ChainLink(name: name, path: target, downloaded: true, reader: reader)])
                 return try await install(chain: chain, throttle: ProgressThrottle(progress)) { cancel in
                     try download.finish(cancel: cancel)
                     try ArchiveReader.checkConsistency(path: target, backupName: name)

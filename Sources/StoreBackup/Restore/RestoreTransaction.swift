@@ -75,14 +75,14 @@ struct RestoreTransaction {
     }
 
     /// Opens the staged backup and, when it is incremental, fetches and checks its chain
-    /// down to a full (``BackupChain``): nothing is written before every link holds.
+    /// down to a full (``StagedChain``): nothing is written before every link holds.
     func fetchChain(
         newest name: String, staged: (path: String, downloaded: Bool), progress: ProgressHandler?
-    ) async throws -> BackupChain {
-        let reader = try await BackupChain.open(staged.path, name: name, passwords: passwords)
+    ) async throws -> StagedChain {
+        let reader = try await StagedChain.open(staged.path, name: name, passwords: passwords)
         let newest = ChainLink(name: name, path: staged.path, downloaded: staged.downloaded, reader: reader)
         let transaction = self
-        return try await BackupChain.fetch(
+        return try await StagedChain.fetch(
             newest: newest, destination: source, passwords: passwords,
             stage: { try await transaction.stage($0, progress: progress) })
     }
@@ -107,7 +107,7 @@ struct RestoreTransaction {
     /// full backup is unpacked, before the swap (a streamed restore waits there for the
     /// rest of its download and checks it); a failure there fails the restore as any other.
     func install(
-        chain: BackupChain, throttle: ProgressThrottle, whenUnpacked: (@Sendable (CancellationFlag) throws -> Void)? = nil
+        chain: StagedChain, throttle: ProgressThrottle, whenUnpacked: (@Sendable (CancellationFlag) throws -> Void)? = nil
     ) async throws -> RestoreResult {
         let backupName = chain.newest.name
         let layout = self.layout, allowUnverified = self.allowUnverified

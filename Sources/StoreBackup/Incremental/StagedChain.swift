@@ -18,7 +18,7 @@ struct ChainLink: Sendable {
 /// A backup and, when it is incremental (format 3), every backup it applies to down to a
 /// full, each fetched and opened, and every link checked by ``ChainLinkRule`` before
 /// anything is written. A full backup is a chain of one.
-struct BackupChain: Sendable {
+struct StagedChain: Sendable {
     /// The full first, the backup asked for last.
     let links: [ChainLink]
 
@@ -36,8 +36,8 @@ struct BackupChain: Sendable {
     static func fetch(
         newest: ChainLink, destination: any BackupDestination, passwords: PasswordProvider?,
         stage: @Sendable (String) async throws -> (path: String, downloaded: Bool)
-    ) async throws -> BackupChain {
-        guard let manifest = newest.manifest, manifest.isIncremental else { return BackupChain(links: [newest]) }
+    ) async throws -> StagedChain {
+        guard let manifest = newest.manifest, manifest.isIncremental else { return StagedChain(links: [newest]) }
         var fetched: [ChainLink] = []
         do {
             let available = Set(try await destination.sortedBackups().map(\.name))
@@ -75,7 +75,7 @@ struct BackupChain: Sendable {
             for link in fetched where link.downloaded { unlink(link.path) }
             throw error
         }
-        return BackupChain(links: fetched.reversed() + [newest])
+        return StagedChain(links: fetched.reversed() + [newest])
     }
 
     /// Opens a base with the password of the chain's newest backup, then (when it does not
@@ -97,7 +97,7 @@ struct BackupChain: Sendable {
     static func fetch(
         newest: ChainLink, destination: any BackupDestination, passwords: PasswordProvider?,
         downloadingInto folder: String, progress: ProgressHandler?
-    ) async throws -> BackupChain {
+    ) async throws -> StagedChain {
         try await fetch(
             newest: newest, destination: destination, passwords: passwords,
             stage: { name in
