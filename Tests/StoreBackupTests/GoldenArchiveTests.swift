@@ -58,6 +58,33 @@ final class GoldenArchiveTests: XCTestCase {
         return found
     }
 
+    /// Every file of every format's golden folder is pinned by its SHA-256 in
+    /// Fixtures/golden/SHA256SUMS (`sha256sum` format), and nothing else is there: a golden
+    /// archive regenerated or changed by accident fails here, not silently elsewhere.
+    func testEveryGoldenFileIsPinnedBySHA256() throws {
+        let sums = try String(contentsOfFile: Self.goldenFolder + "/SHA256SUMS", encoding: .utf8)
+        var pinned: [String: String] = [:]
+        for line in sums.split(separator: "\n") {
+            let parts = line.split(separator: " ", maxSplits: 1)
+            XCTAssertEqual(parts.count, 2, "\(line)")
+            pinned[String(parts[1].drop { $0 == " " || $0 == "*" })] = String(parts[0])
+        }
+        var found: [String: String] = [:]
+        let walker = FileManager.default.enumerator(atPath: Self.goldenFolder)
+        while let relative = walker?.nextObject() as? String {
+            guard relative.hasPrefix("format-") else { continue }
+            let path = Self.goldenFolder + "/" + relative
+            let info = try FileSystem.lstatInfo(path)
+            guard info.st_mode & S_IFMT == S_IFREG else { continue }
+            found[relative] = try FileDigest.sha256(file: path, length: Int64(info.st_size))
+        }
+        XCTAssertGreaterThanOrEqual(found.count, 26, "the golden archives and their listings")
+        XCTAssertEqual(Set(found.keys), Set(pinned.keys), "files not pinned, or pinned and missing")
+        for (relative, sha256) in found.sorted(by: { $0.key < $1.key }) {
+            XCTAssertEqual(sha256, pinned[relative], "\(relative) differs from its pinned SHA-256")
+        }
+    }
+
     func testTheFormatOneArchivesAreAllThere() throws {
         let kinds = Set(try Self.goldenArchives().filter { $0.format == 1 }.map(\.kind))
         XCTAssertEqual(kinds, ["plain", "encrypted", "links", "metadata", "databases"])
