@@ -117,7 +117,7 @@ extension RetryingDestination {
     public func rangeReader(of name: String, size: Int64) -> BackupRangeReader? {
         guard let reader = base.rangeReader(of: name, size: size) else { return nil }
         let budget = RetryBudget(policy: policy)
-        let policy = self.policy, logger = self.logger, displayName = self.displayName
+        let logger = self.logger, displayName = self.displayName
         return BackupRangeReader(size: size, pieceBytes: reader.pieceBytes) { range, target, cancel in
             try WorkerPool.$operationBudget.withValue(budget) {
                 var attempt = 1
@@ -125,13 +125,8 @@ extension RetryingDestination {
                     do {
                         return try reader.readRange(range, target, cancel)
                     } catch StoreBackupError.transfer(let failure) where failure.isRetryable {
-                        let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
-                        guard attempt < policy.operationAttempts, budget.allows(delay: delay) else {
-                            throw StoreBackupError.transfer(Self.givenUp(failure, budget: budget))
-                        }
-                        logger.info(
-                            "retrying a ranged read",
-                            metadata: ["destination": "\(displayName)", "attempt": "\(attempt + 1)", "error": "\(failure.message)"])
+                        let delay = try Self.nextTry(
+                            after: failure, attempt: attempt, budget: budget, logger: logger, what: displayName + " (a ranged read)")
                         try RetryPolicy.wait(seconds: delay, cancel: cancel)
                         attempt += 1
                     }

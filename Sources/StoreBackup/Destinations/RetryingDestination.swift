@@ -61,21 +61,25 @@ public struct RetryingDestination: WrappingDestination {
                 do {
                     return try await operation()
                 } catch StoreBackupError.transfer(let failure) where failure.isRetryable {
-                    let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
-                    guard attempt < policy.operationAttempts, budget.allows(delay: delay) else {
-                        throw StoreBackupError.transfer(Self.givenUp(failure, budget: budget))
-                    }
-                    logger.info(
-                        "retrying an operation",
-                        metadata: [
-                            "destination": "\(displayName)", "attempt": "\(attempt + 1)",
-                            "error": "\(failure.message)",
-                        ])
+                    let delay = try Self.nextTry(after: failure, attempt: attempt, budget: budget, logger: logger, what: displayName)
                     do { try await Task.sleep(nanoseconds: UInt64(delay * 1_000_000_000)) } catch { throw StoreBackupError.cancelled }
                     attempt += 1
                 }
             }
         }
+    }
+
+    /// The wait before trying an operation again after `failure` (``RetryBudget/delayBeforeRetrying(_:attempt:)``),
+    /// logged; throws the failure, saying why it was given up, when there is no next try.
+    static func nextTry(
+        after failure: TransferFailure, attempt: Int, budget: RetryBudget, logger: Logger, what: String
+    ) throws -> Double {
+        guard let delay = budget.delayBeforeRetrying(failure, attempt: attempt) else {
+            throw StoreBackupError.transfer(givenUp(failure, budget: budget))
+        }
+        logger.info(
+            "retrying an operation", metadata: ["destination": "\(what)", "attempt": "\(attempt + 1)", "error": "\(failure.message)"])
+        return delay
     }
 
     /// The failure, saying that the budget ran out when it did (and how to give more).

@@ -80,7 +80,7 @@ final class RetryBudget: Sendable {
     }
 
     /// The operation's budget on this task or thread, if one is open.
-    static var current: RetryBudget? { WorkerPool.operationBudget as? RetryBudget }
+    static var current: RetryBudget? { WorkerPool.operationBudget }
 
     /// Runs `body` with `budget` as ``current`` (and on every worker thread it starts).
     static func withCurrent<T>(_ budget: RetryBudget, _ body: () async throws -> T) async rethrows -> T {
@@ -95,6 +95,16 @@ final class RetryBudget: Sendable {
         }
         retries.withLock { $0 += 1 }
         return true
+    }
+
+    /// After the `attempt`th try of a whole operation failed with `failure`: the wait before
+    /// the next try, or nil when there is none (a failure that cannot heal, the cap on
+    /// operation tries, or a wait past the budget). The one rule for retrying an operation.
+    func delayBeforeRetrying(_ failure: TransferFailure, attempt: Int) -> Double? {
+        guard failure.isRetryable else { return nil }
+        let delay = policy.delay(afterAttempt: attempt, retryAfter: failure.retryAfter)
+        guard attempt < policy.operationAttempts, allows(delay: delay) else { return nil }
+        return delay
     }
 
     /// Retries spent so far.

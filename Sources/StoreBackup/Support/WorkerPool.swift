@@ -27,10 +27,10 @@ enum WorkerPool {
         func join() { running.wait() }
     }
 
-    /// The retry budget of the operation the current task or thread works for (Transport's
-    /// `RetryBudget`), kept here so that ``start(name:width:batch:stackSize:_:)`` can carry
-    /// it onto the threads it starts without this layer knowing what a retry is.
-    @TaskLocal static var operationBudget: (any AnyObject & Sendable)?
+    /// The retry budget of the operation the current task or thread works for, carried by
+    /// ``start(name:width:batch:stackSize:_:)`` onto the threads it starts (S3's parallel
+    /// parts spend their operation's budget).
+    @TaskLocal static var operationBudget: RetryBudget?
 
     /// Starts `width` threads (clamped to 1...``maximumWidth``), each running `body` with its
     /// number. With `batch`, the threads run as Linux `SCHED_BATCH`: the same share of the
