@@ -55,7 +55,7 @@ final class ExportedMetricsTests: XCTestCase {
         do {
             _ = try await helper.createBackup()
             XCTFail("a store without databases must fail")
-        } catch {}
+        } catch StoreBackupError.noDatabases {}
         XCTAssertEqual(try metrics.expectCounter(BackupMetrics.backups, place + [("outcome", "failure")]).totalValue, 1)
         XCTAssertEqual(try metrics.expectCounter(BackupMetrics.backups, place + [("outcome", "success")]).totalValue, 1)
         XCTAssertEqual(try metrics.expectGauge(BackupMetrics.duration, place).values.count, 2, "the failed run's duration too")
@@ -78,7 +78,7 @@ final class ExportedMetricsTests: XCTestCase {
         do {
             _ = try await helper.restore("2000-01-01 000000 Stores.zip")
             XCTFail("a backup that does not exist cannot be restored")
-        } catch {}
+        } catch StoreBackupError.backupNotFound {}
         XCTAssertEqual(try metrics.expectCounter(BackupMetrics.restores, place + [("outcome", "failure")]).totalValue, 1)
         XCTAssertEqual(try metrics.expectCounter(BackupMetrics.restores, place + [("outcome", "success")]).totalValue, 1)
 

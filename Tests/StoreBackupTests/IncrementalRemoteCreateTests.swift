@@ -35,6 +35,13 @@ final class IncrementalRemoteCreateTests: XCTestCase {
             XCTAssertEqual(Set(listed.map(\.name)), [full.name, incremental.name], backend.label)
             XCTAssertEqual(listed.first { $0.name == incremental.name }?.size, incremental.size, backend.label)
             XCTAssertLessThan(incremental.size * 3, full.size, "\(backend.label): only the changes")
+            // The incremental restores from the remote chain, the update included.
+            let restored = work + "/restored-\(number)/Stores"
+            _ = try await StoreHelper(storesDirectory: restored, destination: destination).restore(incremental.name)
+            XCTAssertEqual(
+                try StoreFixture.query(restored + "/App.sqlite", "SELECT balance FROM accounts WHERE id = \(number + 1)"),
+                try StoreFixture.query(store + "/App.sqlite", "SELECT balance FROM accounts WHERE id = \(number + 1)"),
+                backend.label)
 
             try await destination.delete(incremental.name)
             let afterDelete = try await helper.createBackup()
