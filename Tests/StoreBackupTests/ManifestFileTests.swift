@@ -48,7 +48,7 @@ final class ManifestFileTests: XCTestCase {
     }
 
     /// Restore and verify hold one row and one entry per file of the archive: their sizes
-    /// are the memory per entry (docs/scale.md), so a field that widens them must be meant.
+    /// are the memory per entry (docs/dev/scale.md), so a field that widens them must be meant.
     func testRowsAndEntriesKeepTheirSize() {
         XCTAssertLessThanOrEqual(MemoryLayout<Manifest.File>.stride, 80)
         XCTAssertLessThanOrEqual(MemoryLayout<ArchiveEntry>.stride, 64)

@@ -46,7 +46,7 @@ final class ScaleTests: XCTestCase {
     }
 
     /// Create, restore and verify stay within a fixed base plus a bound per entry
-    /// (docs/scale.md): 20,000 entries by default, 200,000 with STOREBACKUP_SCALE_TESTS=1
+    /// (docs/dev/scale.md): 20,000 entries by default, 200,000 with STOREBACKUP_SCALE_TESTS=1
     /// (several minutes). Never skipped: the suite counts a skip as a failure.
     func testEntriesStayWithinTheirMemoryBound() throws {
         let count = ProcessInfo.processInfo.environment["STOREBACKUP_SCALE_TESTS"] == "1" ? 200_000 : 20_000
@@ -69,11 +69,11 @@ final class ScaleTests: XCTestCase {
 
     /// Memory of a restore or verify that does not grow with the entry count.
     static let baseKiB = 47 * 1024
-    /// Memory per entry allowed on top (docs/scale.md gives the measured figures; the debug
+    /// Memory per entry allowed on top (docs/dev/scale.md gives the measured figures; the debug
     /// build here measured 59.2 / 59.1 MiB for verify / restore at 20,000 entries).
     static let bytesPerEntry = 896
     /// The same for create, whose base also holds its block buffers (measured figures in
-    /// docs/scale.md; the debug build here measured 50.6 MiB at 20,000 entries, and 59.8 MiB
+    /// docs/dev/scale.md; the debug build here measured 50.6 MiB at 20,000 entries, and 59.8 MiB
     /// when libzip held every entry until the end, which this bound refuses).
     static let createBaseKiB = 48 * 1024
     static let createBytesPerEntry = 560

@@ -9,7 +9,7 @@ import Glibc
 ///
 /// ISA-L (Intel's igzip) deflates several times faster than zlib per core at the levels it
 /// has (1-3), and its level 2 is as fast as its level 1 but smaller, and smaller than
-/// zlib's level 1 (docs/performance.md). So levels 1-2 use ISA-L level 2, level 3 uses
+/// zlib's level 1 (docs/dev/performance.md). So levels 1-2 use ISA-L level 2, level 3 uses
 /// ISA-L level 3, and levels 4-9 stay with zlib, whose sizes ISA-L cannot match.
 /// Level 0 (stored deflate blocks, for encrypted incompressible files) stays with zlib.
 enum DeflateEngine: Equatable {

@@ -27,7 +27,7 @@ import Glibc
 /// (`POSIX_FADV_DONTNEED`), except the last MiB, where libzip may still rewrite a local header:
 /// an archive is read rarely, so it should not push the app's own data out of the cache,
 /// and the kernel hands the freed pages straight back to the next writes. (Fresh pages are
-/// dear on virtual machines whose host reclaims free guest memory; docs/performance.md.)
+/// dear on virtual machines whose host reclaims free guest memory; docs/dev/performance.md.)
 // Unchecked: `pending` and `stopping` are used only while `condition` is held; the started
 // range too, or (bounded mode) only on the pacing thread.
 final class WritebackPacer: @unchecked Sendable {

@@ -11,7 +11,7 @@ import Glibc
 /// done while the cores unpack the rest, and the final `syncfs` has only the last files left.
 ///
 /// A store of many small files leaves them all to that one final sync (each file's own
-/// writeback start was dearer, docs/performance.md), which then ran alone after the
+/// writeback start was dearer, docs/dev/performance.md), which then ran alone after the
 /// unpacking. The databases are not counted: each is fsynced as soon as it is written.
 /// The passes wait for ``begin()``, which the unpacking calls once no database check is
 /// left to run: until then the check is the longest step, the final sync already runs

@@ -128,7 +128,7 @@ final class DatabaseSnapshot: @unchecked Sendable {
     /// While the read held read-lock 0, no checkpoint could write into the main file, so
     /// the app's commits have piled up in the WAL. Left alone, the app's next automatic
     /// checkpoint would copy them all and sync the file inside one of its commits, which
-    /// then takes far longer than the app expects (docs/performance.md). A PASSIVE
+    /// then takes far longer than the app expects (docs/dev/performance.md). A PASSIVE
     /// checkpoint here does that work on our thread instead; it takes no write lock, so
     /// commits carry on beside it, and the app's own checkpoint finds it busy and skips.
     func finish() {

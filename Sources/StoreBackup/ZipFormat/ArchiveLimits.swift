@@ -8,7 +8,7 @@ import Foundation
 /// directory's bytes, the central directory must fit inside the file, and the manifest's
 /// size must fit a bound per entry. What an archive can make us allocate thus grows only
 /// with the bytes it really holds. One fixed ceiling remains, ``maxEntries``, far above
-/// real stores, so that memory per entry (see docs/scale.md) stays within what a machine
+/// real stores, so that memory per entry (see docs/dev/scale.md) stays within what a machine
 /// has; `create` refuses a store beyond it up front, so no backup is made that restore
 /// would refuse.
 enum ArchiveLimits {
