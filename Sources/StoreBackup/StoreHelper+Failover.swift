@@ -7,11 +7,12 @@ extension StoreHelper {
     /// A destination that cannot be reached, or does not have the backup, is skipped and
     /// reported to `skipped`; `latest` is resolved at each destination, so it means the newest
     /// backup *there*. Once a destination is chosen the restore runs as
-    /// ``restore(_:hooks:progress:)`` does, and a failure then is not retried elsewhere (the
+    /// ``restore(_:options:hooks:progress:)`` does, and a failure then is not retried elsewhere (the
     /// live store may already have been swapped and rolled back).
     ///
     /// - Parameters:
     ///   - nameOrLatest: A backup's name, or `latest`.
+    ///   - options: As ``restore(_:options:hooks:progress:)`` takes them.
     ///   - fallbacks: Where to look next, in order.
     ///   - hooks: How the app takes part (see ``ReloadHooks``).
     ///   - skipped: Told each destination passed over and why.
@@ -20,20 +21,21 @@ extension StoreHelper {
     /// - Throws: ``StoreBackupError/invalidBackupName(name:)`` at once for a name no
     ///   destination could hold; ``StoreBackupError/restoreRefused(reason:)`` naming every
     ///   destination's reason when none holds it (nothing was changed); else as
-    ///   ``restore(_:hooks:progress:)``.
+    ///   ``restore(_:options:hooks:progress:)``.
     public func restore(
-        _ nameOrLatest: String, failingOverTo fallbacks: [any BackupDestination], hooks: ReloadHooks = .checkDatabases,
+        _ nameOrLatest: String, options: RestoreOptions = RestoreOptions(), failingOverTo fallbacks: [any BackupDestination],
+        hooks: ReloadHooks = .checkDatabases,
         skipped: (@Sendable (_ destination: String, _ reason: StoreBackupError) -> Void)? = nil,
         progress: ProgressHandler? = nil
     ) async throws -> RestoreResult {
         let found = try await Self.firstHolding(nameOrLatest, in: [destination] + fallbacks, skipped: skipped)
         var chosen = self
         chosen.destination = found.destination
-        return try await chosen.restore(found.backup.name, hooks: hooks, progress: progress)
+        return try await chosen.restore(found.backup.name, options: options, hooks: hooks, progress: progress)
     }
 
     /// The first of `destinations`, in order, that answers and holds `nameOrLatest`
-    /// (`latest` is resolved at each). Used by ``restore(_:failingOverTo:hooks:skipped:progress:)``
+    /// (`latest` is resolved at each). Used by ``restore(_:options:failingOverTo:hooks:skipped:progress:)``
     /// and by front ends that say where they restore from before they start.
     public static func firstHolding(
         _ nameOrLatest: String, in destinations: [any BackupDestination],

@@ -49,12 +49,12 @@ struct CopyCommand: AsyncParsableCommand {
 
     func run() async throws {
         let ends = connection.resolve([from, to])
-        let copier = BackupCopier(from: ends[0], to: ends[1])
+        let source = BackupRepository(destination: ends[0]), target = ends[1]
         let printer = ProgressPrinter.shared
         let all = self.all, name = self.name
         let outcomes = await Terminal.runCancellable {
-            if all { return try await copier.copyAll(progress: printer.handler()) }
-            return try await copier.copyChain(name!, progress: printer.handler())
+            if all { return try await source.copyAll(to: target, progress: printer.handler()) }
+            return try await source.copy(name!, to: target, progress: printer.handler())
         }
         printer.finishLine()
         if json {
@@ -69,7 +69,7 @@ struct CopyCommand: AsyncParsableCommand {
                 case .failed: Terminal.info("storebackup: error: \(outcome.name): \(outcome.error ?? "failed")")
                 }
             }
-            if outcomes.isEmpty { Terminal.info("no backups in \(copier.source.displayName)") }
+            if outcomes.isEmpty { Terminal.info("no backups in \(source.destination.displayName)") }
         }
         if outcomes.contains(where: { $0.status == .failed }) { throw ExitCode(1) }
     }

@@ -141,40 +141,29 @@ struct CreateCommand: AsyncParsableCommand {
             // Asked before any work starts, so the prompt is not mixed with progress.
             do { passwords = .fixed(try provider.password()) } catch { Terminal.fail(error) }
         }
-        if destination.destinations.count > 1 { return try await runMirrored(storesDirectory, passwords: passwords) }
-        var configured = StoreHelper(
-            storesDirectory: storesDirectory, destination: try destination.resolve(),
-            compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords, logger: Terminal.logger)
-        configured.threads = threads
-        configured.incremental = try incrementalPolicy()
-        let helper = configured
+        // One archive, published to every destination at once (`--to A --to B`: the 3-2-1 rule).
+        let targets =
+            destination.destinations.count > 1
+            ? destination.connection.resolve(destination.destinations.map { Optional($0) }) : [try destination.resolve()]
+        let helper = StoreHelper(
+            storesDirectory: storesDirectory, destination: targets[0], passwords: passwords, logger: Terminal.logger)
+        let options = CreateOptions(
+            compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, threads: threads, incremental: try incrementalPolicy())
         let printer = ProgressPrinter.shared
         // Before the backup: its own reading of the store is this process, never listed.
-        let usage = json || verbose ? StoreUsage.scan(storesDirectory: helper.storesDirectory) : nil
+        let usage = targets.count == 1 && (json || verbose) ? StoreUsage.scan(storesDirectory: helper.storesDirectory) : nil
         if verbose, let usage { Self.describe(usage) }
-        let result = await Terminal.runCancellable { try await helper.createBackup(progress: printer.handler()) }
+        let outcomes = await Terminal.runCancellable {
+            let outcomes = try await helper.createBackup(options, alsoTo: Array(targets.dropFirst()), progress: printer.handler())
+            // One destination: its failure is the command's error, said as any other.
+            if outcomes.count == 1, let error = outcomes[0].error { throw error }
+            return outcomes
+        }
         printer.finishLine()
-        if json {
-            var summary: [String: Any] = [
-                "name": result.name, "encrypted": encrypt, "size": result.size, "destination": result.destination,
-                "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path),
-                "archiveSeconds": result.archiveSeconds, "uploadSeconds": result.uploadSeconds,
-                "outsideLinks": result.outsideLinks, "leftOut": result.leftOut, "leftOutCount": result.leftOut.count,
-                "warnings": result.warnings, "kind": result.kind,
-            ]
-            if let base = result.base { summary["base"] = base }
-            if let reason = result.fullReason { summary["fullReason"] = reason }
-            if let usage {
-                summary["openBy"] = usage.users.map { ["file": $0.file, "pid": Int($0.pid), "command": $0.command] as [String: Any] }
-                if !usage.blindSpots.isEmpty { summary["openByUnseen"] = usage.blindSpots }
-            }
-            let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
-            Terminal.output(String(decoding: data, as: UTF8.self))
+        if outcomes.count == 1, let backup = outcomes[0].backup {
+            try printBackup(backup, usage: usage)
         } else {
-            // With --incremental, why this one is a full (a broken chain, a damaged state, the policy).
-            if let reason = result.fullReason { Terminal.info("storebackup: a full backup: \(reason)") }
-            Terminal.info("storebackup: created \"\(result.name)\" (\(Terminal.formatBytes(result.size))) in \(result.destination)")
-            Terminal.output(result.name)
+            try printOutcomes(outcomes)
         }
     }
 

@@ -62,7 +62,7 @@ extension CreateCommand {
         if json {
             var summary: [String: Any] = [
                 "name": result.name, "encrypted": adjusted.passwordFile != nil, "size": result.size, "destination": result.destination,
-                "files": result.manifest.files.count, "databases": result.manifest.databases.map(\.path), "pruned": outcome.pruned,
+                "files": result.fileCount, "databases": result.databases, "pruned": outcome.pruned,
                 "kind": result.kind,
             ]
             if let base = result.base { summary["base"] = base }
@@ -75,6 +75,6 @@ extension CreateCommand {
 
     /// A path as the library stores it (absolute, standardized).
     static func normalized(_ path: String) -> String {
-        StoreHelper(storesDirectory: path, destination: LocalFolderDestination(folder: "/")).storesDirectory
+        StoreHelper.absolutePath(path)
     }
 }

@@ -3,21 +3,36 @@ import Foundation
 import StoreBackup
 
 extension CreateCommand {
-    /// `create DIR --to A --to B …`: one archive, published to every destination at once;
-    /// each destination's outcome on its own line (or in --json), exit status 1 if any failed.
-    func runMirrored(_ storesDirectory: String, passwords: PasswordProvider?) async throws {
-        let targets = destination.connection.resolve(destination.destinations.map { Optional($0) })
-        var configured = StoreHelper(
-            storesDirectory: storesDirectory, destination: targets[0],
-            compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, passwords: passwords, logger: Terminal.logger)
-        configured.threads = threads
-        configured.incremental = try incrementalPolicy()
-        let helper = configured
-        let printer = ProgressPrinter.shared
-        let outcomes = await Terminal.runCancellable {
-            try await helper.createBackup(alsoTo: Array(targets.dropFirst()), progress: printer.handler())
+    /// The backup made for one destination: its name on stdout, what it is on stderr (or
+    /// everything in --json).
+    func printBackup(_ result: BackupResult, usage: StoreUsage?) throws {
+        if json {
+            var summary: [String: Any] = [
+                "name": result.name, "encrypted": encrypt, "size": result.size, "destination": result.destination,
+                "files": result.fileCount, "databases": result.databases,
+                "archiveSeconds": result.archiveSeconds, "uploadSeconds": result.uploadSeconds,
+                "outsideLinks": result.outsideLinks, "leftOut": result.leftOut, "leftOutCount": result.leftOut.count,
+                "warnings": result.warnings, "kind": result.kind,
+            ]
+            if let base = result.base { summary["base"] = base }
+            if let reason = result.fullReason { summary["fullReason"] = reason }
+            if let usage {
+                summary["openBy"] = usage.users.map { ["file": $0.file, "pid": Int($0.pid), "command": $0.command] as [String: Any] }
+                if !usage.blindSpots.isEmpty { summary["openByUnseen"] = usage.blindSpots }
+            }
+            let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
+            Terminal.output(String(decoding: data, as: UTF8.self))
+        } else {
+            // With --incremental, why this one is a full (a broken chain, a damaged state, the policy).
+            if let reason = result.fullReason { Terminal.info("storebackup: a full backup: \(reason)") }
+            Terminal.info("storebackup: created \"\(result.name)\" (\(Terminal.formatBytes(result.size))) in \(result.destination)")
+            Terminal.output(result.name)
         }
-        printer.finishLine()
+    }
+
+    /// `create DIR --to A --to B …`: each destination's outcome on its own line (or in
+    /// --json), exit status 1 if any failed.
+    func printOutcomes(_ outcomes: [PublishOutcome]) throws {
         let failed = outcomes.filter { !$0.succeeded }
         if json {
             let rows: [[String: Any]] = outcomes.map { outcome in
@@ -34,8 +49,8 @@ extension CreateCommand {
             if let first = outcomes.compactMap(\.backup).first {
                 summary["name"] = first.name
                 summary["size"] = first.size
-                summary["files"] = first.manifest.files.count
-                summary["databases"] = first.manifest.databases.map(\.path)
+                summary["files"] = first.fileCount
+                summary["databases"] = first.databases
                 summary["archiveSeconds"] = first.archiveSeconds
                 summary["kind"] = first.kind
                 if let base = first.base { summary["base"] = base }

@@ -24,8 +24,9 @@ struct DeleteCommand: AsyncParsableCommand {
 
     func run() async throws {
         let target = try destination.resolve()
+        let backups = BackupRepository(destination: target)
         let name = self.name, withDependents = self.withDependents
-        let doomed = await Terminal.runCancellable { try await target.deletion(of: name, withDependents: withDependents) }
+        let doomed = await Terminal.runCancellable { try await backups.deletion(of: name, withDependents: withDependents) }
         let backup = doomed.last!
         let what =
             doomed.count == 1
@@ -40,9 +41,9 @@ struct DeleteCommand: AsyncParsableCommand {
             }
         }
         // Newest first, as planned: stopping at a failure leaves no incremental without its base.
-        for doomedName in doomed {
-            await Terminal.runCancellable { try await target.delete(doomedName) }
-            Terminal.info("storebackup: deleted \"\(doomedName)\" from \(target.displayName)")
+        let place = target.displayName
+        await Terminal.runCancellable {
+            try await backups.delete(planned: doomed) { deleted in Terminal.info("storebackup: deleted \"\(deleted)\" from \(place)") }
         }
     }
 }

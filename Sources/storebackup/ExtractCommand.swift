@@ -61,14 +61,12 @@ struct ExtractCommand: AsyncParsableCommand {
     var allowOutsideLinks = false
 
     func run() async throws {
-        var configured = BackupBrowser(destination: try destination.resolve(), passwords: password.provider(confirm: false))
-        configured.allowUnverified = allowUnverified
-        configured.allowOutsideLinks = allowOutsideLinks
-        let browser = configured
+        let backups = BackupRepository(destination: try destination.resolve(), passwords: password.provider(confirm: false))
+        let options = ExtractionOptions(allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks)
         let name = self.name, paths = self.paths, into = self.into
         let printer = ProgressPrinter.shared
         let result = await Terminal.runCancellable {
-            try await browser.extract(name, paths: paths, into: into, progress: printer.handler())
+            try await backups.extract(name, paths: paths, into: into, options: options, progress: printer.handler())
         }
         printer.finishLine()
         if let warning = result.warning { Terminal.info("storebackup: warning: \(warning)") }

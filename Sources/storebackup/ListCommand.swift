@@ -30,7 +30,8 @@ struct ListCommand: AsyncParsableCommand {
 
     func run() async throws {
         let target = try destination.resolve()
-        var backups = await Terminal.runCancellable { try await target.sortedBackups() }
+        let repository = BackupRepository(destination: target)
+        var backups = await Terminal.runCancellable { try await repository.list() }
         // Chains are read from every backup's name, before --host narrows what is shown.
         let chains = BackupChains(backups)
         let index = BackupOriginIndex(destination: target, cacheDirectory: BackupStateStore.defaultDirectory())

@@ -46,9 +46,9 @@ struct LsCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let browser = BackupBrowser(destination: try destination.resolve(), passwords: password.provider(confirm: false))
+        let backups = BackupRepository(destination: try destination.resolve(), passwords: password.provider(confirm: false))
         let name = self.name, paths = self.paths
-        let contents = await Terminal.runCancellable { try await browser.listContents(name, matching: paths) }
+        let contents = await Terminal.runCancellable { try await backups.contents(of: name, matching: paths) }
         if !contents.hasManifest {
             Terminal.info(
                 "storebackup: warning: backup \"\(contents.backupName)\" has no manifest; listed from its ZIP directory (not verifiable)")

@@ -148,11 +148,12 @@ struct PruneCommand: AsyncParsableCommand {
             }
         }
 
-        var plans: [(Target, [BackupPruner.Group])] = []
+        var plans: [(Target, [RetentionGroup])] = []
         for target in targets {
-            let pruner = BackupPruner(destination: target.destination, stateDirectory: target.stateDirectory, passwords: target.passwords)
+            let backups = BackupRepository(destination: target.destination, passwords: target.passwords)
             let groups = await Terminal.runCancellable {
-                try await pruner.plan(target.policy, host: hostFilter, storesDirectory: target.storesDirectory)
+                try await backups.retentionPlan(
+                    target.policy, host: hostFilter, storesDirectory: target.storesDirectory, originCache: target.stateDirectory)
             }
             plans.append((target, groups))
         }
@@ -190,10 +191,10 @@ struct PruneCommand: AsyncParsableCommand {
             }
         }
         for (target, groups) in plans {
-            let pruner = BackupPruner(destination: target.destination, stateDirectory: target.stateDirectory, passwords: target.passwords)
+            let backups = BackupRepository(destination: target.destination, passwords: target.passwords)
             let place = target.destination.displayName
             let deleted = await Terminal.runCancellable {
-                try await pruner.execute(
+                try await backups.prune(
                     groups,
                     locked: { name, until in
                         let when = until.map { "until " + ISO8601DateFormatter().string(from: $0) } ?? "by a legal hold"
@@ -207,7 +208,7 @@ struct PruneCommand: AsyncParsableCommand {
         }
     }
 
-    func printPlans(_ plans: [(Target, [BackupPruner.Group])]) {
+    func printPlans(_ plans: [(Target, [RetentionGroup])]) {
         let formatter = ISO8601DateFormatter()
         if json {
             let objects: [[String: Any]] = plans.flatMap { target, groups in

@@ -110,15 +110,13 @@ struct RestoreCommand: AsyncParsableCommand {
             source = try destination.resolve()
             name = self.name
         }
-        var configured = StoreHelper(
+        let helper = StoreHelper(
             storesDirectory: storesDirectory, destination: source,
             passwords: password.provider(confirm: false), logger: Terminal.logger)
-        configured.allowUnverified = allowUnverified
-        configured.acceptDamagedDatabases = acceptDamagedDatabases
-        configured.allowStoreInUse = force
-        configured.appCommands = appCommands(for: configured.storesDirectory)
-        configured.allowOutsideLinks = allowOutsideLinks
-        let helper = configured
+        let options = RestoreOptions(
+            extraction: ExtractionOptions(
+                allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases),
+            appCommands: appCommands(for: helper.storesDirectory), allowStoreInUse: force)
         if !yes {
             guard Terminal.standardInputIsTerminal else {
                 Terminal.fail(
@@ -132,7 +130,7 @@ struct RestoreCommand: AsyncParsableCommand {
         let printer = ProgressPrinter.shared
         let hooks = Self.reloadHooks()
         let result = await Terminal.runCancellable {
-            try await helper.restore(name, hooks: hooks, progress: printer.handler())
+            try await helper.restore(name, options: options, hooks: hooks, progress: printer.handler())
         }
         printer.finishLine()
         if let warning = result.warning { Terminal.info("storebackup: warning: \(warning)") }

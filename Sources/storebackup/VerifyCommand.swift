@@ -77,15 +77,15 @@ struct VerifyCommand: AsyncParsableCommand {
     func run() async throws {
         if let store { return try await runDrill(store) }
         metrics.start()
-        var configured = BackupVerifier(destination: try destination.resolve(), passwords: password.provider(confirm: false))
-        configured.allowUnverified = allowUnverified
-        configured.allowOutsideLinks = allowOutsideLinks
-        configured.metadataOnly = metadataOnly
-        let verifier = configured
-        let selection: BackupVerifier.Selection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
+        let backups = BackupRepository(destination: try destination.resolve(), passwords: password.provider(confirm: false))
+        let options = ExtractionOptions(allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks)
+        let selection: BackupSelection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
         let printer = ProgressPrinter.shared
-        let results = await Terminal.runCancellable { try await verifier.verify(selection, progress: printer.handler()) }
-            .map(Self.inCommandLineWords)
+        let metadataOnly = self.metadataOnly
+        let results = await Terminal.runCancellable {
+            try await backups.verify(selection, options: options, metadataOnly: metadataOnly, progress: printer.handler())
+        }
+        .map(Self.inCommandLineWords)
         printer.finishLine()
         try Self.print(results, json: json)
         if results.contains(where: { !$0.ok }) { throw ExitCode(1) }

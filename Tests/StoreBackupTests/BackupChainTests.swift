@@ -194,7 +194,7 @@ final class BackupChainTests: XCTestCase {
         try place([], in: work + "/Stores")
         let helper = StoreHelper(storesDirectory: work + "/Stores", destination: LocalFolderDestination(folder: folder))
         do {
-            try await helper.deleteBackup(f5)
+            try await helper.repository.delete(f5)
             XCTFail("a base was deleted")
         } catch StoreBackupError.backupHasDependents(let name, _, let dependents) {
             XCTAssertEqual(name, f5)
@@ -202,13 +202,13 @@ final class BackupChainTests: XCTestCase {
         }
         let locked = RefusingDeletes(base: LocalFolderDestination(folder: folder), refused: [i3])
         do {
-            _ = try await locked.deleteBackup(f1, withDependents: true)
+            _ = try await BackupRepository(destination: locked).delete(f1, withDependents: true)
             XCTFail("the refused dependent did not stop the delete")
         } catch StoreBackupError.backupLocked(let name, _, _) {
             XCTAssertEqual(name, i3)
         }
         XCTAssertEqual(try names(in: folder), Set(all).subtracting([i4]), "only the newest dependent went; i3's chain stays whole")
-        let deleted = try await helper.deleteBackup(f5, withDependents: true)
+        let deleted = try await helper.repository.delete(f5, withDependents: true)
         XCTAssertEqual(deleted, [i6, f5])
     }
 

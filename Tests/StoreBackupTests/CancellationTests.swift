@@ -60,7 +60,7 @@ final class CancellationTests: XCTestCase {
             canceller.cancel()  // from the first file on (once is enough; again is harmless)
         }
         defer { TestHooks.pausePoint = nil }
-        let task = Task<ExtractResult, Error> { try await helper.extract("latest", into: into) }
+        let task = Task<ExtractResult, Error> { try await helper.repository.extract("latest", into: into) }
         canceller.attach { task.cancel() }
         do {
             let result = try await task.value

@@ -28,16 +28,14 @@ final class ChainProofTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: work)
     }
 
-    func helper(_ policy: IncrementalPolicy = IncrementalPolicy()) -> StoreHelper {
-        var helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups))
-        helper.incremental = policy
-        return helper
+    func helper(_ policy: IncrementalPolicy = IncrementalPolicy()) -> ChainedHelper {
+        ChainedHelper(StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups)), policy: policy)
     }
 
     /// Verifies the named backups (their chains read from the destination); fails for each that does not pass.
     func assertVerifies(_ names: [String], file: StaticString = #filePath, line: UInt = #line) async throws {
         for name in names {
-            let result = try await helper().verify(.named(name))[0]
+            let result = try await helper().repository.verify(.named(name))[0]
             XCTAssertTrue(result.ok, "\(name): \(result.problem ?? "")", file: file, line: line)
         }
     }
@@ -181,7 +179,7 @@ final class ChainProofTests: XCTestCase {
         let clock = Locked(start)
         func make() async throws -> BackupResult {
             var helper = helper(IncrementalPolicy(maxChainLength: 6))
-            helper.now = { clock.withLock { $0 } }
+            helper.helper.now = { clock.withLock { $0 } }
             return try await helper.createBackup()
         }
         var made: [BackupResult] = []
@@ -207,7 +205,7 @@ final class ChainProofTests: XCTestCase {
             XCTAssertFalse(chains.isBroken(backup.name), backup.name)
             XCTAssertEqual(chains.base(of: backup.name), backup.base, backup.name)
         }
-        let results = try await helper().verify(.all)
+        let results = try await helper().repository.verify(.all)
         XCTAssertEqual(results.count, made.count)
         XCTAssertTrue(results.allSatisfy(\.ok), "\(results.filter { !$0.ok })")
     }

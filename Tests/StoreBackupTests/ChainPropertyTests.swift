@@ -52,9 +52,8 @@ final class ChainPropertyTests: XCTestCase {
         try Self.settingsVariants[0].write(to: URL(fileURLWithPath: store + "/.settings"))
         let clock = Locked(Date(timeIntervalSince1970: 1_800_000_000))
         var helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups))
-        helper.incremental = IncrementalPolicy(maxChainLength: 5)
         helper.now = { clock.withLock { $0 } }
-        let made = helper
+        let made = ChainedHelper(helper, policy: IncrementalPolicy(maxChainLength: 5))
 
         var trees: [String: [String: [String: AnyHashable]]] = [:]
         var settingsAllowed: [String: Set<Data>] = [:]
@@ -84,7 +83,7 @@ final class ChainPropertyTests: XCTestCase {
             stop.withLock { $0 = true }
             while let thread = rewriter, !thread.isFinished { usleep(1_000) }
             creates += 1
-            let verified = try await made.verify(.named(backup.name))[0]
+            let verified = try await made.repository.verify(.named(backup.name))[0]
             XCTAssertTrue(verified.ok, "case \(index): \(backup.name): \(verified.problem ?? "")")
             let tree = try Self.describe(store)
             trees[backup.name] = tree
@@ -148,7 +147,7 @@ final class ChainPropertyTests: XCTestCase {
             if !reused { XCTAssertEqual(chains.isBroken(name), !whole, "case \(index): list's reading of \(name)") }
             guard whole else { continue }
             XCTAssertEqual(chains.chain(of: name), chain.reversed(), "case \(index): list's chain of \(name)")
-            let result = try await made.verify(.named(name))[0]
+            let result = try await made.repository.verify(.named(name))[0]
             XCTAssertTrue(result.ok, "case \(index): \(name) at the end: \(result.problem ?? "")")
             try await assertRestores(name, from: backups, tree: tree, settings: settingsAllowed[name]!, label: "case \(index) at the end")
         }

@@ -355,7 +355,7 @@ final class CrashSafetyTests: XCTestCase {
         let started = clock.now
         let result = try runStoreBackup(arguments, environment: environment)
         XCTAssertEqual(result.status, 0, result.stderr)
-        return StoreHelper.seconds(clock.now - started)
+        return (clock.now - started).inSeconds
     }
 
     private func snapshotMethod(of backup: String) throws -> String? {

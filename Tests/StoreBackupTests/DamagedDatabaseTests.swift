@@ -87,8 +87,8 @@ final class DamagedDatabaseTests: XCTestCase {
             XCTAssertEqual(error.remedy, .acceptDamagedDatabases)
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: live))
-        helper.acceptDamagedDatabases = true
-        let result = try await helper.restore(backupName, hooks: .checkDatabases)
+        let result = try await helper.restore(
+            backupName, options: RestoreOptions(extraction: ExtractionOptions(acceptDamagedDatabases: true)), hooks: .checkDatabases)
         XCTAssertEqual(result.damagedDatabases, ["Data.sqlite"])
     }
 

@@ -35,7 +35,7 @@ final class DestinationCapabilityTests: XCTestCase {
         XCTAssertEqual(destination.localPath(of: created.name), backups + "/" + created.name)
         XCTAssertNil(destination.localPath(of: "2001-01-01 000000 Stores.zip"))
 
-        let verified = try await helper.verify()
+        let verified = try await helper.repository.verify()
         XCTAssertEqual(verified.first?.ok, true, verified.first?.problem ?? "")
         let restored = try await helper.restore(created.name)
         XCTAssertEqual(restored.backupName, created.name)

@@ -102,21 +102,20 @@ final class EmbeddingTests: XCTestCase {
         XCTAssertTrue(sawArchiving, "it was cancelled midway, while archiving")
         XCTAssertEqual(try backupFolderContents(), [], "no backup and no temporary archive")
         XCTAssertEqual(try ourTemporaryFiles(), [])
-        let listed = try await helper.listBackups()
+        let listed = try await helper.repository.list()
         XCTAssertEqual(listed, [])
         XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA integrity_check"), "ok")
     }
 
     func testCancellingBeforeTheSnapshotPublishesNothing() async throws {
-        var helper = self.helper
+        let helper = self.helper
         let canceller = TaskCanceller()
         let quiesced = CallLog()
         // The app's quiesce hook runs while the task is cancelled; create must stop there.
-        helper.quiesce = {
+        let options = CreateOptions(quiesce: {
             quiesced.append("quiesce"); canceller.cancel()
-        }
-        let frozen = helper
-        let task = Task { try await frozen.createBackup() }
+        })
+        let task = Task { try await helper.createBackup(options) }
         canceller.attach { task.cancel() }
         do {
             _ = try await task.value
@@ -198,14 +197,13 @@ final class EmbeddingTests: XCTestCase {
     // MARK: hooks
 
     func testQuiesceRunsBeforeTheSnapshotAndItsWritesAreInTheBackup() async throws {
-        var helper = self.helper
-        helper.quiesce = { [store] in
+        let options = CreateOptions(quiesce: { [store] in
             // What an app's cache flush does: write what it held in memory.
             let settings = try SQLiteConnection(path: store + "/Settings.sqlite", mode: .readWrite)
             defer { settings.close() }
             try settings.execute("INSERT INTO kv VALUES('flushed', 'from quiesce')", operation: "flush")
-        }
-        let created = try await helper.createBackup()
+        })
+        let created = try await helper.createBackup(options)
         try changeTheme(to: "light")
         _ = try await self.helper.restore(created.name)
         XCTAssertEqual(try StoreFixture.query(store + "/Settings.sqlite", "SELECT v FROM kv WHERE k='flushed'"), "from quiesce")
@@ -214,10 +212,8 @@ final class EmbeddingTests: XCTestCase {
 
     func testAFailingQuiesceHookPublishesNothing() async throws {
         struct FlushFailed: Error {}
-        var helper = self.helper
-        helper.quiesce = { throw FlushFailed() }
         do {
-            _ = try await helper.createBackup()
+            _ = try await helper.createBackup(CreateOptions(quiesce: { throw FlushFailed() }))
             XCTFail("create should have failed")
         } catch is FlushFailed {}
         XCTAssertEqual(try backupFolderContents(), [])
@@ -256,7 +252,7 @@ final class EmbeddingTests: XCTestCase {
 
     func testVerifyThroughTheHelper() async throws {
         let created = try await helper.createBackup()
-        let results = try await helper.verify()
+        let results = try await helper.repository.verify()
         XCTAssertEqual(results.map(\.name), [created.name])
         XCTAssertEqual(results.first?.ok, true, results.first?.problem ?? "")
         XCTAssertEqual(results.first?.databases, 2)
@@ -264,16 +260,15 @@ final class EmbeddingTests: XCTestCase {
 
     func testVerifyThroughTheHelperOpensEncryptedBackupsWithItsPasswords() async throws {
         var encrypting = helper
-        encrypting.encrypt = true
         encrypting.passwords = .fixed(try BackupPassword("correct horse battery staple"))
-        let created = try await encrypting.createBackup()
-        let results = try await encrypting.verify()
+        let created = try await encrypting.createBackup(CreateOptions(encrypt: true))
+        let results = try await encrypting.repository.verify()
         XCTAssertEqual(results.map(\.name), [created.name])
         XCTAssertEqual(results.first?.ok, true, results.first?.problem ?? "")
         XCTAssertEqual(results.first?.databases, 2)
 
         // Without the password the same backup cannot be checked, and says why.
-        let withoutPassword = try await helper.verify()
+        let withoutPassword = try await helper.repository.verify()
         XCTAssertEqual(withoutPassword.first?.ok, false)
     }
 

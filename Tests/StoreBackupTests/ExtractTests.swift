@@ -209,18 +209,18 @@ final class ExtractTests: XCTestCase {
 
         let nowhere = work + "/nowhere/Stores"
         let helper = StoreHelper(storesDirectory: nowhere, destination: LocalFolderDestination(folder: backups))
-        let result = try await helper.extract("latest", paths: ["notes.txt", "Caches/"], into: work + "/library")
+        let result = try await helper.repository.extract("latest", paths: ["notes.txt", "Caches/"], into: work + "/library")
         XCTAssertEqual(result.entryCount, 3)
         XCTAssertEqual(result.byteCount, 13)
         XCTAssertEqual(result.databasesChecked, [])
         XCTAssertEqual(try StoreFixture.describe(work + "/library").keys.sorted(), ["Caches", "Caches/Empty", "notes.txt"])
-        let contents = try await helper.listContents("latest", matching: ["notes.txt"])
+        let contents = try await helper.repository.contents(of: "latest", matching: ["notes.txt"])
         XCTAssertEqual(contents.entries.map(\.path), ["notes.txt"])
         XCTAssertEqual(
             contents.entries.first?.sha256, SHA256.hash(data: Data("grocery list\n".utf8)).map { String(format: "%02x", $0) }.joined())
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/nowhere"), "no store, lock file or folder made")
         do {
-            _ = try await helper.extract("latest", paths: ["ghost"], into: work + "/ghost")
+            _ = try await helper.repository.extract("latest", paths: ["ghost"], into: work + "/ghost")
             XCTFail("an unknown path must be refused")
         } catch let error as StoreBackupError {
             XCTAssertEqual(error, .notInBackup(name: result.backupName, paths: ["ghost"]))

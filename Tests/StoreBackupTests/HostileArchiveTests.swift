@@ -17,7 +17,7 @@ final class HostileArchiveTests: XCTestCase {
     static let builder = TestEnvironment.packageRoot + "/Tests/Support/hostile_archives.py"
     /// The project's memory budget for create, restore and verify.
     static let budgetKiB = 64 * 1024
-    /// What restore and verify may use for the 49,990-entry archive (docs/scale.md).
+    /// What restore and verify may use for the 49,990-entry archive (docs/dev/scale.md).
     static let ceilingAtTheLimitsKiB = 200 * 1024
 
     override func setUpWithError() throws {
@@ -142,7 +142,7 @@ final class HostileArchiveTests: XCTestCase {
 
         let reader = try ArchiveReader(path: backups + "/" + name, backupName: name)
         let reading = VerifyReading(
-            reader: reader, allowUnverified: true, allowOutsideLinks: false, cancel: CancellationFlag(),
+            reader: reader, allowed: ExtractionOptions(allowUnverified: true), cancel: CancellationFlag(),
             progress: ProgressThrottle(nil))
         let scratch = work + "/scratch"
         XCTAssertEqual(try reading.read(into: scratch), ["App.sqlite"])

@@ -24,12 +24,11 @@ final class IncrementalCreateTests: XCTestCase {
         try? FileManager.default.removeItem(atPath: work)
     }
 
-    func helper(policy: IncrementalPolicy = IncrementalPolicy(), encrypted: Bool = false) throws -> StoreHelper {
-        var helper = StoreHelper(
-            storesDirectory: store, destination: LocalFolderDestination(folder: backups), encrypt: encrypted,
+    func helper(policy: IncrementalPolicy = IncrementalPolicy(), encrypted: Bool = false) throws -> ChainedHelper {
+        let helper = StoreHelper(
+            storesDirectory: store, destination: LocalFolderDestination(folder: backups),
             passwords: encrypted ? .fixed(try BackupPassword(Self.password)) : nil)
-        helper.incremental = policy
-        return helper
+        return ChainedHelper(helper, policy: policy, encrypt: encrypted)
     }
 
     /// What python's zipfile sees in an archive: names, whether each is encrypted, the
@@ -275,7 +274,7 @@ final class IncrementalCreateTests: XCTestCase {
 
         // Another password, or no encryption, starts a new chain.
         var other = try helper(encrypted: true)
-        other.passwords = .fixed(try BackupPassword("another password"))
+        other.helper.passwords = .fixed(try BackupPassword("another password"))
         let renewed = try await other.createBackup()
         XCTAssertEqual(renewed.kind, "full")
         XCTAssertNotEqual(renewed.manifest.hashSalt, first.manifest.hashSalt)
@@ -368,7 +367,7 @@ final class IncrementalCreateTests: XCTestCase {
             XCTAssertEqual(state.archiveSize, backup.size)
             XCTAssertEqual(state.chainLength, 0)
         }
-        helper.incremental = IncrementalPolicy(forceFull: true)
+        helper.options.incremental = IncrementalPolicy(forceFull: true)
         let forced = try await helper.createBackup(alsoTo: [mirror])
         XCTAssertEqual(forced.compactMap(\.backup).map(\.kind), ["full", "full"])
     }
@@ -635,12 +634,12 @@ final class IncrementalCreateTests: XCTestCase {
         let eightDaysOn = Date().addingTimeInterval(8 * 86_400)
         addBlob("b", bytes: 1_000)
         var nineDays = try helper(policy: IncrementalPolicy(fullEvery: 9 * 86_400))
-        nineDays.now = { eightDaysOn }
+        nineDays.helper.now = { eightDaysOn }
         let longer = try await nineDays.createBackup()
         XCTAssertEqual(longer.kind, "incremental", "within a 9-day period")
         addBlob("c", bytes: 1_000)
         var sevenDays = try helper()
-        sevenDays.now = { eightDaysOn.addingTimeInterval(60) }
+        sevenDays.helper.now = { eightDaysOn.addingTimeInterval(60) }
         let renewed = try await sevenDays.createBackup()
         XCTAssertEqual(renewed.kind, "full", "the chain's full is 8 days old; the default is 7")
     }

@@ -21,8 +21,7 @@ final class IncrementalRemoteCreateTests: XCTestCase {
 
         for (number, backend) in backends.enumerated() {
             let destination = try backend.make("chain-\(number)", nil, policy)
-            var helper = StoreHelper(storesDirectory: store, destination: destination)
-            helper.incremental = IncrementalPolicy()
+            let helper = ChainedHelper(StoreHelper(storesDirectory: store, destination: destination))
             let full = try await helper.createBackup()
             XCTAssertEqual(full.kind, "full", backend.label)
             let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)

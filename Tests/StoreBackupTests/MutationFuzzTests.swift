@@ -33,10 +33,9 @@ final class MutationFuzzTests: XCTestCase {
         let target = work + "/Target"
         let mutatedFolder = work + "/mutated"
         let password = try BackupPassword("fuzz password")
-        var helper = StoreHelper(
+        let helper = StoreHelper(
             storesDirectory: target, destination: LocalFolderDestination(folder: mutatedFolder),
             passwords: .fixed(password))
-        helper.compressionLevel = 1
         let verifier = BackupVerifier(destination: LocalFolderDestination(folder: mutatedFolder), passwords: .fixed(password))
         let archive = mutatedFolder + "/" + Self.backupName
         try FileManager.default.createDirectory(atPath: mutatedFolder, withIntermediateDirectories: true)
@@ -122,8 +121,8 @@ final class MutationFuzzTests: XCTestCase {
             let folder = work + (encrypt ? "/encrypted" : "/plain")
             let helper = StoreHelper(
                 storesDirectory: store, destination: LocalFolderDestination(folder: folder),
-                encrypt: encrypt, passwords: .fixed(try BackupPassword("fuzz password")))
-            let backup = try await helper.createBackup()
+                passwords: .fixed(try BackupPassword("fuzz password")))
+            let backup = try await helper.createBackup(CreateOptions(encrypt: encrypt))
             archives.append(Array(try Data(contentsOf: URL(fileURLWithPath: folder + "/" + backup.name))))
         }
         return archives

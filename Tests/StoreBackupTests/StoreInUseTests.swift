@@ -268,11 +268,12 @@ final class StoreInUseTests: XCTestCase {
         let usage = StoreUsage.scan(storesDirectory: store)
         XCTAssertTrue(usage.users.contains(StoreUser(file: "App.sqlite", pid: pid, command: usage.users.first?.command ?? "")))
         XCTAssertTrue(usage.blindSpots.isEmpty, "\(usage.blindSpots)")
-        var helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups))
-        helper.checkStoreInUseEarly = false
+        let helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups))
         let closed = Locked(false)
         do {
-            _ = try await helper.restore("latest", hooks: ReloadHooks(willSwap: { closed.withLock { $0 = true } }, reload: { _ in }))
+            _ = try await helper.restore(
+                "latest", options: RestoreOptions(checkStoreInUseEarly: false),
+                hooks: ReloadHooks(willSwap: { closed.withLock { $0 = true } }, reload: { _ in }))
             XCTFail("restored a store open in another process")
         } catch let error as StoreBackupError {
             guard case .storeInUse(let reason, .stopStoreUsers) = error else { return XCTFail("\(error)") }

@@ -128,8 +128,7 @@ final class StreamingRestoreTests: XCTestCase {
         let servers = try TestServers(label: "streaming-chain")
         defer { servers.stop() }
         let backend = ContractBackend.s3(try servers.start("s3"), work: work)
-        var helper = StoreHelper(storesDirectory: store, destination: try backend.make("chain", nil, Self.retry))
-        helper.incremental = IncrementalPolicy()
+        let helper = ChainedHelper(StoreHelper(storesDirectory: store, destination: try backend.make("chain", nil, Self.retry)))
         let full = try await helper.createBackup()
         let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
         try app.execute("UPDATE accounts SET balance = balance + 7 WHERE id = 1", operation: "update")

@@ -6,10 +6,8 @@
 struct SelectiveExtraction {
     let reader: ArchiveReader
     let selection: EntrySelection
-    /// Accept an archive without a manifest (checking only CRCs and databases).
-    let allowUnverified: Bool
-    /// See ``ExtractionOptions/allowOutsideLinks``.
-    let allowOutsideLinks: Bool
+    /// What the person allowed; ``ExtractionOptions/acceptDamagedDatabases`` is extract's own (see ``options``).
+    let allowed: ExtractionOptions
     let cancel: CancellationFlag
     let progress: ProgressThrottle
     /// The databases found damaged at the source (relative path: SQLite's answer).
@@ -18,7 +16,9 @@ struct SelectiveExtraction {
     /// Extract takes files out to look at: a database damaged before the backup
     /// comes out as it was, with a warning (restore refuses it unless asked).
     private var options: ExtractionOptions {
-        ExtractionOptions(allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: true)
+        var options = allowed
+        options.acceptDamagedDatabases = true
+        return options
     }
 
     /// Extracts into `target`, which must not exist yet. Returns the databases checked.

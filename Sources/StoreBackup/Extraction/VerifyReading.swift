@@ -5,10 +5,8 @@
 /// then fails the backup.
 struct VerifyReading {
     let reader: ArchiveReader
-    /// Accept an archive without a manifest (checking only CRCs and databases).
-    let allowUnverified: Bool
-    /// See ``ExtractionOptions/allowOutsideLinks``.
-    let allowOutsideLinks: Bool
+    /// What the person allowed; ``ExtractionOptions/acceptDamagedDatabases`` is verify's own (see ``options``).
+    let allowed: ExtractionOptions
     let cancel: CancellationFlag
     let progress: ProgressThrottle
     /// The databases found damaged at the source (relative path: SQLite's answer).
@@ -16,7 +14,9 @@ struct VerifyReading {
 
     /// Every database checked, to name all the damaged ones, then the backup fails.
     private var options: ExtractionOptions {
-        ExtractionOptions(allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: true)
+        var options = allowed
+        options.acceptDamagedDatabases = true
+        return options
     }
 
     /// Reads the whole backup, writing its databases into `scratch` (which must not exist

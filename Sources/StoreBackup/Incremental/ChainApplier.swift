@@ -24,8 +24,8 @@ struct ChainApplier {
     let chain: StagedChain
     let cancel: CancellationFlag
     let progress: ProgressThrottle
-    var allowOutsideLinks = false
-    var acceptDamagedDatabases = false
+    /// See ``ExtractionOptions``; a chain is never read without its manifests.
+    var options = ExtractionOptions()
     /// Build only the paths this accepts (`extract` of a few files: the selected paths and
     /// the folders on their way); nil builds the whole tree.
     var selection: (@Sendable (String) -> Bool)? = nil
@@ -179,7 +179,7 @@ struct ChainApplier {
         let step = ChainStepApplication(
             reader: reader, step: index > 0 ? .incremental : .full,
             deferredChecks: deferred.subtracting(rebuilt.keys), patches: patches,
-            selection: selection, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases,
+            selection: selection, options: options,
             cancel: cancel, progress: progress)
         try step.apply(into: target)
         for (path, patch) in step.patches {
@@ -273,7 +273,7 @@ struct ChainApplier {
         let databases = Set(manifest.databases.map(\.path))
         let patched = manifest.files.filter { unchecked.contains($0.path) && isSelected($0.path) }
         let cancel = self.cancel, progress = self.progress, damagedDatabases = self.damagedDatabases
-        let acceptDamagedDatabases = self.acceptDamagedDatabases
+        let acceptDamagedDatabases = options.acceptDamagedDatabases
         // One database per thread: each is read once for its SHA-256, then checked.
         try WorkerPool.forEach(patched, name: "storebackup-check", width: min(max(1, patched.count), WorkerPool.cores), cancel: cancel) {
             file in

@@ -24,8 +24,7 @@ struct ChainStepApplication {
     /// The checks before writing still cover the whole archive.
     let selection: (@Sendable (String) -> Bool)?
     /// See ``ExtractionOptions``; a chain is never read without its manifests.
-    let allowOutsideLinks: Bool
-    let acceptDamagedDatabases: Bool
+    let options: ExtractionOptions
     let cancel: CancellationFlag
     let progress: ProgressThrottle
     /// The databases found damaged at the source (relative path: SQLite's answer).
@@ -36,7 +35,8 @@ struct ChainStepApplication {
     @discardableResult
     func apply(into target: String) throws -> [String] {
         let incremental = step == .incremental
-        let options = ExtractionOptions(allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases)
+        var options = self.options
+        options.allowUnverified = false
         let plan = try ExtractionPlan(reader: reader, incremental: incremental, options: options)
         let files = EntryList(reader.entries) { $0.kind == .file && isSelected($0.path) }
         try plan.checkFreeSpace(writing: files, into: target)
@@ -47,7 +47,7 @@ struct ChainStepApplication {
             links: plan.links.filter { isSelected($0.entry.path) })
         var unpacking = ParallelUnpacking(
             writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: .all),
-            judge: DamageJudge(reader: reader, accept: acceptDamagedDatabases, found: damagedDatabases), progress: progress)
+            judge: DamageJudge(reader: reader, accept: options.acceptDamagedDatabases, found: damagedDatabases), progress: progress)
         unpacking.deferredChecks = deferredChecks
         unpacking.patches = patches
         try unpacking.run(files, tree: tree, durable: false)

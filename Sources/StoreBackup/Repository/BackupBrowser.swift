@@ -8,28 +8,24 @@ import Glibc
 ///
 /// Nothing here touches, locks or recovers a live store: it needs only a destination (and
 /// the password of encrypted backups), so it works while a restore holds the store's lock,
-/// or on a machine that has no store. ``StoreHelper/listContents(_:matching:)`` and
-/// ``StoreHelper/extract(_:paths:into:progress:)`` use it with the helper's destination.
-package struct BackupBrowser: Sendable {
+/// or on a machine that has no store. ``BackupRepository/contents(of:matching:)`` and
+/// ``BackupRepository/extract(_:paths:into:options:progress:)`` are its doors.
+struct BackupBrowser: Sendable {
     /// Where the backups are.
-    public let destination: any BackupDestination
+    let destination: any BackupDestination
     /// For encrypted backups: asked when one is opened.
-    public var passwords: PasswordProvider?
-    /// Extract from a backup without a manifest, checking only CRCs and
-    /// `PRAGMA integrity_check`; by default such a backup is refused (listing it is allowed).
-    public var allowUnverified = false
-    /// Make the links the manifest records as pointing outside the store (see
-    /// ``StoreHelper/allowOutsideLinks``).
-    public var allowOutsideLinks = false
+    var passwords: PasswordProvider?
+    /// What extract may let through (listing a backup without a manifest is always allowed).
+    var options = ExtractionOptions()
 
     /// A browser of the backups in `destination`; `passwords` opens encrypted ones.
-    public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
+    init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
         self.destination = destination
         self.passwords = passwords
     }
 
-    /// What the backup holds; see ``StoreHelper/listContents(_:matching:)``.
-    public func listContents(_ nameOrLatest: String, matching paths: [String] = []) async throws -> BackupContents {
+    /// What the backup holds; see ``BackupRepository/contents(of:matching:)``.
+    func listContents(_ nameOrLatest: String, matching paths: [String] = []) async throws -> BackupContents {
         let selection = EntrySelection(paths)
         do {
             let backup = try await destination.resolve(nameOrLatest)
@@ -75,8 +71,8 @@ package struct BackupBrowser: Sendable {
         }
     }
 
-    /// Writes the selected entries into a new folder; see ``StoreHelper/extract(_:paths:into:progress:)``.
-    public func extract(
+    /// Writes the selected entries into a new folder; see ``BackupRepository/extract(_:paths:into:options:progress:)``.
+    func extract(
         _ nameOrLatest: String, paths: [String] = [], into directory: String,
         progress: ProgressHandler? = nil
     ) async throws -> ExtractResult {
@@ -89,8 +85,7 @@ package struct BackupBrowser: Sendable {
             let backup = try await destination.resolve(nameOrLatest)
             // Temporaries of an extract killed earlier, here or in TMPDIR, go first.
             ScratchFiles.sweep(parent)
-            let passwords = self.passwords, allowUnverified = self.allowUnverified
-            let allowOutsideLinks = self.allowOutsideLinks
+            let passwords = self.passwords, options = self.options
             let throttle = ProgressThrottle(progress)
             let destination = self.destination
             return try await withArchive(of: backup, downloadingInto: parent, progress: progress) { archive in
@@ -104,7 +99,7 @@ package struct BackupBrowser: Sendable {
                             destination: destination, passwords: passwords, downloadingInto: parent, progress: progress)
                         defer { chain.removeDownloads() }
                         return try await Self.extractChain(
-                            chain, selection: selection, into: target, allowOutsideLinks: allowOutsideLinks, throttle: throttle)
+                            chain, selection: selection, into: target, options: options, throttle: throttle)
                     }
                     opened = reader
                 }
@@ -116,8 +111,7 @@ package struct BackupBrowser: Sendable {
                     try selection.requireMatches(in: reader.entries.lazy.map(\.path), backupName: backup.name)
                     try archive.prepareToRead(reader.entries.filter { selection.needs($0.path) }, of: reader)
                     let extraction = SelectiveExtraction(
-                        reader: reader, selection: selection, allowUnverified: allowUnverified,
-                        allowOutsideLinks: allowOutsideLinks, cancel: cancel, progress: throttle)
+                        reader: reader, selection: selection, allowed: options, cancel: cancel, progress: throttle)
                     let scratch = ScratchFiles.path(in: parent, purpose: "extract")
                     let databases: [String]
                     do {
@@ -150,7 +144,7 @@ package struct BackupBrowser: Sendable {
     /// target with only the selected paths (a patched database rebuilt from the chain's
     /// deltas and checked), synced, then renamed into place.
     private static func extractChain(
-        _ chain: StagedChain, selection: EntrySelection, into target: String, allowOutsideLinks: Bool,
+        _ chain: StagedChain, selection: EntrySelection, into target: String, options: ExtractionOptions,
         throttle: ProgressThrottle
     ) async throws -> ExtractResult {
         let newest = chain.newest
@@ -159,8 +153,8 @@ package struct BackupBrowser: Sendable {
         let parent = FileSystem.parentDirectory(of: target)
         return try await runBlocking(name: "storebackup-extract") { cancel in
             var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
-            applier.acceptDamagedDatabases = true
-            applier.allowOutsideLinks = allowOutsideLinks
+            applier.options = options
+            applier.options.acceptDamagedDatabases = true
             if !selection.selectsEverything { applier.selection = { selection.needs($0) } }
             let scratch = ScratchFiles.path(in: parent, purpose: "extract")
             let databases: [String]

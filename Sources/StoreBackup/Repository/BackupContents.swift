@@ -1,6 +1,6 @@
 import Foundation
 
-/// What a backup holds, as ``StoreHelper/listContents(_:matching:)`` reads it from the
+/// What a backup holds, as ``BackupRepository/contents(of:matching:)`` reads it from the
 /// backup's manifest.
 public struct BackupContents: Sendable, Equatable {
     /// One file, folder, link or database of the backup.
@@ -68,7 +68,7 @@ public struct BackupContents: Sendable, Equatable {
     public var entries: [Entry]
 }
 
-/// The outcome of ``StoreHelper/extract(_:paths:into:progress:)``.
+/// The outcome of ``BackupRepository/extract(_:paths:into:options:progress:)``.
 public struct ExtractResult: Sendable, Equatable {
     /// The backup the files came from (the resolved name when `latest` was asked for).
     public var backupName: String
@@ -81,72 +81,8 @@ public struct ExtractResult: Sendable, Equatable {
     /// The databases written, each of which passed `PRAGMA integrity_check` (except any the
     /// ``warning`` names as damaged before the backup was made).
     public var databasesChecked: [String]
-    /// What could not be checked, when ``StoreHelper/allowUnverified`` let a backup without
+    /// What could not be checked, when ``ExtractionOptions/allowUnverified`` let a backup without
     /// a manifest through, or which databases were already damaged when the backup was made;
     /// nil otherwise.
     public var warning: String?
-}
-
-extension StoreHelper {
-    /// Lists what a backup holds, from its manifest: every file, folder, link and database
-    /// with its size, mode and time. Nothing is written and the store is not touched.
-    ///
-    /// A local folder's archive is read in place; from a remote destination only its central
-    /// directory and manifest are read, with ranged requests (a server that ignores ranges:
-    /// the archive is downloaded to a temporary file in `TMPDIR`, removed afterwards). An
-    /// encrypted backup needs ``passwords``.
-    ///
-    /// - Parameters:
-    ///   - nameOrLatest: A backup's name, or `latest` for the newest.
-    ///   - paths: Only these archive paths (a file, or a folder and everything beneath it);
-    ///     empty lists everything.
-    /// - Throws: ``StoreBackupError/notInBackup(name:paths:)`` when a path matches nothing,
-    ///   ``StoreBackupError/corruptArchive(name:reason:)`` for an archive that cannot be read,
-    ///   ``StoreBackupError/passwordRequired(name:)``, or a destination's error.
-    public func listContents(_ nameOrLatest: String, matching paths: [String] = []) async throws -> BackupContents {
-        try await browser.listContents(nameOrLatest, matching: paths)
-    }
-
-    /// Writes some files or folders of a backup (or all of it) into a new folder, without
-    /// touching, locking or recovering the stores directory: one file back, without a restore.
-    ///
-    /// Every check a restore makes applies: the archive's names, sizes, links and manifest are
-    /// checked as a whole before anything is written, each file written is checked against
-    /// its SHA-256 and cut off at its declared size, nothing can land outside the folder, the
-    /// declared sizes must fit the file system with a reserve left, and each database written
-    /// (the consistent snapshot the backup holds) passes `PRAGMA integrity_check`.
-    ///
-    /// Paths keep their place in the backup: `paths: [".App_SUPPORT/_EXTERNAL_DATA/x"]` writes
-    /// `<directory>/.App_SUPPORT/_EXTERNAL_DATA/x`. The files are unpacked into a temporary
-    /// folder beside `directory` (named under the library's scratch policy, so a later run
-    /// removes it if this one is killed), synced, then renamed into place: on failure there is
-    /// no `directory`.
-    ///
-    /// - Parameters:
-    ///   - nameOrLatest: A backup's name, or `latest` for the newest.
-    ///   - paths: Archive paths to write (a file, or a folder and everything beneath it);
-    ///     empty writes the whole backup.
-    ///   - directory: The folder to create. It must not exist, or be an empty folder; its
-    ///     parent must exist.
-    ///   - progress: Called with ``BackupProgress`` updates on a worker thread.
-    /// - Throws: ``StoreBackupError/extractRefused(reason:)`` for an unusable `directory`,
-    ///   ``StoreBackupError/notInBackup(name:paths:)`` when a path matches nothing (nothing is
-    ///   written), ``StoreBackupError/corruptArchive(name:reason:)``,
-    ///   ``StoreBackupError/unsafeArchiveEntry(name:entry:)`` and
-    ///   ``StoreBackupError/checksumMismatch(name:entry:)`` for a damaged or hostile backup,
-    ///   ``StoreBackupError/cancelled``.
-    public func extract(
-        _ nameOrLatest: String, paths: [String] = [], into directory: String,
-        progress: ProgressHandler? = nil
-    ) async throws -> ExtractResult {
-        try await browser.extract(nameOrLatest, paths: paths, into: directory, progress: progress)
-    }
-
-    /// This helper's destination, passwords and ``allowUnverified``, without its store.
-    private var browser: BackupBrowser {
-        var browser = BackupBrowser(destination: destination, passwords: passwords)
-        browser.allowUnverified = allowUnverified
-        browser.allowOutsideLinks = allowOutsideLinks
-        return browser
-    }
 }

@@ -4,7 +4,7 @@ import Foundation
 import Glibc
 #endif
 
-/// What happened to one backup in a ``BackupCopier`` run.
+/// What happened to one backup by ``BackupRepository/copy(_:to:progress:)`` or ``BackupRepository/copyAll(to:progress:)``.
 public struct BackupCopyOutcome: Sendable, Equatable, Codable {
     /// How the copy of one backup ended.
     public enum Status: String, Sendable, Codable {
@@ -25,7 +25,7 @@ public struct BackupCopyOutcome: Sendable, Equatable, Codable {
     /// Why it failed, for ``Status/failed``.
     public var error: String?
 
-    /// An outcome; ``BackupCopier`` makes these.
+    /// An outcome; the copy makes these.
     public init(name: String, size: Int64, status: Status, error: String? = nil) {
         self.name = name
         self.size = size
@@ -42,14 +42,14 @@ public struct BackupCopyOutcome: Sendable, Equatable, Codable {
 /// SFTP, the content hash on Dropbox). A copy never overwrites: a backup already at the
 /// target under the same name and size counts as copied (so running again is harmless);
 /// the same name with another size is an error for that backup.
-public struct BackupCopier: Sendable {
+struct BackupCopier: Sendable {
     /// Where backups are read.
-    public let source: any BackupDestination
+    let source: any BackupDestination
     /// Where they are published.
-    public let target: any BackupDestination
+    let target: any BackupDestination
 
     /// A copier from `source` to `target`.
-    public init(from source: any BackupDestination, to target: any BackupDestination) {
+    init(from source: any BackupDestination, to target: any BackupDestination) {
         self.source = source
         self.target = target
     }
@@ -60,7 +60,7 @@ public struct BackupCopier: Sendable {
     /// - Throws: ``StoreBackupError/backupNotFound(name:destination:)`` or
     ///   ``StoreBackupError/noBackups(destination:)`` when the source lacks it, and any
     ///   error listing either destination. A failed copy is an outcome, not a throw.
-    public func copy(_ nameOrLatest: String, progress: ProgressHandler? = nil) async throws -> BackupCopyOutcome {
+    func copy(_ nameOrLatest: String, progress: ProgressHandler? = nil) async throws -> BackupCopyOutcome {
         try await copyChain(nameOrLatest, progress: progress).last!
     }
 
@@ -71,7 +71,7 @@ public struct BackupCopier: Sendable {
     /// incremental whose base could not be copied, or is at neither end, is not copied.
     ///
     /// - Throws: as ``copy(_:progress:)``.
-    public func copyChain(_ nameOrLatest: String, progress: ProgressHandler? = nil) async throws -> [BackupCopyOutcome] {
+    func copyChain(_ nameOrLatest: String, progress: ProgressHandler? = nil) async throws -> [BackupCopyOutcome] {
         let backup = try await source.resolve(nameOrLatest)
         let chains = BackupChains(try await source.listBackups())
         let ancestors = chains.ancestors(of: backup.name)
@@ -84,7 +84,7 @@ public struct BackupCopier: Sendable {
     /// Copies every backup at the source that the target lacks, oldest first (so each base
     /// before the incrementals that need it); backups already there are reported as
     /// ``BackupCopyOutcome/Status/alreadyThere``.
-    public func copyAll(progress: ProgressHandler? = nil) async throws -> [BackupCopyOutcome] {
+    func copyAll(progress: ProgressHandler? = nil) async throws -> [BackupCopyOutcome] {
         let backups = try await source.sortedBackups()
         return try await copy(backups.reversed(), chains: BackupChains(backups), progress: progress)
     }

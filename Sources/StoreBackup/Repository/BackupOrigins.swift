@@ -62,11 +62,10 @@ public struct BackupOriginIndex: Sendable {
     }
 
     /// Remembers the origin of a backup this process just made (no download needed later).
-    public func record(_ result: BackupResult) {
+    func record(name: String, size: Int64, manifest: Manifest) {
         guard cachePath != nil else { return }
         var cache = loadCache()
-        cache[result.name] = CacheEntry(
-            size: result.size, origin: BackupOrigin(host: result.manifest.hostName, storesDirectory: result.manifest.sourcePath))
+        cache[name] = CacheEntry(size: size, origin: BackupOrigin(host: manifest.hostName, storesDirectory: manifest.sourcePath))
         saveCache(cache)
     }
 

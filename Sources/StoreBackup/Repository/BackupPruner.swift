@@ -1,10 +1,24 @@
 import Foundation
 
+/// The backups of one origin and what a retention policy decides for each (see
+/// ``BackupRepository/retentionPlan(_:host:storesDirectory:originCache:calendar:)``).
+public struct RetentionGroup: Sendable {
+    /// nil: backups whose origin could not be read; they are always kept.
+    public var origin: BackupOrigin?
+    /// Newest first.
+    public var decisions: [RetentionPolicy.Decision]
+    /// The backups the policy does not keep, newest first.
+    public var toDelete: [BackupListing] { decisions.filter { !$0.keep }.map(\.backup) }
+}
+
 /// Applies a `RetentionPolicy` to a destination, separately for each origin (host and
 /// stores directory), so one machine's or one store's backups never push out another's.
-public struct BackupPruner: Sendable {
-    public let destination: any BackupDestination
-    public let origins: BackupOriginIndex
+/// ``BackupRepository`` is its door.
+struct BackupPruner: Sendable {
+    typealias Group = RetentionGroup
+
+    let destination: any BackupDestination
+    let origins: BackupOriginIndex
 
     /// A pruner for one destination.
     ///
@@ -12,23 +26,14 @@ public struct BackupPruner: Sendable {
     ///   - destination: Where the backups are.
     ///   - stateDirectory: Where origins read from remote backups are cached; nil: no cache.
     ///   - passwords: Opens encrypted backups to learn their origin (see ``BackupOriginIndex``).
-    public init(destination: any BackupDestination, stateDirectory: String?, passwords: PasswordProvider? = nil) {
+    init(destination: any BackupDestination, stateDirectory: String?, passwords: PasswordProvider? = nil) {
         self.destination = destination
         self.origins = BackupOriginIndex(destination: destination, cacheDirectory: stateDirectory, passwords: passwords)
     }
 
-    /// The backups of one origin and what the policy decides for each.
-    public struct Group: Sendable {
-        /// nil: backups whose origin could not be read; they are always kept.
-        public var origin: BackupOrigin?
-        /// Newest first.
-        public var decisions: [RetentionPolicy.Decision]
-        public var toDelete: [BackupListing] { decisions.filter { !$0.keep }.map(\.backup) }
-    }
-
     /// Works out what to keep without deleting anything. `host` and `storesDirectory`
     /// narrow it to matching origins (nil: every origin).
-    public func plan(
+    func plan(
         _ policy: RetentionPolicy, host: String?, storesDirectory: String?,
         calendar: Calendar = .current
     ) async throws -> [Group] {
@@ -83,7 +88,7 @@ public struct BackupPruner: Sendable {
     /// the first failure, except a backup S3 Object Lock keeps: that one is kept and handed
     /// to `locked`, and the backups its chain needs are kept too and handed to `keptAsBase`
     /// (with the dependent that needs each), so no incremental is left without its base.
-    public func execute(
+    func execute(
         _ groups: [Group], locked: (@Sendable (_ name: String, _ until: Date?) -> Void)? = nil,
         keptAsBase: (@Sendable (_ name: String, _ dependent: String) -> Void)? = nil
     ) async throws -> [String] {

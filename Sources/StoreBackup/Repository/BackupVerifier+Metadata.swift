@@ -37,13 +37,12 @@ extension BackupVerifier {
     }
 
     private func checkMetadata(_ archive: BrowsedArchive, name: String, scratch: String) async throws -> VerificationResult {
-        let passwords = self.passwords, allowUnverified = self.allowUnverified, allowOutsideLinks = self.allowOutsideLinks
+        let passwords = self.passwords, options = self.options
         return try await runBlocking(name: "storebackup-verify") { cancel in
             let reader = try archive.reader(backupName: name, passwords: passwords, cancel: cancel)
             try reader.prefetch(reader.entries.filter { $0.kind == .symlink })
             let reading = VerifyReading(
-                reader: reader, allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, cancel: cancel,
-                progress: ProgressThrottle(nil))
+                reader: reader, allowed: options, cancel: cancel, progress: ProgressThrottle(nil))
             try reading.checkMetadata(beside: scratch + "/store")
             let incremental = reader.manifest?.isIncremental == true
             let warning = [

@@ -17,18 +17,18 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     /// Databases that passed `PRAGMA integrity_check`.
     public var databases: Int
     /// What could not be checked (a backup without a manifest, let through by
-    /// ``StoreHelper/allowUnverified``); nil when everything was.
+    /// ``ExtractionOptions/allowUnverified``); nil when everything was.
     public var warning: String? = nil
     /// Databases that fail `PRAGMA integrity_check` while matching the backup's checksum:
     /// already damaged in the live store when the backup was made. Such a backup is not ok
-    /// (it restores only with ``StoreHelper/acceptDamagedDatabases``); nil when there are none.
+    /// (it restores only with ``ExtractionOptions/acceptDamagedDatabases``); nil when there are none.
     public var damagedDatabases: [String]? = nil
     /// What would let the backup through, when the failure has a remedy (``problem`` ends
     /// with it in the library's words).
     public var remedy: Remedy? = nil
 }
 
-/// Which backups ``StoreHelper/verify(_:progress:)`` checks.
+/// Which backups ``BackupRepository/verify(_:options:metadataOnly:progress:)`` checks.
 public enum BackupSelection: Sendable {
     /// The backup with this name.
     case named(String)
@@ -41,31 +41,31 @@ public enum BackupSelection: Sendable {
 /// Checks backups without touching any live store: downloads each to a temporary place,
 /// reads the whole archive (CRCs), compares every file with its manifest checksum, and runs
 /// `PRAGMA integrity_check` on each database in a scratch folder, which is removed after.
-package struct BackupVerifier: Sendable {
-    package typealias Selection = BackupSelection
+struct BackupVerifier: Sendable {
+    typealias Selection = BackupSelection
 
     /// Where the backups are.
-    public let destination: any BackupDestination
+    let destination: any BackupDestination
     /// For encrypted backups: asked when one is met; a wrong or missing password is that backup's fault.
-    public var passwords: PasswordProvider?
-    /// Check what can be checked in a backup without a manifest (CRCs, databases) and call
-    /// it ok with a ``VerificationResult/warning``; by default such a backup fails as not verifiable.
-    public var allowUnverified = false
-    /// Accept the links the manifest records as pointing outside the store (see
-    /// ``StoreHelper/allowOutsideLinks``); by default such a backup fails, naming the option.
-    public var allowOutsideLinks = false
+    var passwords: PasswordProvider?
+    /// What may be let through. A backup without a manifest is checked as far as it can be
+    /// (CRCs, databases) and called ok with a ``VerificationResult/warning`` only with
+    /// ``ExtractionOptions/allowUnverified``; links recorded as pointing outside the store
+    /// fail the backup, naming the option, without ``ExtractionOptions/allowOutsideLinks``.
+    /// Damage at the source always fails the backup (it is named, with its remedy).
+    var options = ExtractionOptions()
     /// Check only the metadata (see ``verifyMetadata(_:)``): no file content is read.
-    public var metadataOnly = false
+    var metadataOnly = false
 
     /// A verifier for the backups in `destination`; `passwords` opens encrypted ones.
-    public init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
+    init(destination: any BackupDestination, passwords: PasswordProvider? = nil) {
         self.destination = destination
         self.passwords = passwords
     }
 
     /// Checks the selected backups one after another; a damaged backup is a result with
     /// `ok == false`, not an error. Throws when the selection cannot be resolved.
-    public func verify(_ selection: Selection, progress: ProgressHandler? = nil) async throws -> [VerificationResult] {
+    func verify(_ selection: Selection, progress: ProgressHandler? = nil) async throws -> [VerificationResult] {
         let backups: [BackupListing]
         switch selection {
         case .named(let name): backups = [try await destination.resolve(name)]
@@ -91,12 +91,12 @@ package struct BackupVerifier: Sendable {
             newest: newest, destination: destination, passwords: passwords, downloadingInto: scratch, progress: progress)
         defer { chain.removeDownloads() }
         let throttle = ProgressThrottle(progress)
-        let allowOutsideLinks = self.allowOutsideLinks
+        var options = self.options
+        options.acceptDamagedDatabases = true
         let name = newest.name
-        return try await runBlocking(name: "storebackup-verify") { cancel in
+        return try await runBlocking(name: "storebackup-verify") { [options] cancel in
             var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
-            applier.acceptDamagedDatabases = true
-            applier.allowOutsideLinks = allowOutsideLinks
+            applier.options = options
             let databases = try applier.build(into: scratch + "/store")
             let files = newest.manifest?.files.count ?? 0
             let damaged = applier.damagedDatabases.current
@@ -126,7 +126,7 @@ package struct BackupVerifier: Sendable {
             let path = archive!
             let throttle = ProgressThrottle(progress)
             let passwords = self.passwords
-            let allowUnverified = self.allowUnverified, allowOutsideLinks = self.allowOutsideLinks
+            let options = self.options
             let reader = try await StagedChain.open(path, name: name, passwords: passwords)
             if reader.manifest?.isIncremental == true {
                 let newest = ChainLink(name: name, path: path, downloaded: false, reader: reader)
@@ -134,8 +134,7 @@ package struct BackupVerifier: Sendable {
             }
             return try await runBlocking(name: "storebackup-verify") { cancel in
                 let reading = VerifyReading(
-                    reader: reader, allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, cancel: cancel,
-                    progress: throttle)
+                    reader: reader, allowed: options, cancel: cancel, progress: throttle)
                 // Every database checked, to name all the damaged ones, then the backup fails.
                 let databases = try reading.read(into: scratch + "/store")
                 let damaged = reading.damagedDatabases.current

@@ -9,16 +9,16 @@ public struct RestoreResult: Sendable {
     public var databasesChecked: [String]
     /// How many entries the archive held.
     public var fileCount: Int
-    /// What could not be checked, when ``StoreHelper/allowUnverified`` let a backup without
+    /// What could not be checked, when ``ExtractionOptions/allowUnverified`` let a backup without
     /// a manifest through; nil for a fully checked restore.
     public var warning: String? = nil
     /// Databases restored although they fail `PRAGMA integrity_check`, because they were
     /// already damaged in the live store when the backup was made and
-    /// ``StoreHelper/acceptDamagedDatabases`` was set (relative paths); empty otherwise.
+    /// ``ExtractionOptions/acceptDamagedDatabases`` was set (relative paths); empty otherwise.
     public var damagedDatabases: [String] = []
-    /// The processes that had the store open, when ``StoreHelper/allowStoreInUse`` let the
+    /// The processes that had the store open, when ``RestoreOptions/allowStoreInUse`` let the
     /// restore go on regardless; nil when nothing else had it open.
     public var storeInUseWarning: String? = nil
-    /// How long the app was stopped, when ``StoreHelper/appCommands`` stopped and started it.
+    /// How long the app was stopped, when ``RestoreOptions/appCommands`` stopped and started it.
     public var appDowntime: AppDowntime? = nil
 }

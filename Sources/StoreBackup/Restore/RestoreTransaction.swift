@@ -23,23 +23,9 @@ struct RestoreTransaction {
     let hooks: ReloadHooks
     /// Told what recovery of an interrupted restore did (see ``StoreHelper/logger``).
     let logger: Logger
-    /// Accept an archive without a manifest (see ``StoreHelper/allowUnverified``).
-    var allowUnverified = false
-    /// Restore databases damaged before the backup (see ``StoreHelper/acceptDamagedDatabases``).
-    var acceptDamagedDatabases = false
-    /// Stop and start the app around the swap (see ``StoreHelper/appCommands``).
-    var appCommands: AppCommands?
-    /// Restore although other processes have the store open, with a warning
-    /// (see ``StoreHelper/allowStoreInUse``).
-    var allowStoreInUse = false
-    /// Restore when the only doubt is processes the check could not see
-    /// (see ``StoreHelper/allowUnseenProcesses``).
-    var allowUnseenProcesses = false
-    /// Check for other processes before downloading too, to fail fast (see
-    /// ``StoreHelper/checkStoreInUseEarly``); skipped when ``appCommands`` will stop the app.
-    var checkStoreInUseEarly = true
-    /// Make the links the manifest records as pointing outside (see ``StoreHelper/allowOutsideLinks``).
-    var allowOutsideLinks = false
+    /// What the restore may let through and how it treats the live store.
+    var options = RestoreOptions()
+    private var appCommands: AppCommands? { options.appCommands }
 
     private var swapper: StoreSwapper { StoreSwapper(layout: layout) }
 
@@ -59,7 +45,7 @@ struct RestoreTransaction {
         _ = try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start)
         // Fail fast: the app must be stopped before minutes of downloading, not after.
         // (When allowed anyway, the check before the swap gives the one warning.)
-        if appCommands == nil && checkStoreInUseEarly && !allowStoreInUse { _ = try checkNotInUse(afterStop: false) }
+        if appCommands == nil && options.checkStoreInUseEarly && !options.allowStoreInUse { _ = try checkNotInUse(afterStop: false) }
 
         let backup = try await source.resolve(nameOrLatest)
         if FileSystem.fileExists(layout.new) {
@@ -110,9 +96,7 @@ struct RestoreTransaction {
         chain: StagedChain, throttle: ProgressThrottle, whenUnpacked: (@Sendable (CancellationFlag) throws -> Void)? = nil
     ) async throws -> RestoreResult {
         let backupName = chain.newest.name
-        let layout = self.layout, allowUnverified = self.allowUnverified
-        let acceptDamagedDatabases = self.acceptDamagedDatabases
-        let allowOutsideLinks = self.allowOutsideLinks
+        let layout = self.layout, extraction = options.extraction
         let hadLiveStore = FileSystem.fileExists(layout.live)
         let journal: @Sendable (RestoreJournal.Phase) throws -> Void = { phase in
             try RestoreJournal(phase: phase, backupName: backupName, hadLiveStore: hadLiveStore).save(to: layout.journal)
@@ -128,8 +112,7 @@ struct RestoreTransaction {
                 TestPausePoint.reach("extracting")
                 if chain.links.count > 1 {
                     var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
-                    applier.acceptDamagedDatabases = acceptDamagedDatabases
-                    applier.allowOutsideLinks = allowOutsideLinks
+                    applier.options = extraction
                     let databases = try applier.build(into: layout.new)
                     try TreeSync.sync(layout.new)
                     try cancel.throwIfCancelled()
@@ -138,9 +121,7 @@ struct RestoreTransaction {
                 }
                 let unpacking = RestoreUnpacking(
                     reader: reader,
-                    options: ExtractionOptions(
-                        allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks,
-                        acceptDamagedDatabases: acceptDamagedDatabases),
+                    options: extraction,
                     cancel: cancel, progress: throttle)
                 // Every unpacked file and folder reaches the disk before the journal says
                 // "swapping" (RestoreUnpacking syncs the tree).
@@ -324,7 +305,7 @@ struct RestoreTransaction {
         if usage.isUnused && usage.blindSpots.isEmpty { return nil }
         let users = usage.isUnused ? nil : usage.describeUsers(still: afterStop)
         let unseen = usage.blindSpots.isEmpty ? nil : usage.blindSpots.joined(separator: "; ")
-        if allowStoreInUse || (users == nil && allowUnseenProcesses) {
+        if options.allowStoreInUse || (users == nil && options.allowUnseenProcesses) {
             let warning =
                 users.map { "restoring a store in use: " + $0 + (unseen.map { "; " + $0 } ?? "") }
                 ?? "restoring although the in-use check could not see every process: \(unseen ?? "")"

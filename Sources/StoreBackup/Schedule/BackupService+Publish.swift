@@ -2,11 +2,12 @@ import Foundation
 import Logging
 
 extension BackupService {
-    /// One run of a store with several destinations: the backup is built once and published
-    /// to each; one failing does not stop the others. Retention runs at each destination
-    /// that took the backup. The run counts as failed (state, hooks, exit status) when any
-    /// destination failed, and the error names those destinations.
-    func runMirrored(_ job: StoreJob, outcome start: BackupRunOutcome, log: Logger) async -> BackupRunOutcome {
+    /// One run of a store: the backup is built once and published to its destination and
+    /// each mirror; one failing does not stop the others. It is verified once (when the job
+    /// asks), then retention runs at each destination that took it. The run counts as failed
+    /// (state, hooks, exit status) when any destination failed: with one destination, its
+    /// error; with several, an error naming those destinations.
+    func publish(_ job: StoreJob, outcome start: BackupRunOutcome, log: Logger) async -> BackupRunOutcome {
         var outcome = start
         var resolved: [(index: Int, destination: any BackupDestination)] = []
         var published: [PublishOutcome] = job.allDestinations.map {
@@ -24,9 +25,9 @@ extension BackupService {
             }
         }
         if let first = resolved.first {
-            let helper = makeHelper(for: job, destination: first.destination)
+            let (helper, options) = makeHelper(for: job, destination: first.destination)
             do {
-                let results = try await helper.createBackup(alsoTo: resolved.dropFirst().map(\.destination))
+                let results = try await helper.createBackup(options, alsoTo: resolved.dropFirst().map(\.destination))
                 for (slot, result) in zip(resolved, results) { published[slot.index] = result }
             } catch {
                 outcome.error = StoreBackupError.wrapping(error)  // nothing was built; every destination reports it
@@ -38,10 +39,8 @@ extension BackupService {
             if outcome.backup == nil { outcome.backup = backup }
             log.info(
                 "backup created", metadata: ["backup": "\(backup.name)", "size": "\(backup.size)", "destination": "\(backup.destination)"])
-            BackupPruner(
-                destination: slot.destination, stateDirectory: stateStore.directory,
-                passwords: job.passwordFile.map(PasswordProvider.file)
-            ).origins.record(backup)
+            repository(of: job, at: slot.destination).pruner(originCache: stateStore.directory).origins.record(
+                name: backup.name, size: backup.size, manifest: backup.manifest)
         }
         // Checked once, where the copy is cheapest to read (a local folder: no download).
         let took = resolved.filter { published[$0.index].backup != nil }
@@ -63,11 +62,9 @@ extension BackupService {
         if let policy = job.retention, outcome.error == nil {
             for slot in took {
                 let backup = published[slot.index].backup!
-                let pruner = BackupPruner(
-                    destination: slot.destination, stateDirectory: stateStore.directory,
-                    passwords: job.passwordFile.map(PasswordProvider.file))
                 do {
-                    outcome.pruned += try await applyRetention(policy, job: job, pruner: pruner, host: backup.manifest.hostName, log: log)
+                    outcome.pruned += try await applyRetention(
+                        policy, job: job, at: repository(of: job, at: slot.destination), host: backup.manifest.hostName, log: log)
                 } catch {
                     outcome.retentionError = [outcome.retentionError, "\(backup.destination): \(error)"].compactMap { $0 }.joined(
                         separator: "; ")
@@ -75,9 +72,13 @@ extension BackupService {
                 }
             }
         }
-        outcome.destinations = published
         let failed = published.filter { !$0.succeeded }
-        if outcome.error == nil, !failed.isEmpty {
+        if published.count == 1 {
+            if outcome.error == nil { outcome.error = failed.first?.error }
+        } else {
+            outcome.destinations = published
+        }
+        if outcome.error == nil, failed.count > 0, published.count > 1 {
             // Errors mostly begin with their destination's name already; say it once.
             let reasons = failed.map { failure -> String in
                 let text = Self.describe(failure.error ?? StoreBackupError.cancelled)
@@ -94,5 +95,11 @@ extension BackupService {
         let names = failed.isEmpty ? published.map(\.destination) : failed.map(\.destination)
         await runHooks(for: outcome, job: job, destination: names.joined(separator: ", "), log: log)
         return outcome
+    }
+
+    /// The store-free door on one of a job's destinations, with the job's password.
+    func repository(of job: StoreJob, at destination: any BackupDestination) -> BackupRepository {
+        BackupRepository(
+            destination: destination, passwords: job.passwordFile.map(PasswordProvider.file), logger: logger.with(store: job.name))
     }
 }

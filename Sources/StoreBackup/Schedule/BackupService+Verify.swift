@@ -113,7 +113,7 @@ extension BackupService {
             let picked = settings.select(from: try await backups(of: job, at: destination), at: date)
             guard !picked.isEmpty else { throw StoreBackupError.noBackups(destination: destination.displayName) }
             log.info("restore drill (\(settings.pick)): verifying \(picked.map(\.name).joined(separator: ", ")) at \(place.destination)")
-            let verifier = BackupVerifier(destination: destination, passwords: job.passwordFile.map(PasswordProvider.file))
+            let verifier = repository(of: job, at: destination)
             for backup in picked {
                 let result = try await verifier.verify(.named(backup.name))[0]
                 if Task.isCancelled { throw StoreBackupError.cancelled }
@@ -170,7 +170,7 @@ extension BackupService {
     func verifyJustMade(_ job: StoreJob, backup: String, at destination: any BackupDestination, log: Logger) async throws
         -> StoreBackupError?
     {
-        let verifier = BackupVerifier(destination: destination, passwords: job.passwordFile.map(PasswordProvider.file))
+        let verifier = repository(of: job, at: destination)
         let result = try await verifier.verify(.named(backup))[0]
         if Task.isCancelled { throw StoreBackupError.cancelled }
         BackupMetrics.recordVerify(

@@ -171,67 +171,20 @@ public final class BackupService: Service, Sendable {
             $0.lastStarted = started; $0.nextRun = nil
         }
         log.info("backup started")
-        var outcome = BackupRunOutcome(store: job.name, startedAt: started)
-        if !job.mirrors.isEmpty { return await runMirrored(job, outcome: outcome, log: log) }
-        var destinationName =
-            job.destination.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment)
-        let destination: any BackupDestination
-        do {
-            destination = try DestinationResolver.resolve(job.destination, options: destinationOptions(logging: log))
-        } catch {
-            // The helper, which reports every backup it attempts, was never reached.
-            BackupMetrics.recordBackup(store: job.name, destination: destinationName, size: nil, seconds: 0, at: Date())
-            outcome.error = StoreBackupError.wrapping(error)
-            outcome.finishedAt = Date()
-            record(outcome, job: job, log: log)
-            await runHooks(for: outcome, job: job, destination: destinationName, log: log)
-            return outcome
-        }
-        do {
-            destinationName = destination.displayName
-            let helper = makeHelper(for: job, destination: destination)
-            let result = try await helper.createBackup()
-            outcome.backup = result
-            let pruner = BackupPruner(
-                destination: destination, stateDirectory: stateStore.directory,
-                passwords: job.passwordFile.map(PasswordProvider.file))
-            pruner.origins.record(result)
-            log.info(
-                "backup created", metadata: ["backup": "\(result.name)", "size": "\(result.size)", "destination": "\(result.destination)"])
-            // Before retention: a backup that fails its check must not push out a good older one.
-            if job.verifyAfterCreate, let failure = try await verifyJustMade(job, backup: result.name, at: destination, log: log) {
-                outcome.verificationFailed = true
-                throw failure
-            }
-            if let policy = job.retention {
-                do {
-                    outcome.pruned = try await applyRetention(policy, job: job, pruner: pruner, host: result.manifest.hostName, log: log)
-                } catch {
-                    // The backup itself succeeded; a failed cleanup is retried after the next one.
-                    outcome.retentionError = "\(error)"
-                    log.error("retention failed", metadata: ["error": "\(error)"])
-                }
-            }
-        } catch {
-            outcome.error = StoreBackupError.wrapping(error)
-        }
-        outcome.finishedAt = Date()
-        record(outcome, job: job, log: log)
-        await runHooks(for: outcome, job: job, destination: destinationName, log: log)
-        return outcome
+        return await publish(job, outcome: BackupRunOutcome(store: job.name, startedAt: started), log: log)
     }
 
-    /// The one place a job becomes a `StoreHelper`.
-    func makeHelper(for job: StoreJob, destination: any BackupDestination) -> StoreHelper {
+    /// The one place a job becomes a `StoreHelper` and its ``CreateOptions``.
+    func makeHelper(for job: StoreJob, destination: any BackupDestination) -> (helper: StoreHelper, options: CreateOptions) {
         // The password file is read at each run, so a changed password applies to the next backup.
         var helper = StoreHelper(
-            storesDirectory: job.storesDirectory, destination: destination, compressionLevel: job.compressionLevel,
-            encrypt: job.passwordFile != nil, passwords: job.passwordFile.map(PasswordProvider.file))
+            storesDirectory: job.storesDirectory, destination: destination, passwords: job.passwordFile.map(PasswordProvider.file),
+            logger: logger.with(store: job.name))
         helper.metricsName = job.name
-        helper.threads = job.threads
-        helper.incremental = job.incremental
-        helper.logger = logger.with(store: job.name)
-        return helper
+        let options = CreateOptions(
+            compressionLevel: job.compressionLevel, encrypt: job.passwordFile != nil, threads: job.threads,
+            incremental: job.incremental)
+        return (helper, options)
     }
 
     /// ``destinationOptions`` with `log` as the destinations' logger (their retries).
@@ -241,15 +194,17 @@ public final class BackupService: Service, Sendable {
         return options
     }
 
-    func applyRetention(_ policy: RetentionPolicy, job: StoreJob, pruner: BackupPruner, host: String, log: Logger) async throws -> [String]
+    func applyRetention(_ policy: RetentionPolicy, job: StoreJob, at repository: BackupRepository, host: String, log: Logger)
+        async throws -> [String]
     {
-        let groups = try await pruner.plan(policy, host: host, storesDirectory: job.storesDirectory)
+        let groups = try await repository.retentionPlan(
+            policy, host: host, storesDirectory: job.storesDirectory, originCache: stateStore.directory)
         for group in groups {
             for decision in group.decisions where !decision.keep {
                 log.info("retention: deleting \(decision.backup.name)", metadata: ["policy": "\(policy.summary)"])
             }
         }
-        return try await pruner.execute(
+        return try await repository.prune(
             groups,
             locked: { name, until in
                 log.info("retention: kept \(name): locked \(until.map { "until \($0)" } ?? "by a legal hold") (S3 Object Lock)")

@@ -17,7 +17,7 @@ public struct StoreJob: Sendable, Equatable {
     /// Applied after each successful backup; nil keeps everything.
     public var retention: RetentionPolicy?
     public var compressionLevel: Int
-    /// Threads that deflate (``StoreHelper/threads``); nil: one per core.
+    /// Threads that deflate (``CreateOptions/threads``); nil: one per core.
     public var threads: Int? = nil
     /// A file holding the archive password (`encrypt: {password-file: …}`); nil: not encrypted.
     public var passwordFile: String?
@@ -31,7 +31,7 @@ public struct StoreJob: Sendable, Equatable {
     /// a backup reported good. On by default for scheduled and configured runs.
     public var verifyAfterCreate = true
     /// Backups in chains (`incremental: true`, with `full-every`, `max-chain`,
-    /// `max-delta-share`): see ``StoreHelper/incremental``; nil: every backup a full one.
+    /// `max-delta-share`): see ``CreateOptions/incremental``; nil: every backup a full one.
     public var incremental: IncrementalPolicy? = nil
 
     public init(

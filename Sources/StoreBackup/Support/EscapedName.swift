@@ -17,9 +17,9 @@ import Foundation
 /// components are NFC (and distinct NFC strings are never equivalent), escaped ones are
 /// pure ASCII, and `/` never combines with its neighbours. The escaped form is what the
 /// manifest (format 2), `ls` and messages show, and what `extract` and `ls` accept.
-public enum EscapedName {
+enum EscapedName {
     /// The escaped form of a path's (or name's) bytes.
-    public static func escape<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+    static func escape<Bytes: Collection>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
         // The common case, a plain ASCII name, costs one pass and no copy of the rules below.
         if bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7f && $0 != percent }) {
             return String(decoding: bytes, as: UTF8.self)
@@ -38,12 +38,12 @@ public enum EscapedName {
     }
 
     /// The escaped form of a path given as a Swift string (its UTF-8 bytes).
-    public static func escape(plain: String) -> String { escape(Array(plain.utf8)) }
+    static func escape(plain: String) -> String { escape(Array(plain.utf8)) }
 
     /// The bytes an escaped path stands for: `%XX` decoded, everything else as its UTF-8.
     /// A `%` not followed by two hex digits stands for itself (so a name typed by hand
     /// with a lone `%` still works).
-    public static func bytes(_ escaped: String) -> [UInt8] {
+    static func bytes(_ escaped: String) -> [UInt8] {
         let utf8 = Array(escaped.utf8)
         guard utf8.contains(percent) else { return utf8 }
         var result: [UInt8] = []
@@ -66,10 +66,10 @@ public enum EscapedName {
     /// A path typed by a user (or read from `ls --json`) in its canonical escaped form:
     /// escapes decoded, then escaped again, so `café` typed in NFC finds the NFC file and
     /// `caf%C3%A9` finds it too.
-    public static func canonical(_ typed: String) -> String { escape(bytes(typed)) }
+    static func canonical(_ typed: String) -> String { escape(bytes(typed)) }
 
     /// Calls `body` with the NUL-terminated bytes of an escaped path, for a system call.
-    public static func withSystemPath<R>(_ escaped: String, _ body: (UnsafePointer<CChar>) throws -> R) rethrows -> R {
+    static func withSystemPath<R>(_ escaped: String, _ body: (UnsafePointer<CChar>) throws -> R) rethrows -> R {
         var raw = bytes(escaped).map { CChar(bitPattern: $0) }
         raw.append(0)
         return try raw.withUnsafeBufferPointer { try body($0.baseAddress!) }
@@ -77,7 +77,7 @@ public enum EscapedName {
 
     /// The escaped form of an absolute path given as a plain string (a stores directory,
     /// a scratch folder), to join with escaped relative paths.
-    public static func escapedRoot(_ plain: String) -> String { escape(plain: plain) }
+    static func escapedRoot(_ plain: String) -> String { escape(plain: plain) }
 
     private static let percent = UInt8(ascii: "%")
     private static let slash = UInt8(ascii: "/")

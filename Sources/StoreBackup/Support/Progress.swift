@@ -2,8 +2,8 @@ import Foundation
 
 /// What a long operation reports while it runs.
 ///
-/// Pass a ``ProgressHandler`` to ``StoreHelper/createBackup(progress:)``,
-/// ``StoreHelper/restore(_:hooks:progress:)`` or ``StoreHelper/verify(_:progress:)``, or run the
+/// Pass a ``ProgressHandler`` to ``StoreHelper/createBackup(_:progress:)``,
+/// ``StoreHelper/restore(_:options:hooks:progress:)`` or ``BackupRepository/verify(_:options:metadataOnly:progress:)``, or run the
 /// operation as a ``BackupOperation`` to read the same values as an `AsyncSequence`.
 /// Updates arrive at most about ten times a second per phase, but the first and last
 /// update of every phase always arrive.

@@ -2,19 +2,19 @@
 /// ``StoreBackupError/description`` says it in the library's words; a front end (the
 /// command line) says it in its own (a flag, a command to run).
 public enum Remedy: String, Sendable, Equatable, CaseIterable, Codable, CustomStringConvertible {
-    /// Look the exact name up in the destination's backups (``StoreHelper/listBackups()``).
+    /// Look the exact name up in the destination's backups (``BackupRepository/list()``).
     case listBackups
     /// Give the backup's password (``StoreHelper/passwords``).
     case givePassword
     /// Allow a backup without a manifest, checked only by CRC and database checks
-    /// (``StoreHelper/allowUnverified``).
+    /// (``ExtractionOptions/allowUnverified``).
     case allowUnverified
     /// Restore the backup although its databases were already damaged when it was made
-    /// (``StoreHelper/acceptDamagedDatabases``).
+    /// (``ExtractionOptions/acceptDamagedDatabases``).
     case acceptDamagedDatabases
     /// Use a newer storebackup: the backup's format is newer than this version reads.
     case upgradeStoreBackup
-    /// Run recovery on the store (``StoreHelper/recover()``).
+    /// Run recovery on the store (``StoreHelper/recover(appCommands:)``).
     case recoverStore
     /// The server's certificate is signed by a certificate authority of one's own: trust that
     /// CA's PEM file (``TransportOptions/caFile``).
@@ -28,16 +28,16 @@ public enum Remedy: String, Sendable, Equatable, CaseIterable, Codable, CustomSt
     /// Name the SSH private key to use (``DestinationOptions/sshKey``).
     case giveSSHKey
     /// Stop the processes that have the store open, or let the restore stop and start the
-    /// app (``StoreHelper/appCommands``).
+    /// app (``RestoreOptions/appCommands``).
     case stopStoreUsers
     /// The in-use check could not see every process: run with more privileges, or restore
-    /// anyway (``StoreHelper/allowStoreInUse``).
+    /// anyway (``RestoreOptions/allowStoreInUse``).
     case allowStoreInUse
     /// Make the links the backup recorded as pointing outside the store
-    /// (``StoreHelper/allowOutsideLinks``).
+    /// (``ExtractionOptions/allowOutsideLinks``).
     case allowOutsideLinks
     /// Delete the backup together with the incremental backups that depend on it, newest
-    /// first (``StoreHelper/deleteBackup(_:withDependents:)``).
+    /// first (``BackupRepository/delete(_:withDependents:)``).
     case deleteDependents
 
     /// The advice in the library's words.

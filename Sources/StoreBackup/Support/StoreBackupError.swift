@@ -44,7 +44,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case brokenChain(name: String, reason: String)
     case unsafeArchiveEntry(name: String, entry: String)
     /// The backup has no manifest, so its files cannot be checked against checksums (it was
-    /// not made by storebackup, or was altered); ``StoreHelper/allowUnverified`` lets it through.
+    /// not made by storebackup, or was altered); ``ExtractionOptions/allowUnverified`` lets it through.
     case unverifiableBackup(name: String)
     /// A file in the backup does not match the SHA-256 its manifest records.
     case checksumMismatch(name: String, entry: String)
@@ -53,14 +53,14 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// Databases of the backup fail `PRAGMA integrity_check` although their bytes match the
     /// SHA-256 the manifest recorded: they were already damaged in the live store when the
     /// backup was made (the backup kept them faithfully). `databases` are relative paths,
-    /// `result` SQLite's answer for the first. ``StoreHelper/acceptDamagedDatabases`` restores
+    /// `result` SQLite's answer for the first. ``ExtractionOptions/acceptDamagedDatabases`` restores
     /// such a backup anyway.
     case databaseDamagedAtSource(name: String, databases: [String], result: String)
     /// `create` found a database of the stores directory damaged (SQLite called it malformed
     /// while taking its snapshot); no backup was made.
     case databaseDamagedInStore(path: String, reason: String)
     /// The backup was written in a newer archive format than this version reads
-    /// (`newestReadable`, ``Manifest/newestReadableFormat``); nothing was read beyond the format.
+    /// (`newestReadable`, the newest this version reads); nothing was read beyond the format.
     case newerFormat(name: String, format: Int, newestReadable: Int)
     /// SQLite returned an error; `message` is SQLite's.
     case sqlite(path: String, operation: String, message: String)
@@ -102,15 +102,15 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case backupAlreadyRunning(store: String)
     /// The task was cancelled; nothing was published and no store was changed.
     case cancelled
-    /// The backup holds nothing at these paths (``StoreHelper/extract(_:paths:into:progress:)``,
-    /// ``StoreHelper/listContents(_:matching:)``); nothing was written.
+    /// The backup holds nothing at these paths (``BackupRepository/extract(_:paths:into:options:progress:)``,
+    /// ``BackupRepository/contents(of:matching:)``); nothing was written.
     case notInBackup(name: String, paths: [String])
     /// The backup cannot be deleted yet: S3 Object Lock keeps it until `until` (nil: a
     /// legal hold, or a lock whose date the server did not say). `prune` counts it as kept.
     case backupLocked(name: String, destination: String, until: Date?)
     /// The backup is the base of incremental backups (`dependents`, newest first), which
     /// could no longer be restored without it; nothing was deleted. Deleting them too is
-    /// ``StoreHelper/deleteBackup(_:withDependents:)`` with `withDependents`.
+    /// ``BackupRepository/delete(_:withDependents:)`` with `withDependents`.
     case backupHasDependents(name: String, destination: String, dependents: [String])
     /// An extract was refused before anything was written; `reason` says why (e.g. the
     /// target folder exists and is not empty).
@@ -119,11 +119,11 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// says what (see ``VerificationResult/problem``).
     case verificationFailed(backup: String, problem: String)
     /// The backup holds a link that `create` recorded as pointing outside the stores
-    /// directory (`target` escaped); restored only with ``StoreHelper/allowOutsideLinks``.
+    /// directory (`target` escaped); restored only with ``ExtractionOptions/allowOutsideLinks``.
     case outsideLink(name: String, link: String, target: String)
     /// The backup holds a link that never resolves (it leads back through itself, or through
     /// more links than the kernel follows); `create` recorded it with the outside links, so
-    /// it too is restored only with ``StoreHelper/allowOutsideLinks``.
+    /// it too is restored only with ``ExtractionOptions/allowOutsideLinks``.
     case linkLoop(name: String, link: String, target: String)
     /// A path that must be a folder is a file (or something else that is not a folder).
     case notAFolder(path: String, what: String)

@@ -1,5 +1,5 @@
 /// The library's version, written into every manifest.
 package enum StoreBackupVersion {
-    /// The version string, e.g. "0.1.0".
-    package static let current = "0.1.0"
+    /// The version string, e.g. "0.2.0".
+    package static let current = "0.2.0"
 }

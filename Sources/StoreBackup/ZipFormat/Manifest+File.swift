@@ -5,20 +5,20 @@ extension Manifest {
     /// SHA-256 as its 32 bytes, the type as a byte, and the fields most rows leave out (link
     /// target, blocks, source, and any text the compact forms cannot give back exactly) in one
     /// shared box that most rows do not have. The properties read and write as plain values.
-    public struct File: Codable, Sendable, Equatable {
+    struct File: Codable, Sendable, Equatable {
         // Declared first so that the optional's tag byte, the type and the mode share one
         // word: a row takes 80 bytes, not 88 (the fields are laid out in this order).
         private var digest: RawSHA256?
         private var typeCode: TypeCode
         /// Permission bits, e.g. 420 for 0644, with set-user-ID, set-group-ID and sticky.
-        public var mode: UInt32
+        var mode: UInt32
         /// The path relative to the stores directory, in ``EscapedName``'s form (format 1
         /// wrote it as plain UTF-8; reading converts it).
-        public var path: String
+        var path: String
         /// Size in bytes of the content (0 for folders).
-        public var size: Int64
+        var size: Int64
         /// Seconds since 1970-01-01 UTC (negative before 1970).
-        public var mtime: Int64
+        var mtime: Int64
         private var rare: Rare?
 
         init(
@@ -49,7 +49,7 @@ extension Manifest {
         }
 
         /// "file", "directory", "symlink", "database" or (format 2) "fifo".
-        public var type: String {
+        var type: String {
             get { typeCode.text ?? rare?.fields.typeText ?? "" }
             set {
                 let (code, text) = Self.store(type: newValue)
@@ -59,7 +59,7 @@ extension Manifest {
         }
 
         /// Hex SHA-256 of the content (files and databases; the target text for links).
-        public var sha256: String? {
+        var sha256: String? {
             get { digest?.hex ?? rare?.fields.sha256Text }
             set {
                 let (raw, text) = Self.store(sha256: newValue)
@@ -69,27 +69,27 @@ extension Manifest {
         }
 
         /// Where a symbolic link points (links only), escaped like ``path``.
-        public var linkTarget: String? {
+        var linkTarget: String? {
             get { rare?.fields.linkTarget }
             set { change { $0.linkTarget = newValue } }
         }
 
         /// For large deflated entries: the compressed size of each `deflateBlockSize`-byte
         /// block. storebackup deflates blocks independently, so restore can inflate them in parallel.
-        public var deflateBlockSize: Int? {
+        var deflateBlockSize: Int? {
             get { rare?.fields.deflateBlockSize }
             set { change { $0.deflateBlockSize = newValue } }
         }
 
         /// The compressed size of each block, in order.
-        public var deflateBlocks: [Int]? {
+        var deflateBlocks: [Int]? {
             get { rare?.fields.deflateBlocks }
             set { change { $0.deflateBlocks = newValue } }
         }
 
         /// (Format 3, incrementals.) Where the content is: nil in this archive, "base" the
         /// base's content at the same path, "pages" a page delta in this archive.
-        public var source: String? {
+        var source: String? {
             get { rare?.fields.source }
             set { change { $0.source = newValue } }
         }
@@ -100,7 +100,7 @@ extension Manifest {
             return hex.flatMap(RawSHA256.init(hex:)) == digest
         }
 
-        public static func == (a: File, b: File) -> Bool {
+        static func == (a: File, b: File) -> Bool {
             a.path == b.path && a.size == b.size && a.mtime == b.mtime && a.mode == b.mode && a.digest == b.digest
                 && a.typeCode == b.typeCode && (a.rare?.fields ?? RareFields()) == (b.rare?.fields ?? RareFields())
         }
@@ -109,7 +109,7 @@ extension Manifest {
             case path, type, size, sha256, mode, mtime, linkTarget, deflateBlockSize, deflateBlocks, source
         }
 
-        public init(from decoder: any Decoder) throws {
+        init(from decoder: any Decoder) throws {
             let container = try decoder.container(keyedBy: CodingKeys.self)
             self.init(
                 path: try container.decode(String.self, forKey: .path), type: try container.decode(String.self, forKey: .type),
@@ -122,7 +122,7 @@ extension Manifest {
                 source: try container.decodeIfPresent(String.self, forKey: .source))
         }
 
-        public func encode(to encoder: any Encoder) throws {
+        func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
             try container.encode(path, forKey: .path)
             try container.encode(type, forKey: .type)

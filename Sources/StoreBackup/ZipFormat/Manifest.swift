@@ -2,29 +2,29 @@ import Foundation
 
 /// The description of a backup that travels inside it, at `.storebackup/manifest.json`.
 /// Restore and verify check every entry against it.
-public struct Manifest: Codable, Sendable, Equatable {
+struct Manifest: Codable, Sendable, Equatable {
     /// Where the manifest sits inside every archive.
-    public static let archivePath = ".storebackup/manifest.json"
+    static let archivePath = ".storebackup/manifest.json"
     /// The manifest format this version writes. Format 2 (see docs/FORMAT.md): paths
     /// and link targets escaped (`%XX` for bytes that are not plain UTF-8), FIFOs,
     /// set-user-ID/set-group-ID/sticky bits, times outside 1970-2038, the store's own
     /// `.storebackup` under `.storebackup/store/`, ``outsideLinks``, and the marker entry
     /// `.storebackup/format-2`.
-    public static let currentFormat = 2
+    static let currentFormat = 2
     /// The newest manifest format this version reads (format 3: fulls of a chain and
     /// incremental backups, see docs/FORMAT.md). Readers refuse anything newer.
-    public static let newestReadableFormat = 3
+    static let newestReadableFormat = 3
 
     /// (Format 3.) The backup an incremental applies onto.
-    public struct Base: Codable, Sendable, Equatable {
+    struct Base: Codable, Sendable, Equatable {
         /// The base's file name at the destination.
-        public var name: String
+        var name: String
         /// Hex SHA-256 of the base's `manifest.json` bytes (decrypted).
-        public var manifestSHA256: String
+        var manifestSHA256: String
         /// The base's `createdAt`.
-        public var createdAt: Date
+        var createdAt: Date
 
-        public init(name: String, manifestSHA256: String, createdAt: Date) {
+        init(name: String, manifestSHA256: String, createdAt: Date) {
             self.name = name
             self.manifestSHA256 = manifestSHA256
             self.createdAt = createdAt
@@ -32,15 +32,15 @@ public struct Manifest: Codable, Sendable, Equatable {
     }
 
     /// (Format 3.) The page map an archive holds for one database.
-    public struct PageMap: Codable, Sendable, Equatable {
+    struct PageMap: Codable, Sendable, Equatable {
         /// The database's path, escaped as in ``File/path``.
-        public var path: String
+        var path: String
         /// "sha256-128" or "hmac-sha256-128".
-        public var hash: String
+        var hash: String
         /// True when the map has a hash for every page (a full), false for changed pages only.
-        public var complete: Bool
+        var complete: Bool
 
-        public init(path: String, hash: String, complete: Bool) {
+        init(path: String, hash: String, complete: Bool) {
             self.path = path
             self.hash = hash
             self.complete = complete
@@ -48,57 +48,57 @@ public struct Manifest: Codable, Sendable, Equatable {
     }
 
     /// How one database was snapshotted.
-    public struct Database: Codable, Sendable, Equatable {
+    struct Database: Codable, Sendable, Equatable {
         /// The database's path relative to the stores directory.
-        public var path: String
+        var path: String
         /// SQLite page size in bytes.
-        public var pageSize: Int
+        var pageSize: Int
         /// Pages in the snapshot.
-        public var pageCount: Int
+        var pageCount: Int
         /// "wal", "delete", … as `PRAGMA journal_mode` reported it.
-        public var journalMode: String
+        var journalMode: String
         /// How the consistent snapshot was taken (see DatabaseSnapshot).
-        public var snapshotMethod: String
+        var snapshotMethod: String
     }
 
     /// The manifest format (``currentFormat`` when written by this version).
-    public var format: Int
+    var format: Int
     /// The program that wrote the backup: "storebackup".
-    public var tool: String
+    var tool: String
     /// Its version.
-    public var toolVersion: String
+    var toolVersion: String
     /// The host the backup was made on.
-    public var hostName: String
+    var hostName: String
     /// The stores directory that was backed up.
-    public var sourcePath: String
+    var sourcePath: String
     /// When the backup was made.
-    public var createdAt: Date
+    var createdAt: Date
     /// The deflate level used (0: stored).
-    public var compressionLevel: Int
+    var compressionLevel: Int
     /// Mode and mtime of the stores directory itself (restored onto the new directory).
-    public var rootMode: UInt32?
+    var rootMode: UInt32?
     /// The stores directory's own modification time (seconds since 1970 UTC).
-    public var rootMtime: Int64?
+    var rootMtime: Int64?
     /// Every entry of the archive except the manifest.
-    public var files: [File]
+    var files: [File]
     /// Every database snapshot, also listed in ``files``.
-    public var databases: [Database]
+    var databases: [Database]
     /// (Format 2.) The links whose target leaves the stores directory (or loops), as
     /// `create` found them and warned about them. Restore and verify refuse such links
     /// unless told to allow them, and then only the ones listed here.
-    public var outsideLinks: [String]? = nil
+    var outsideLinks: [String]? = nil
     /// (Format 2.) Sockets and device files that were left out, each as "path (what it is)".
-    public var leftOut: [String]? = nil
+    var leftOut: [String]? = nil
     /// (Format 3.) "full" or "incremental"; nil in formats 1 and 2 (always a full).
-    public var kind: String? = nil
+    var kind: String? = nil
     /// (Format 3, incrementals only.) The backup this one applies onto.
-    public var base: Base? = nil
+    var base: Base? = nil
     /// (Format 3.) 0 for a full, the base's chainLength + 1 for an incremental.
-    public var chainLength: Int? = nil
+    var chainLength: Int? = nil
     /// (Format 3, encrypted chains.) Hex salt of the keyed page hashes.
-    public var hashSalt: String? = nil
+    var hashSalt: String? = nil
     /// (Format 3.) The page map the archive holds for each database.
-    public var pageMaps: [PageMap]? = nil
+    var pageMaps: [PageMap]? = nil
 
     /// Whether this manifest describes an incremental backup, which restores only on top of
     /// its chain (its base named, or some content left in earlier backups).

@@ -66,15 +66,15 @@ struct AdminRoutes {
     func register(on router: Router<BasicRequestContext>) {
         let admin = router.group("admin")
         admin.get("backups") { _, _ in
-            let backups = try await run { try await helper.listBackups() }
+            let backups = try await run { try await helper.repository.list() }
             return BackupList(backups: backups.map { Backup(name: $0.name, size: $0.size, date: $0.date) })
         }
         admin.post("backups") { _, _ in
             let outcome = try await run { try await backupService.backUpNow(storeName) }
             guard let result = outcome.backup else { throw HTTPError(.internalServerError) }
             return Created(
-                name: result.name, size: result.size, files: result.manifest.files.count,
-                databases: result.manifest.databases.count, pruned: outcome.pruned)
+                name: result.name, size: result.size, files: result.fileCount,
+                databases: result.databases.count, pruned: outcome.pruned)
         }
         admin.post("backups/:name/restore") { _, context in
             let name = try backupName(context)
@@ -84,7 +84,7 @@ struct AdminRoutes {
         }
         admin.delete("backups/:name") { _, context -> HTTPResponse.Status in
             let name = try backupName(context)
-            try await run { try await helper.deleteBackup(name) }
+            try await run { try await helper.repository.delete(name) }
             return .noContent
         }
         if swapHold.enabled {

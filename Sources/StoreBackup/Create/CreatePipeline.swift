@@ -1,0 +1,148 @@
+import Foundation
+import Logging
+
+/// The one way a backup is made: checked up front (password, store, each destination's
+/// preflight), built once (``ArchiveBuild``, in place at a local folder destination when there
+/// is one, else in `TMPDIR`), published to every destination that answered
+/// (``ArchivePublishing``), and, for a chain, its state saved once it is published. One
+/// destination is the common case; mirrors (the 3-2-1 rule) are more of the same.
+struct CreatePipeline: Sendable {
+    let storesDirectory: String
+    let options: CreateOptions
+    let passwords: PasswordProvider?
+    let logger: Logger
+    /// The clock that dates the backup and its chain decisions.
+    let now: @Sendable () -> Date
+    /// The `store` dimension of the metrics (see ``BackupMetrics``).
+    let metricsStore: String
+
+    /// Makes one backup and publishes it to each of `destinations`. A destination that fails
+    /// (its preflight or its upload) does not stop the others: its outcome carries the error,
+    /// and metrics are recorded per destination.
+    ///
+    /// - Returns: One outcome per destination, in order.
+    /// - Throws: Only when nothing could be built (a locked store, no databases, a missing
+    ///   password, cancellation): then nothing was published anywhere.
+    func run(to destinations: [any BackupDestination], progress: ProgressHandler?) async throws -> [PublishOutcome] {
+        let progress = ProgressPlan.stamping(ProgressPlan.create, progress)
+        let started = ContinuousClock.now
+        var outcomes = destinations.map { PublishOutcome(destination: $0.displayName) }
+        func recordFailures() {
+            for outcome in outcomes where !outcome.succeeded {
+                BackupMetrics.recordBackup(
+                    store: metricsStore, destination: outcome.destination, size: nil,
+                    seconds: (ContinuousClock.now - started).inSeconds, at: Date())
+            }
+        }
+        do {
+            let build = ArchiveBuild(
+                storesDirectory: storesDirectory, options: options, password: try archivePassword(), logger: logger, now: now)
+            try build.requireStoresDirectory()
+            // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
+            var reachable: [Int] = []
+            for (index, target) in destinations.enumerated() {
+                do { try await target.preflight(); reachable.append(index) } catch {
+                    outcomes[index].error = StoreBackupError.wrapping(error)
+                }
+            }
+            guard !reachable.isEmpty else { recordFailures(); return outcomes }
+            // Built in place at the first destination that can (a local folder: no space taken in TMPDIR).
+            var host: (index: Int, archivePath: String)?
+            for index in reachable {
+                do {
+                    if let path = try destinations[index].prepareInPlaceArchive() { host = (index, path); break }
+                } catch  where reachable.count == 1 {
+                    // The only destination cannot take the archive: fail before building it.
+                    outcomes[index].error = StoreBackupError.wrapping(error)
+                    recordFailures()
+                    return outcomes
+                } catch {
+                    // It fails at its upload instead.
+                }
+            }
+            let archivePath =
+                host?.archivePath ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
+            // Chains: an incremental only when every reachable destination holds the base.
+            let chain = await chainBuild(for: reachable.map { destinations[$0] }, password: build.password)
+            defer { chain?.discard() }
+            outcomes = try await build.run(at: archivePath, progress: progress, chain: chain) { archive in
+                if let reason = chain?.fullReason {
+                    logger.info("a full backup: \(reason)", metadata: ["store": "\(storesDirectory)"])
+                }
+                let publishing = ArchivePublishing(storesDirectory: storesDirectory, logger: logger, baseName: chain?.baseName)
+                let results = try await publishing.publish(
+                    archive, to: reachable, of: destinations, host: host?.index, progress: progress)
+                var published = outcomes
+                for (index, result) in results {
+                    switch result {
+                    case .success(var backup):
+                        backup.fullReason = chain?.fullReason
+                        published[index].backup = backup
+                        BackupMetrics.recordBackup(
+                            store: metricsStore, destination: backup.destination, size: backup.size,
+                            seconds: backup.archiveSeconds + backup.uploadSeconds, at: Date(), kind: backup.kind)
+                    case .failure(let error):
+                        published[index].error = StoreBackupError.wrapping(error)
+                    }
+                }
+                if let chain {
+                    TestPausePoint.reach("chain-published")
+                    saveChainState(chain, published: published.compactMap(\.backup))
+                }
+                archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
+                return published
+            }
+        } catch {
+            for index in outcomes.indices where !outcomes[index].succeeded && outcomes[index].error == nil {
+                outcomes[index].error = StoreBackupError.wrapping(error)
+            }
+            recordFailures()
+            throw error
+        }
+        recordFailures()
+        return outcomes
+    }
+
+    /// The password for a new backup: nil unless ``CreateOptions/encrypt``.
+    private func archivePassword() throws -> BackupPassword? {
+        guard options.encrypt else { return nil }
+        guard let passwords else { throw StoreBackupError.passwordUnavailable(reason: "encrypting a backup needs a password") }
+        return try passwords.password()
+    }
+
+    /// The chain state folder of this store for `destination` (its display name).
+    private func chainFolder(for destination: String) -> ChainFolder {
+        ChainFolder(storesDirectory: storesDirectory, destination: destination)
+    }
+
+    /// With ``CreateOptions/incremental``, the chain build for a backup published to
+    /// `destinations` (the reachable ones; the first one's chain state decides, the others
+    /// must hold the same). The base must be at each destination: listed now, checked
+    /// against the state under the lock; any doubt makes a full backup.
+    private func chainBuild(for destinations: [any BackupDestination], password: BackupPassword?) async -> ChainBuild? {
+        guard let policy = options.incremental, let first = destinations.first else { return nil }
+        var listed: [(folder: ChainFolder, listing: [BackupListing]?)] = []
+        for target in destinations {
+            listed.append((chainFolder(for: target.displayName), try? await target.sortedBackups()))
+        }
+        return ChainBuild(
+            folder: chainFolder(for: first.displayName), policy: policy, password: password, listing: listed[0].listing,
+            mirrors: Array(listed.dropFirst()), now: now())
+    }
+
+    /// Saves the chain state after a backup was published (at each destination it reached).
+    /// A failure here does not undo the backup: the states are removed instead, so the next
+    /// backup is a full one.
+    private func saveChainState(_ build: ChainBuild, published: [BackupResult]) {
+        guard let manifest = published.first?.manifest else { return }
+        let folders = published.map { (folder: chainFolder(for: $0.destination), name: $0.name, size: $0.size) }
+        do {
+            try build.commit(manifest: manifest, published: folders)
+        } catch {
+            for folder in folders { folder.folder.remove() }
+            logger.warning(
+                "could not save the chain state (\(error)); the next backup will be a full one",
+                metadata: ["store": "\(storesDirectory)"])
+        }
+    }
+}

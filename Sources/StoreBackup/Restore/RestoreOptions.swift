@@ -1,0 +1,42 @@
+/// How ``StoreHelper/restore(_:options:hooks:progress:)`` may treat the backup and the live
+/// store. The defaults are the safe ones: refuse what cannot be checked, refuse a store other
+/// processes hold.
+public struct RestoreOptions: Sendable {
+    /// What may be let through when the backup is read (see ``ExtractionOptions``).
+    public var extraction = ExtractionOptions()
+
+    /// Shell commands that stop the app before the swap and start it after (see
+    /// ``AppCommands``); nil: the app is not stopped by the restore (the reload hooks close
+    /// its connections, or it does not run). Also what ``StoreHelper/recover(appCommands:)`` starts the
+    /// app with after finishing a restore that had stopped it.
+    public var appCommands: AppCommands? = nil
+
+    /// Restore even when other processes have the store open (they would go on writing
+    /// into the replaced files, and lose those writes), with a warning in the result and the
+    /// log. Off by default: a restore is refused with ``StoreBackupError/storeInUse(reason:remedy:)``
+    /// when ``StoreUsage`` finds another process holding the store, or cannot see every process.
+    public var allowStoreInUse = false
+
+    /// Restore when the in-use check could not see every process (not root: other users'
+    /// open files are unreadable), with a warning, while still refusing for every process it
+    /// did see holding the store. For an app running as its own user, whose store no other
+    /// user's process opens. Off by default, like the command line.
+    public var allowUnseenProcesses = false
+
+    /// Also look for other processes before downloading and unpacking, to fail fast. The
+    /// check after ``ReloadHooks/willSwap`` always runs. Turn this off when `willSwap` is what
+    /// closes another process's connections. Skipped when ``appCommands`` stop the app.
+    public var checkStoreInUseEarly = true
+
+    /// The safe defaults, or as given.
+    public init(
+        extraction: ExtractionOptions = ExtractionOptions(), appCommands: AppCommands? = nil, allowStoreInUse: Bool = false,
+        allowUnseenProcesses: Bool = false, checkStoreInUseEarly: Bool = true
+    ) {
+        self.extraction = extraction
+        self.appCommands = appCommands
+        self.allowStoreInUse = allowStoreInUse
+        self.allowUnseenProcesses = allowUnseenProcesses
+        self.checkStoreInUseEarly = checkStoreInUseEarly
+    }
+}
