@@ -11,7 +11,7 @@ extension ArchiveReader {
     /// `exact`: fetch only the header's bytes when they are not at hand (an entry read later,
     /// perhaps much later); by default the entry's first chunk, read right after.
     func checkLocalHeader(index: UInt64, exact: Bool = false) throws {
-        guard let ranged else { return }
+        guard case .ranged(let ranged) = source else { return }
         var stat = zip_stat_t()
         let handle = try idleHandle
         guard let span = ranged.span(ofEntry: index), zip_stat_index(handle, index, zip_flags_t(ZIP_FL_ENC_RAW), &stat) == 0,
@@ -40,7 +40,7 @@ extension ArchiveReader {
     /// one costs no request each. At most ``maxPrefetchBytes`` are kept this way; the other
     /// entries are read on demand.
     func prefetch(_ entries: [ArchiveEntry]) throws {
-        guard let ranged else { return }
+        guard case .ranged(let ranged) = source else { return }
         for range in prefetchPlan(entries, in: ranged).ranges { try ranged.willRead(range) }
     }
 
@@ -51,7 +51,7 @@ extension ArchiveReader {
     /// request counted as ``requestCostBytes`` on top of the bytes it fetches (extracting
     /// most of a backup is a download). True for a file.
     func prepareToRead(_ entries: [ArchiveEntry]) throws -> Bool {
-        guard let ranged else { return true }
+        guard case .ranged(let ranged) = source else { return true }
         let read = entries.filter { $0.kind == .file || $0.kind == .symlink }
         let links = self.entries.filter { $0.kind == .symlink }
         let plan = prefetchPlan(read.filter { $0.kind == .file } + links, in: ranged)

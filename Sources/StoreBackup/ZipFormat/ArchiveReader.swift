@@ -71,7 +71,8 @@ struct ArchiveEntry: Sendable {
 // Unchecked: its properties are set in init only (or cleared by release, once nobody reads them); `archive` is used only
 // by the thread that opened it (workers use openHandle).
 final class ArchiveReader: @unchecked Sendable {
-    let path: String
+    /// Where the archive's bytes are read: a file, a remote archive, a download arriving.
+    let source: ArchiveSource
     let backupName: String
     private(set) var entries: [ArchiveEntry] = []
     private(set) var manifest: Manifest?
@@ -101,77 +102,56 @@ final class ArchiveReader: @unchecked Sendable {
     private var localHeaderOffsets: [Int64]
     /// Drops the archive's pages once read (nil when the file cannot be opened again).
     let pageCache: ArchivePageCache?
+
     /// The archive when it is a complete file on this machine, for reading small entries
     /// without libzip (see `LocalEntryReader`); nil for a remote or arriving archive.
-    let localFile: LocalArchiveFile?
-    /// The remote archive read in ranges, when it is one (see ``init(ranged:backupName:passwords:)``).
-    private(set) var ranged: RangedArchive?
-    /// The downloaded file still arriving, when it is one (see ``init(arriving:backupName:passwords:)``).
-    private(set) var arriving: ArrivingArchive?
+    var localFile: LocalArchiveFile? { source.localFile }
 
-    /// Opens the archive. If it is encrypted, asks `passwords` for the password and checks
-    /// it on the manifest (or the first encrypted entry) before anything else is read:
-    /// `passwordRequired` without one, `wrongPassword` when it does not fit.
-    /// An unencrypted archive is listed from its central directory without libzip
-    /// (``readEntriesWithoutLibzip(_:check:)``), unless `listsThroughLibzip` (which makes the
+    /// Opens the archive from `source`. If it is encrypted, asks `passwords` for the password
+    /// and checks it on the manifest (or the first encrypted entry) before anything else is
+    /// read: `passwordRequired` without one, `wrongPassword` when it does not fit.
+    /// An unencrypted file is listed from its central directory without libzip
+    /// (``readEntriesWithoutLibzip(_:)``), unless `listsThroughLibzip` (which makes the
     /// same list, with libzip's consistency check of every local header up front).
-    init(path: String, backupName: String, passwords: PasswordProvider? = nil, listsThroughLibzip: Bool = false) throws {
-        self.path = path
+    init(_ source: ArchiveSource, backupName: String, passwords: PasswordProvider? = nil, listsThroughLibzip: Bool = false) throws {
+        self.source = source
         self.backupName = backupName
         localHeaderOffsets = []
-        pageCache = ArchivePageCache(path: path)
-        localFile = LocalArchiveFile(path: path)
+        pageCache = source.makePageCache()
         // Counts, sizes and names are checked with fixed buffers before anything is sized by them.
-        let check = CentralDirectoryCheck(path: path, backupName: backupName)
-        if let localFile, !listsThroughLibzip, try readEntriesWithoutLibzip(localFile, check: check) { return }
-        localHeaderOffsets = try check.run()
-        archive = try Self.open(path: path, backupName: backupName)
+        if let localFile, !listsThroughLibzip, try readEntriesWithoutLibzip(localFile) { return }
+        localHeaderOffsets = try source.checkCentralDirectory(backupName: backupName)
+        archive = try source.openHandle(backupName: backupName)
         // If this throws, deinit still runs (every property is set) and discards the handle.
         try readEntries(passwords: passwords)
     }
 
-    /// Opens a remote archive through ranged reads, with every check a file gets; libzip's
-    /// check of each entry's local header is made for the entries read (``checkLocalHeader(index:exact:)``).
-    init(ranged: RangedArchive, backupName: String, passwords: PasswordProvider? = nil) throws {
-        self.path = backupName
-        self.backupName = backupName
-        try ranged.fetchTail()
-        let layout = try CentralDirectoryCheck(path: backupName, backupName: backupName).run(ranged)
-        ranged.setLayout(layout)
-        localHeaderOffsets = layout.offsets
-        pageCache = nil
-        localFile = nil
-        self.ranged = ranged
-        archive = try ranged.openHandle(backupName: backupName)
-        try readEntries(passwords: passwords)
+    /// Opens the complete backup file at `path` (``ArchiveSource/file(path:_:)``).
+    convenience init(path: String, backupName: String, passwords: PasswordProvider? = nil, listsThroughLibzip: Bool = false) throws {
+        try self.init(
+            .file(path: path, LocalArchiveFile(path: path)), backupName: backupName, passwords: passwords,
+            listsThroughLibzip: listsThroughLibzip)
     }
 
-    /// Opens a download still arriving, with every check a file gets but libzip's check of
-    /// each local header (`ZIP_CHECKCONS`, which reads them all and so would wait for the
-    /// whole download): the caller makes it with ``checkConsistency(path:backupName:)`` once
-    /// the file is complete, before anything unpacked from it is used.
-    init(arriving: ArrivingArchive, backupName: String, passwords: PasswordProvider? = nil) throws {
-        self.path = arriving.path
-        self.backupName = backupName
-        localHeaderOffsets = try CentralDirectoryCheck(path: arriving.path, backupName: backupName).run(arriving).offsets
-        pageCache = ArchivePageCache(path: arriving.path)
-        localFile = nil
-        self.arriving = arriving
-        archive = try arriving.openHandle(backupName: backupName)
-        try readEntries(passwords: passwords)
+    /// Opens a remote archive through ranged reads (``ArchiveSource/ranged(_:)``).
+    convenience init(ranged: RangedArchive, backupName: String, passwords: PasswordProvider? = nil) throws {
+        try self.init(.ranged(ranged), backupName: backupName, passwords: passwords)
+    }
+
+    /// Opens a download still arriving (``ArchiveSource/arriving(_:)``).
+    convenience init(arriving: ArrivingArchive, backupName: String, passwords: PasswordProvider? = nil) throws {
+        try self.init(.arriving(arriving), backupName: backupName, passwords: passwords)
     }
 
     /// libzip's consistency check of the complete archive at `path` (every local header
-    /// against the central directory), as ``init(path:backupName:passwords:)`` makes it.
+    /// against the central directory), as a file's handles make it (``ArchiveSource/openCompleteFile(path:backupName:)``).
     static func checkConsistency(path: String, backupName: String) throws {
-        zip_discard(try open(path: path, backupName: backupName))
+        zip_discard(try ArchiveSource.openCompleteFile(path: path, backupName: backupName))
     }
 
-    /// Another handle on the same file, for another thread, with the password set.
+    /// Another handle on the same archive, for another thread, with the password set.
     func openHandle() throws -> OpaquePointer {
-        let handle =
-            try ranged?.openHandle(backupName: backupName) ?? arriving?.openHandle(backupName: backupName)
-            ?? Self.open(path: path, backupName: backupName)
+        let handle = try source.openHandle(backupName: backupName)
         if let password {
             guard password.withCString({ zip_set_default_password(handle, $0) }) == 0 else {
                 zip_discard(handle)
@@ -190,7 +170,7 @@ final class ArchiveReader: @unchecked Sendable {
             defer { handleLock.unlock() }
             if let archive { return archive }
             precondition(!released, "the reader of \(backupName) was released")
-            let opened = try Self.open(path: path, backupName: backupName)
+            let opened = try source.openHandle(backupName: backupName)
             archive = opened
             return opened
         }
@@ -220,23 +200,6 @@ final class ArchiveReader: @unchecked Sendable {
         // once free: what comes next (the reload's scan of the restored tree, a listing)
         // would grow beside them instead of in their pages. Trimming returns the free pages.
         malloc_trim(0)
-    }
-
-    /// Opens another handle on the same file; libzip handles are not shared between threads.
-    static func open(path: String, backupName: String) throws -> OpaquePointer {
-        if let file = LocalArchiveFile(path: path) {
-            return try ZipSource.openHandle(over: file, backupName: backupName, flags: ZIP_RDONLY | ZIP_CHECKCONS) { nil }
-        }
-        var code: Int32 = 0
-        let handle = openLock.withLock { zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &code) }
-        guard let handle else {
-            var error = zip_error_t()
-            zip_error_init_with_code(&error, code)
-            defer { zip_error_fini(&error) }
-            throw StoreBackupError.corruptArchive(
-                name: backupName, reason: "not a readable ZIP archive (\(String(cString: zip_error_strerror(&error))))")
-        }
-        return handle
     }
 
     /// libzip's zip_open is not safe to call from several threads at once (GUIDE §5).
@@ -324,7 +287,8 @@ final class ArchiveReader: @unchecked Sendable {
     /// its own copy of the directory, about 390 bytes an entry, the largest memory per entry of
     /// a restore. The handle is opened later only if something needs it (``idleHandle``).
     /// Returns false, having listed nothing, for an archive with encrypted entries.
-    private func readEntriesWithoutLibzip(_ file: LocalArchiveFile, check: CentralDirectoryCheck) throws -> Bool {
+    private func readEntriesWithoutLibzip(_ file: LocalArchiveFile) throws -> Bool {
+        let check = CentralDirectoryCheck(path: file.path, backupName: backupName)
         var leftToLibzip = false
         var announced = 1
         let layout = try check.run(FileArchiveBytes(descriptor: file.descriptor, size: file.size)) { record in
