@@ -67,6 +67,10 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
             ]),
+        // The public API as an app sees it: `import StoreBackup` only, no @testable.
+        .testTarget(
+            name: "PublicAPITests",
+            dependencies: ["StoreBackup", .product(name: "Logging", package: "swift-log")]),
         .testTarget(
             name: "StoreBackupTests",
             dependencies: [
