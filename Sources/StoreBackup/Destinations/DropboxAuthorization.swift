@@ -11,14 +11,22 @@ import Foundation
 ///
 /// Later commands get short-lived access tokens from that refresh token by themselves.
 public struct DropboxAuthorization: Sendable {
+    /// Dropbox's own authorization page, used unless `STOREBACKUP_DROPBOX_AUTHORIZE_URL`
+    /// names another.
     public static let defaultAuthorizeURL = "https://www.dropbox.com/oauth2/authorize"
 
+    /// The key of the user's Dropbox app (from the Dropbox App Console); not a secret, it is
+    /// stored beside the refresh token.
     public let appKey: String
     /// 64 random characters from the unreserved set (RFC 7636 allows 43 to 128).
     let codeVerifier: String
     /// base64url(SHA-256(verifier)), without padding.
     public let codeChallenge: String
 
+    /// Starts connecting the app `appKey`, with a fresh random verifier: call
+    /// ``authorizeURL(environment:)`` and ``complete(code:credentialsFile:options:)`` on this
+    /// same value, since no other can complete it. Throws `invalidDestination` when `appKey` is
+    /// not letters, digits, `-` and `_`.
     public init(appKey: String) throws {
         guard !appKey.isEmpty, appKey.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") }) else {
             throw StoreBackupError.invalidDestination(

@@ -20,6 +20,7 @@ public struct LocalFolderDestination: BackupDestination {
         self.folder = FileSystem.absolutePath(folder)
     }
 
+    /// The folder's absolute path.
     public var displayName: String { folder }
 
     /// Archives are built in the folder itself, so publishing is an fsync and a rename.
@@ -30,6 +31,8 @@ public struct LocalFolderDestination: BackupDestination {
         return temporaryArchivePath()
     }
 
+    /// Every backup file in the folder, dated by its name (else by its modification time);
+    /// none when the folder does not exist yet. Dead runs' temporaries are removed first.
     public func listBackups() async throws -> [BackupListing] {
         guard FileSystem.isDirectory(folder) else { return [] }
         removeStaleTemporaryFiles()
@@ -45,6 +48,9 @@ public struct LocalFolderDestination: BackupDestination {
         }
     }
 
+    /// Renames `file` into the folder as `name` (a file built elsewhere is first copied next
+    /// to it), then fsyncs the file and the folder. Throws `backupExists` rather than replace
+    /// a backup; creates the folder when needed.
     public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
         try BackupName.validate(name)
         try FileSystem.createDirectories(folder)
@@ -71,6 +77,8 @@ public struct LocalFolderDestination: BackupDestination {
         }
     }
 
+    /// Copies the backup `name` to `file`; throws `backupNotFound` when the folder has no such
+    /// backup. Restore reads a local backup in place instead (``localPath(of:)``).
     public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
         try BackupName.validate(name)
         let source = folder + "/" + name
@@ -84,6 +92,8 @@ public struct LocalFolderDestination: BackupDestination {
         return FileSystem.fileExists(path) ? path : nil
     }
 
+    /// Deletes the backup file `name` and fsyncs the folder; throws `backupNotFound` when
+    /// there is none.
     public func delete(_ name: String) async throws {
         try BackupName.validate(name)
         let path = folder + "/" + name

@@ -22,8 +22,11 @@ public struct ObjectLockRetention: Sendable, Equatable {
 
     /// Days each new backup stays locked (≥ 1).
     public var days: Int
+    /// Who may still delete a locked backup before its date: an administrator
+    /// (``Mode/governance``, the default) or nobody (``Mode/compliance``).
     public var mode: Mode
 
+    /// Locks each new backup for `days` days (give at least 1: it is not checked here) in `mode`.
     public init(days: Int, mode: Mode = .governance) {
         self.days = days
         self.mode = mode
@@ -45,10 +48,12 @@ public struct ObjectLockRetention: Sendable, Equatable {
 
 /// The S3 Object Lock retention one backup has (``BackupDestination/retention(of:)``).
 public struct BackupRetention: Sendable, Equatable {
+    /// Whether an administrator may still lift the lock (governance) or nobody can (compliance).
     public var mode: ObjectLockRetention.Mode
     /// Until when the backup cannot be deleted or overwritten.
     public var until: Date
 
+    /// A lock in `mode` until `until`.
     public init(mode: ObjectLockRetention.Mode, until: Date) {
         self.mode = mode
         self.until = until

@@ -23,10 +23,13 @@ public struct RetryingDestination: WrappingDestination {
         self.logger = logger
     }
 
+    /// The base's listing, retried within the budget.
     public func listBackups() async throws -> [BackupListing] {
         try await retrying { try await base.listBackups() }
     }
 
+    /// Publishes through the base; a failure a request could not heal redoes the whole upload,
+    /// within the budget.
     public func upload(file: String, as name: String, progress: ProgressHandler?) async throws {
         try await retrying { try await base.upload(file: file, as: name, progress: progress) }
     }
@@ -36,18 +39,22 @@ public struct RetryingDestination: WrappingDestination {
         try await retrying { try await base.download(name, to: file, progress: progress) }
     }
 
+    /// Deletes at the base, retried within the budget.
     public func delete(_ name: String) async throws {
         try await retrying { try await base.delete(name) }
     }
 
+    /// The base's preflight check, retried within the budget.
     public func preflight() async throws {
         try await retrying { try await base.preflight() }
     }
 
+    /// Lists the base's leftover uploads, retried within the budget.
     public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {
         try await retrying { try await base.staleUploads(olderThan: age) }
     }
 
+    /// Removes a leftover upload at the base, retried within the budget.
     public func removeStaleUpload(_ upload: StaleUpload) async throws {
         try await retrying { try await base.removeStaleUpload(upload) }
     }

@@ -13,6 +13,8 @@ public struct IncrementalPolicy: Sendable, Equatable {
     /// Make a full backup now (it starts a new chain).
     public var forceFull = false
 
+    /// A policy; each parameter sets the property of the same name, and the defaults are
+    /// those the configuration file uses.
     public init(fullEvery: TimeInterval = 7 * 86_400, maxChainLength: Int = 14, maxDeltaShare: Double = 0.5, forceFull: Bool = false) {
         self.fullEvery = fullEvery
         self.maxChainLength = maxChainLength

@@ -3,14 +3,19 @@ import Foundation
 
 /// Who made a backup: the host and the stores directory, as its manifest records them.
 public struct BackupOrigin: Sendable, Codable, Hashable, CustomStringConvertible {
+    /// The host name the backup was made on, as create recorded it (`$STOREBACKUP_HOSTNAME`
+    /// when set, else the machine's name): see ``currentHost``.
     public var host: String
+    /// The absolute path of the stores directory that was backed up.
     public var storesDirectory: String
 
+    /// An origin; ``BackupOriginIndex`` reads them from backups' manifests.
     public init(host: String, storesDirectory: String) {
         self.host = host
         self.storesDirectory = storesDirectory
     }
 
+    /// `host:storesDirectory`, as `prune` names each group of backups it applies retention to.
     public var description: String { "\(host):\(storesDirectory)" }
 
     /// This machine (or `$STOREBACKUP_HOSTNAME`), as create records it.
@@ -27,6 +32,7 @@ public struct BackupOrigin: Sendable, Codable, Hashable, CustomStringConvertible
 /// recorded when they are created, and others are read once, only when `download` is
 /// allowed (`prune`, the scheduler's retention), never for a plain `list`.
 public struct BackupOriginIndex: Sendable {
+    /// The destination whose backups it looks at; its display name also keys the cache.
     public let destination: any BackupDestination
     /// Where the cache lives; nil: no cache.
     public let cacheDirectory: String?
@@ -34,6 +40,8 @@ public struct BackupOriginIndex: Sendable {
     /// not fit) their origin is unknown unless cached.
     public let passwords: PasswordProvider?
 
+    /// An index of `destination`'s backups that caches origins under `cacheDirectory` (nil:
+    /// no cache) and opens encrypted manifests with `passwords`.
     public init(destination: any BackupDestination, cacheDirectory: String?, passwords: PasswordProvider? = nil) {
         self.destination = destination
         self.cacheDirectory = cacheDirectory

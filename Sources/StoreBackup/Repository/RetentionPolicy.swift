@@ -10,14 +10,29 @@ import Foundation
 /// its last ones). A backup kept by several rules counts against each of them. Periods are
 /// read in `calendar`'s time zone (local time by default). The newest backup is always kept.
 public struct RetentionPolicy: Sendable, Equatable, Codable {
+    /// Keeps this many of the newest backups (`keep-last`); 0: this rule keeps none.
     public var keepLast = 0
+    /// Keeps the newest backup of each of this many latest hours that have a backup
+    /// (`keep-hourly`); 0: this rule keeps none.
     public var keepHourly = 0
+    /// Keeps the newest backup of each of this many latest calendar days that have a backup
+    /// (`keep-daily`); 0: this rule keeps none.
     public var keepDaily = 0
+    /// Keeps the newest backup of each of this many latest ISO weeks (Monday to Sunday) that
+    /// have a backup (`keep-weekly`); 0: this rule keeps none.
     public var keepWeekly = 0
+    /// Keeps the newest backup of each of this many latest calendar months that have a backup
+    /// (`keep-monthly`); 0: this rule keeps none.
     public var keepMonthly = 0
+    /// Keeps the newest backup of each of this many latest calendar years that have a backup
+    /// (`keep-yearly`); 0: this rule keeps none.
     public var keepYearly = 0
+    /// Keeps every backup made less than this span before the newest backup (`keep-within`);
+    /// nil: no such rule.
     public var keepWithin: RetentionSpan?
 
+    /// A policy with the rules given; every other rule keeps nothing. A policy with no rule at
+    /// all is ``isEmpty``.
     public init(
         keepLast: Int = 0, keepHourly: Int = 0, keepDaily: Int = 0, keepWeekly: Int = 0,
         keepMonthly: Int = 0, keepYearly: Int = 0, keepWithin: RetentionSpan? = nil
@@ -51,9 +66,11 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
 
     /// One backup's fate and the rules that keep it.
     public struct Decision: Sendable, Equatable {
+        /// The backup this decision is about.
         public var backup: BackupListing
         /// Empty: the backup is to be deleted. Otherwise e.g. ["daily snapshot", "weekly snapshot"].
         public var reasons: [String]
+        /// Whether the backup stays: true when at least one rule keeps it.
         public var keep: Bool { !reasons.isEmpty }
     }
 
@@ -118,10 +135,13 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
 public struct RetentionSpan: Sendable, Equatable, Codable, CustomStringConvertible {
     public var years = 0, months = 0, days = 0, hours = 0
 
+    /// A span of so many years, months, days and hours, added together.
     public init(years: Int = 0, months: Int = 0, days: Int = 0, hours: Int = 0) {
         self.years = years; self.months = months; self.days = days; self.hours = hours
     }
 
+    /// Reads restic's form, e.g. `1y5m7d2h`, `30d`, `12h` (`m` is months); throws
+    /// `invalidSchedule` for anything else, and for a span of zero.
     public static func parse(_ text: String) throws -> RetentionSpan {
         var span = RetentionSpan()
         var number = ""
@@ -149,6 +169,7 @@ public struct RetentionSpan: Sendable, Equatable, Codable, CustomStringConvertib
         )
     }
 
+    /// The span in restic's form, e.g. `1y6m`, as ``parse(_:)`` reads it.
     public var description: String {
         var text = ""
         for (value, unit) in [(years, "y"), (months, "m"), (days, "d"), (hours, "h")] where value > 0 {

@@ -17,8 +17,11 @@ public struct AppCommands: Sendable, Equatable {
     /// out fails: nothing is swapped).
     public var timeout: Double
 
+    /// Seconds each command may run when no timeout is given (`stop-timeout:` unset).
     public static let defaultTimeout: Double = 60
 
+    /// Commands around a restore: `stop` and `start` run with `/bin/sh -c`; without `start`
+    /// the app is left stopped. `timeout` is in seconds, for each command.
     public init(stop: String, start: String? = nil, timeout: Double = AppCommands.defaultTimeout) {
         self.stop = stop
         self.start = start

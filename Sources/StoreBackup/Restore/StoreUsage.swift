@@ -13,6 +13,7 @@ public struct StoreUser: Sendable, Equatable, Codable {
     /// The process's command name (`/proc/PID/comm`).
     public var command: String
 
+    /// An entry; ``StoreUsage/scan(storesDirectory:)`` makes these.
     public init(file: String, pid: Int32, command: String) {
         self.file = file
         self.pid = pid

@@ -7,16 +7,19 @@ import Glibc
 
 /// Something to do after a backup: run a shell command or POST a JSON report to a URL.
 public struct HookAction: Sendable, Equatable {
+    /// What a hook does: run a shell command, or POST to a URL.
     public enum Target: Sendable, Equatable {
         /// Run with `/bin/sh -c`; the outcome is in `STOREBACKUP_*` environment variables.
         case command(String)
         /// POST the outcome as JSON (`HookEvent`).
         case url(String)
     }
+    /// The command to run or the URL to post to.
     public var target: Target
     /// After this long the command is killed or the request abandoned.
     public var timeout: TimeInterval
 
+    /// An action on `target`, given up after `timeout` seconds.
     public init(_ target: Target, timeout: TimeInterval = 30) {
         self.target = target
         self.timeout = timeout
@@ -26,9 +29,13 @@ public struct HookAction: Sendable, Equatable {
 /// Hooks run after each scheduled backup, by outcome; `onFailure` also after a failed
 /// restore drill (``HookEvent/task`` is then "verify").
 public struct BackupHooks: Sendable, Equatable {
+    /// Run, in order, after each backup that succeeded (`on-success:`).
     public var onSuccess: [HookAction]
+    /// Run, in order, after each backup that failed (not one cancelled by shutdown) and each
+    /// failed restore drill (`on-failure:`).
     public var onFailure: [HookAction]
 
+    /// Hooks for each outcome; none by default.
     public init(onSuccess: [HookAction] = [], onFailure: [HookAction] = []) {
         self.onSuccess = onSuccess
         self.onFailure = onFailure
@@ -39,14 +46,22 @@ public struct BackupHooks: Sendable, Equatable {
 public struct HookEvent: Sendable, Codable, Equatable {
     /// "success" or "failure".
     public var event: String
+    /// The store's name (``StoreJob/name``).
     public var store: String
+    /// The absolute path of the stores directory backed up.
     public var storesDirectory: String
+    /// The destination's display name; with several, those that failed (all of them on
+    /// success), separated by commas.
     public var destination: String
+    /// The name of the machine that ran the backup, as backups record it (``BackupOrigin/currentHost``).
     public var host: String
+    /// When the run began.
     public var startedAt: Date
+    /// When the run ended, just before the hooks.
     public var finishedAt: Date
-    /// The new backup's name and size (success).
+    /// The new backup's name (success), or the backup that failed a restore drill.
     public var backup: String?
+    /// The new backup's size in bytes (success).
     public var size: Int64?
     /// What went wrong (failure).
     public var error: String?
@@ -55,6 +70,7 @@ public struct HookEvent: Sendable, Codable, Equatable {
     /// "verify" for a restore drill (`backup` is then the backup that failed); nil for a backup run.
     public var task: String?
 
+    /// An event; ``BackupService`` makes these for its hooks.
     public init(
         event: String, store: String, storesDirectory: String, destination: String, host: String,
         startedAt: Date, finishedAt: Date, backup: String? = nil, size: Int64? = nil,

@@ -12,11 +12,15 @@ public struct DrillOutcome: Sendable {
         /// Why nothing could be verified there (it could not list, or holds no backups).
         public var error: StoreBackupError?
 
+        /// Every backup picked there was verified and passed.
         public var succeeded: Bool { error == nil && !results.isEmpty && results.allSatisfy(\.ok) }
     }
 
+    /// The store's name (``StoreJob/name``).
     public var store: String
+    /// When the drill began.
     public var startedAt: Date
+    /// When the drill ended.
     public var finishedAt: Date
     /// Each destination drilled, in the store's order (the first only, unless
     /// ``VerifyDrill/everyDestination``).
@@ -31,6 +35,8 @@ public struct DrillOutcome: Sendable {
         destinations.flatMap { place in place.results.filter { !$0.ok }.map { (place.destination, $0) } }
     }
 
+    /// The drill was cancelled (graceful shutdown or task cancellation) before it finished:
+    /// its outcome is not written to the state, and no hooks run.
     public var wasCancelled: Bool {
         destinations.contains { place in
             guard let error = place.error else { return false }

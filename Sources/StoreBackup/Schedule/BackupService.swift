@@ -33,9 +33,13 @@ import ServiceLifecycle
 /// let outcome = try await service.backUpNow("app")
 /// ```
 public final class BackupService: Service, Sendable {
+    /// The stores this service backs up.
     public let jobs: [StoreJob]
+    /// Where each store's ``BackupState`` is kept between runs.
     public let stateStore: BackupStateStore
+    /// Credentials, endpoints, TLS and retry settings for remote destinations.
     public let destinationOptions: DestinationOptions
+    /// Where runs, retention and hooks are logged; lines about one store carry its name as `store` metadata.
     public let logger: Logger
     private let running = RunningStores()
 
@@ -272,8 +276,12 @@ public final class BackupService: Service, Sendable {
 
 /// What one run of one store did.
 public struct BackupRunOutcome: Sendable {
+    /// The store's name (``StoreJob/name``).
     public var store: String
+    /// When the run began.
     public var startedAt: Date
+    /// When the run ended: after the check and retention, before the state was written and
+    /// the hooks ran.
     public var finishedAt: Date
     /// The new backup (nil when the run failed).
     public var backup: BackupResult?
@@ -296,6 +304,8 @@ public struct BackupRunOutcome: Sendable {
         self.finishedAt = startedAt
     }
 
+    /// The run stopped because it was cancelled (graceful shutdown or task cancellation), not
+    /// because something failed: no hooks run for it.
     public var wasCancelled: Bool {
         guard let error else { return false }
         // StoreBackupError.wrapping turns a CancellationError into .cancelled.

@@ -37,23 +37,30 @@ import Yams
 /// secrets can stay out of the file. Unknown keys are errors: a misspelt `retention`
 /// must not silently keep everything.
 public struct BackupConfiguration: Sendable, Equatable {
+    /// Where `storebackup` looks for its configuration when no file is named.
     public static let defaultPath = "/etc/storebackup.yml"
 
     /// The file it was read from (nil when parsed from text).
     public var file: String?
+    /// The stores to back up (`stores:`), top-level defaults applied.
     public var stores: [StoreJob]
     /// Where `BackupState` files go; nil: `BackupStateStore.defaultDirectory()`.
     public var stateDirectory: String?
-    /// `s3-endpoint`, `ca-file`, `credentials`, `ssh-key`, `known-hosts`: as the command-line options.
+    /// `s3-endpoint`: the endpoint of an S3-compatible service, as `--s3-endpoint`.
     public var s3Endpoint: String?
+    /// `ca-file`: a PEM file of extra trusted CAs, as `--ca-file`.
     public var caFile: String?
+    /// `credentials`: a credentials file for remote destinations, as `--credentials`.
     public var credentialsFile: String?
+    /// `ssh-key`: the SSH private key for sftp:// destinations, as `--ssh-key`.
     public var sshKey: String?
+    /// `known-hosts`: the known_hosts file for sftp:// destinations, as `--known-hosts`.
     public var knownHosts: String?
     /// `retry-for: 5m`: how long each operation on a remote destination may retry (see ``RetryPolicy/budget``).
     public var retryFor: Double?
-    /// `limit-upload: 5M` / `limit-download: 20M`: bytes per second, the total of every transfer of a run.
+    /// `limit-upload: 5M`: bytes per second sent, the total of every transfer of a run.
     public var limitUpload: Int64?
+    /// `limit-download: 20M`: bytes per second received, the total of every transfer of a run.
     public var limitDownload: Int64?
     /// `retain-days: 30` and `retain-mode: governance|compliance`: S3 Object Lock on each new backup.
     public var objectLock: ObjectLockRetention?
@@ -61,6 +68,7 @@ public struct BackupConfiguration: Sendable, Equatable {
     /// format after each run, for node_exporter's textfile collector (see ``BackupMetrics``).
     public var metricsFile: String?
 
+    /// A configuration of `stores`, every other setting unset; `file` is only named in messages.
     public init(file: String? = nil, stores: [StoreJob], stateDirectory: String? = nil) {
         self.file = file
         self.stores = stores
@@ -80,6 +88,7 @@ public struct BackupConfiguration: Sendable, Equatable {
         return options
     }
 
+    /// The state files, in ``stateDirectory`` or else the default folder.
     public var stateStore: BackupStateStore {
         BackupStateStore(directory: stateDirectory ?? BackupStateStore.defaultDirectory())
     }

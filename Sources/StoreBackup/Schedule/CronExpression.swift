@@ -7,6 +7,7 @@ import Foundation
 /// As in Vixie cron, when both day of month and day of week are restricted, a day
 /// matching either fires.
 public struct CronExpression: Sendable, Equatable {
+    /// The expression as given, its fields separated by single spaces.
     public let text: String
     let minutes: Set<Int>
     let hours: Set<Int>
@@ -17,6 +18,7 @@ public struct CronExpression: Sendable, Equatable {
     let dayOfMonthRestricted: Bool
     let dayOfWeekRestricted: Bool
 
+    /// Parses the five fields of `text`; throws `invalidSchedule` saying which field is wrong.
     public init(_ text: String) throws {
         let fields = text.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
         guard fields.count == 5 else {

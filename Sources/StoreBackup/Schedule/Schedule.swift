@@ -39,6 +39,7 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
         )
     }
 
+    /// The configuration's spelling, e.g. `daily 02:30` or `every 6h`, as ``parse(_:)`` reads it.
     public var description: String {
         switch self {
         case .daily(let hour, let minute): return String(format: "daily %02d:%02d", hour, minute)

@@ -4,23 +4,27 @@ import Foundation
 public struct StoreJob: Sendable, Equatable {
     /// A short name, unique in a configuration: it names the state file and log lines.
     public var name: String
+    /// The stores directory to back up (`path:`), as an absolute path.
     public var storesDirectory: String
     /// A destination URL or local path (see `DestinationResolver`); nil: the default folder.
     public var destination: String?
     /// Further destinations each backup is also published to (`destinations:` in the
     /// configuration lists ``destination`` first, then these).
     public var mirrors: [String] = []
+    /// When to back up (`schedule:`).
     public var schedule: Schedule
     /// Each run starts up to this many seconds (chosen at random) after its scheduled time,
     /// so many machines on one schedule do not all hit a destination at once.
     public var jitter: TimeInterval
     /// Applied after each successful backup; nil keeps everything.
     public var retention: RetentionPolicy?
+    /// Deflate level 0-9 (`level:`; 0 stores without compressing); see ``CompressionLevel``.
     public var compressionLevel: Int
     /// Threads that deflate (``CreateOptions/threads``); nil: one per core.
     public var threads: Int? = nil
     /// A file holding the archive password (`encrypt: {password-file: …}`); nil: not encrypted.
     public var passwordFile: String?
+    /// Commands to run or URLs to call after each run (`hooks:`); none by default.
     public var hooks: BackupHooks
     /// How `restore` stops and starts the app around the swap (`stop-command`, `start-command`, `stop-timeout`).
     public var appCommands: AppCommands? = nil
@@ -34,6 +38,8 @@ public struct StoreJob: Sendable, Equatable {
     /// `max-delta-share`): see ``CreateOptions/incremental``; nil: every backup a full one.
     public var incremental: IncrementalPolicy? = nil
 
+    /// A job; a relative `storesDirectory` is made absolute. The settings not taken here
+    /// (``mirrors``, ``threads``, ``verify`` and the rest) start at their defaults.
     public init(
         name: String, storesDirectory: String, destination: String? = nil, schedule: Schedule,
         jitter: TimeInterval = 0, retention: RetentionPolicy? = nil,

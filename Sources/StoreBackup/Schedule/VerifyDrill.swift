@@ -31,6 +31,7 @@ public struct VerifyDrill: Sendable, Equatable {
             }
         }
 
+        /// The configuration's spelling, e.g. `all-within 7d`, as ``parse(_:)`` reads it.
         public var description: String {
             switch self {
             case .newest: return "newest"
@@ -42,11 +43,14 @@ public struct VerifyDrill: Sendable, Equatable {
 
     /// When drills run (the same forms as a backup's schedule).
     public var schedule: Schedule
+    /// Which backups each drill verifies (`pick:`); the newest by default.
     public var pick: Pick
     /// Drill at every destination of the store (`destinations: all`), each copy on its own,
     /// instead of the first only (the default: a remote drill downloads what it verifies).
     public var everyDestination = false
 
+    /// Drills on `schedule` that verify the backups `pick` chooses, at the store's first
+    /// destination only unless `everyDestination`.
     public init(schedule: Schedule, pick: Pick = .newest, everyDestination: Bool = false) {
         self.schedule = schedule
         self.pick = pick

@@ -15,6 +15,8 @@ public final class RateLimit: Sendable {
     /// transfer) would take the parts of a paced upload for a dead link.
     public static let minimum: Int64 = 16_000
 
+    /// A cap of `bytesPerSecond`, taken as given: only ``parse(_:option:)`` refuses rates
+    /// below ``minimum``.
     public init(bytesPerSecond: Int64) {
         self.bytesPerSecond = bytesPerSecond
     }

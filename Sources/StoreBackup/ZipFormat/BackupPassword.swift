@@ -40,7 +40,9 @@ public struct BackupPassword: Sendable, CustomStringConvertible, CustomDebugStri
         try self.init(text)
     }
 
+    /// The password hidden, for logs: always `<password>`.
     public var description: String { "<password>" }
+    /// The password hidden from `debugPrint` and the debugger too: always `<password>`.
     public var debugDescription: String { "<password>" }
 
     /// Calls `body` with the password as a NUL-terminated C string (for libzip).
@@ -71,5 +73,7 @@ public struct PasswordProvider: Sendable {
         PasswordProvider { password }
     }
 
+    /// The password, fetched anew at each call (``file(_:)`` reads the file again);
+    /// throws `passwordUnavailable` when there is none.
     public func password() throws -> BackupPassword { try get() }
 }
