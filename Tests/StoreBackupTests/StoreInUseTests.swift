@@ -161,6 +161,39 @@ final class StoreInUseTests: XCTestCase {
         try assertNothingLeftBehind()
     }
 
+    /// The start command fails after a committed swap: the restored store stays (it is whole
+    /// and the app's to open), but the restore exits 1 saying the app must be started, and
+    /// nothing is left for recovery to do (the start is not run again).
+    func testFailingStartKeepsTheRestoredStoreAndFailsSayingSo() throws {
+        try prepareBackup(mode: "wal")
+        // A commit after the backup, so the restored store can be told from the live one.
+        let live = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try live.execute("INSERT INTO acks VALUES (1, '1-1')", operation: "test change")
+        live.close()
+        let started = state + "/started"
+        let result = try restore(["--stop-command", "true", "--start-command", "touch '\(started)'; exit 4", "--json"])
+        XCTAssertEqual(result.status, 1, result.stderr)
+        XCTAssertTrue(
+            result.stderr.contains("the store was restored, but the start command failed (it exited with status 4); start the app"),
+            result.stderr)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: started), "the start command ran")
+        let summary = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any], result.stdout)
+        let app = try XCTUnwrap(summary["app"] as? [String: Any], result.stdout)
+        XCTAssertEqual(app["startFailure"] as? String, "the start command failed (it exited with status 4)")
+
+        // The live store is the backup's, and a working store.
+        XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "SELECT group_concat(token, ' ') FROM acks"), "0-0")
+        XCTAssertEqual(try StoreFixture.query(store + "/App.sqlite", "PRAGMA integrity_check"), "ok")
+        let writable = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try writable.execute("INSERT INTO acks VALUES (2, '2-1')", operation: "test change")
+        writable.close()
+        try assertNothingLeftBehind()
+        try FileManager.default.removeItem(atPath: started)
+        let recovered = try runStoreBackup(["recover", store])
+        XCTAssertEqual(recovered.status, 0, recovered.stderr)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: started), "no journal asked recovery to start the app again")
+    }
+
     func testStopPastItsTimeoutSwapsNothing() throws {
         try prepareBackup(mode: "wal")
         let refused = try restore([
