@@ -260,6 +260,61 @@ final class RetentionTests: XCTestCase {
         XCTAssertEqual(Set(remaining.map(\.name)), [full, first, newest])
     }
 
+    /// The test above prunes copies of one archive under chain-shaped names; this one prunes
+    /// real chains (fulls and incrementals create made, a day apart), then checks that what
+    /// prune kept still restores: every kept backup verifies through its chain, and the
+    /// newest restores to the store as it was when it was made.
+    func testWhatPruneKeepsOfRealChainsVerifiesAndRestores() async throws {
+        let work = try TestEnvironment.temporaryDirectory("prune-real-chains")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store, logRows: 50, blobCount: 1)
+        let clock = Locked(Date())
+        var helper = StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: work + "/backups"))
+        helper.now = { clock.withLock { $0 } }
+        let chained = ChainedHelper(helper, policy: IncrementalPolicy(maxDeltaShare: 1))
+        var fullPolicy = chained
+        fullPolicy.options.incremental?.forceFull = true
+
+        // Oct 30 full <- Oct 31 <- Nov 1; Nov 2 full <- Nov 3: keeping the newest backup of
+        // each month keeps Nov 3 and Oct 31, so their bases (Nov 2, Oct 30) stay and Nov 1 goes.
+        var made: [BackupResult] = []
+        var rows: [String: String] = [:]
+        for (index, (month, day)) in [(10, 30), (10, 31), (11, 1), (11, 2), (11, 3)].enumerated() {
+            let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+            try app.execute("INSERT INTO log(note) VALUES('day \(month)-\(day)')", operation: "test change")
+            app.close()
+            clock.withLock { $0 = utc.date(from: DateComponents(year: 2026, month: month, day: day, hour: 12))! }
+            let backup = try await (index == 3 ? fullPolicy : chained).createBackup()
+            made.append(backup)
+            rows[backup.name] = try StoreFixture.query(store + "/App.sqlite", "SELECT group_concat(note, '|') FROM log")
+        }
+        XCTAssertEqual(made.map(\.kind), ["full", "incremental", "incremental", "full", "incremental"])
+        XCTAssertEqual(made.map { $0.base ?? "" }, ["", made[0].name, made[1].name, "", made[3].name])
+        let newest = made[4].name
+        let tree = try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false)
+
+        let repository = chained.repository
+        let plan = try await repository.retentionPlan(RetentionPolicy(keepMonthly: 2), calendar: utc)
+        let deleted = try await repository.prune(plan)
+        XCTAssertEqual(deleted, [made[2].name])
+        let kept = [made[4], made[3], made[1], made[0]].map(\.name)
+        let listed = try await repository.list()
+        XCTAssertEqual(listed.map(\.name), kept)
+        for name in kept {
+            let verified = try await repository.verify(.named(name))[0]
+            XCTAssertTrue(verified.ok, "\(name): \(verified.problem ?? "")")
+        }
+
+        let restoredStore = work + "/Restored"
+        let restored = try await StoreHelper(storesDirectory: restoredStore, destination: repository.destination)
+            .restore("latest")
+        XCTAssertEqual(restored.backupName, newest)
+        XCTAssertEqual(try StoreFixture.describe(restoredStore, includeJournals: false, includeDatabaseContent: false), tree)
+        XCTAssertEqual(try StoreFixture.query(restoredStore + "/App.sqlite", "SELECT group_concat(note, '|') FROM log"), rows[newest])
+        XCTAssertEqual(try StoreFixture.query(restoredStore + "/App.sqlite", "PRAGMA integrity_check"), "ok")
+    }
+
     /// When S3 Object Lock keeps a backup prune meant to delete, the backups its chain needs
     /// are kept too, and said so.
     func testExecuteKeepsTheChainOfABackupItCannotDelete() async throws {
