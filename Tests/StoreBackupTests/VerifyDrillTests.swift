@@ -270,6 +270,41 @@ final class VerifyDrillTests: XCTestCase {
         XCTAssertEqual(BackupStateStore(directory: stateDirectory).load("app")?.lastVerifySuccess?.backups, [picked[0]])
     }
 
+    /// The newest backup is an incremental: the drill verifies it through its chain (it
+    /// passes), and once a byte of its base (the full) is flipped at the destination, the
+    /// drill fails naming the incremental, though its own archive is intact.
+    func testDrillVerifiesAnIncrementalThroughItsChain() async throws {
+        let store = work + "/Stores"
+        try StoreFixture.make(at: store, logRows: 50, blobCount: 1)
+        let chained = ChainedHelper(
+            StoreHelper(storesDirectory: store, destination: LocalFolderDestination(folder: backups)),
+            policy: IncrementalPolicy(maxDeltaShare: 1))
+        let full = try await chained.createBackup()
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        try app.execute("INSERT INTO log(note) VALUES('after the full')", operation: "test change")
+        app.close()
+        let incremental = try await chained.createBackup()
+        XCTAssertEqual(incremental.base, full.name, "the newest backup is an incremental on the full")
+
+        var job = StoreJob(name: "app", storesDirectory: store, destination: backups, schedule: .daily(hour: 2, minute: 30))
+        job.verify = VerifyDrill(schedule: .daily(hour: 4, minute: 30), pick: .newest)
+        let states = BackupStateStore(directory: stateDirectory)
+        let service = BackupService(jobs: [job], stateStore: states, logger: Logger(label: "test"))
+        let passed = try await service.verifyNow("app")
+        XCTAssertTrue(passed.succeeded, "\(passed.results)")
+        XCTAssertEqual(passed.results.map(\.name), [incremental.name])
+
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: backups + "/" + full.name))
+        bytes[bytes.count / 2] ^= 0x01
+        try bytes.write(to: URL(fileURLWithPath: backups + "/" + full.name))
+        let failed = try await service.verifyNow("app")
+        XCTAssertFalse(failed.succeeded)
+        XCTAssertEqual(failed.failures.map(\.result.name), [incremental.name])
+        let problem = failed.failures.first?.result.problem ?? ""
+        XCTAssertTrue(problem.contains("\"\(full.name)\" is damaged"), problem)
+        XCTAssertEqual(states.load("app")?.lastVerifyFailure?.backups, [incremental.name])
+    }
+
     /// Two stores sharing one folder: a store's drill verifies its own newest backup, not the
     /// other store's newer one.
     func testDrillLeavesOutAnotherStoresBackupsInASharedDestination() async throws {
