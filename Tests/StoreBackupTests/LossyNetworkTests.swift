@@ -110,9 +110,10 @@ final class LossyNetworkTests: XCTestCase {
             target, "reset at connect", rules: [["requests": [1, 2], "fault": "reset", "phase": "response", "after_bytes": 0]],
             tcp: true, expectFault: "reset after 0")
 
-        // 5. 30 % mixed faults, several seeds: honest either way.
+        // 5. 30 % mixed faults, several seeds: honest either way, and healed at least once.
+        var healed: [Int] = []
         for seed in try seeds {
-            try expectHonest(
+            let succeeded = try expectHonest(
                 target, "mixed seed \(seed)", seed: seed,
                 rules: [
                     ["probability": 0.06, "fault": "500"],
@@ -121,7 +122,9 @@ final class LossyNetworkTests: XCTestCase {
                     ["probability": 0.06, "fault": "reset", "phase": "response"],
                     ["method": "PUT", "probability": 0.06, "fault": "flip"],
                 ])
+            if succeeded { healed.append(seed) }
         }
+        try assertSomeSeedHealed(healed, target)
     }
 
     func testSFTP() throws {
@@ -151,16 +154,19 @@ final class LossyNetworkTests: XCTestCase {
                 rules: [["requests": [1, 3], "fault": "reset", "phase": phase, "after_bytes": bytes]],
                 tcp: true, expectFault: "reset after")
         }
-        // 5. 30 % of connections cut somewhere, several seeds.
+        // 5. 30 % of connections cut somewhere, several seeds: honest, and healed at least once.
+        var healed: [Int] = []
         for seed in try seeds {
-            try expectHonest(
+            let succeeded = try expectHonest(
                 target, "mixed seed \(seed)", seed: seed,
                 rules: [
                     ["probability": 0.1, "fault": "reset", "phase": "response", "after_bytes": 3000],
                     ["probability": 0.1, "fault": "reset", "phase": "request", "after_bytes": 30000],
                     ["probability": 0.1, "fault": "reset", "phase": "response", "after_bytes": 100],
                 ], tcp: true)
+            if succeeded { healed.append(seed) }
         }
+        try assertSomeSeedHealed(healed, target)
     }
 
     /// TLS: a handshake cut by a reset (before any byte, inside the server's hello) is
@@ -355,14 +361,23 @@ final class LossyNetworkTests: XCTestCase {
         }
     }
 
+    /// Honest failures alone would pass every mixed-fault run even if retries healed nothing:
+    /// at least one seed must end in a backup (each success was restored and compared).
+    func assertSomeSeedHealed(_ healed: [Int], _ target: Target) throws {
+        let seeds = try self.seeds
+        print("LossyNetworkTests: \(target.label): mixed seeds \(seeds) succeeded: \(healed)")
+        XCTAssertFalse(healed.isEmpty, "\(target.label): no mixed-fault seed of \(seeds) ended in a backup: nothing healed")
+    }
+
     /// A create through random faults ends honestly, whichever way, judged on the server's
-    /// side: exit 0 leaves exactly the printed backup stored and nothing unfinished; exit 1
-    /// leaves no backup stored, only temporaries, which `prune` removes once they are old.
-    /// Returns how many faults struck (from the proxy's log), which must be some.
-    @discardableResult
-    func expectHonest(_ target: Target, _ what: String, seed: Int, rules: [[String: Any]], tcp: Bool = false) throws -> Int {
+    /// side: exit 0 leaves exactly the printed backup stored and nothing unfinished, and it
+    /// restores (directly, no proxy) to the store; exit 1 leaves no backup stored, only
+    /// temporaries, which `prune` removes once they are old. Some fault must strike (from the
+    /// proxy's log). Returns whether the create succeeded.
+    func expectHonest(_ target: Target, _ what: String, seed: Int, rules: [[String: Any]], tcp: Bool = false) throws -> Bool {
         let folder = nextFolder()
         let label = "\(target.label), \(what)"
+        let tree = try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false)
         let proxy = try startProxy(target, rules: rules, seed: seed, tcp: tcp)
         let created = try runStoreBackup(["create", store] + (try target.arguments(folder, proxy.port)), environment: target.environment)
         let faults = try proxy.faults()
@@ -375,6 +390,16 @@ final class LossyNetworkTests: XCTestCase {
         if created.status == 0 {
             let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             XCTAssertEqual(held.stored.keys.sorted(), [name], "\(label): the server holds exactly the new backup")
+            let restored = work + "/restored-" + folder
+            let restore = try runStoreBackup(
+                ["restore", name, restored, "--yes"] + (try target.arguments(folder, nil)), environment: target.environment)
+            XCTAssertEqual(restore.status, 0, "\(label): restore: \(restore.stderr)")
+            XCTAssertEqual(
+                try StoreFixture.describe(restored, includeJournals: false, includeDatabaseContent: false), tree,
+                "\(label): the restored store")
+            XCTAssertEqual(
+                try StoreFixture.query(restored + "/App.sqlite", "SELECT count(*) FROM log"),
+                try StoreFixture.query(store + "/App.sqlite", "SELECT count(*) FROM log"), "\(label): the restored log")
         } else {
             let kept = held.stored.keys.filter { !$0.hasPrefix(".storebackup-tmp-") }
             XCTAssertEqual(kept, [], "\(label): a failed create left something other than a temporary on the server")
@@ -390,7 +415,7 @@ final class LossyNetworkTests: XCTestCase {
                 XCTAssertEqual(try target.contents(folder).stored, [:], "\(label): prune removed what the failed create left")
             }
         }
-        return faults.count
+        return created.status == 0
     }
 
     /// Exit 0: exactly the printed backup is listed and verifies (checked directly, no proxy).
