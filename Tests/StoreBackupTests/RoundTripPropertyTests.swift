@@ -15,12 +15,16 @@ import XCTest
 /// A store with links leaving it must make create warn about each, and verify and restore
 /// refuse it without `--allow-outside-links` and give it back exactly with it.
 ///
-/// STOREBACKUP_ROUNDTRIP_CASES sets how many stores (default 24); STOREBACKUP_ROUNDTRIP_SEED
-/// the first seed (default 1), to replay a failure.
+/// STOREBACKUP_ROUNDTRIP_CASES sets how many stores (default 24, at least 1);
+/// STOREBACKUP_ROUNDTRIP_SEED the first seed (default 1), to replay a failure.
 final class RoundTripPropertyTests: XCTestCase {
+    /// The default run's size: seeds 1-24 make 6 stores with outside links. A run this long must
+    /// meet some (a shorter replay of a few seeds may not).
+    static let defaultCases = 24
+
     func testEveryStoreCreateAcceptsComesBackExactly() throws {
         let environmentValues = ProcessInfo.processInfo.environment
-        let cases = try TestEnvironment.count("STOREBACKUP_ROUNDTRIP_CASES", default: 24, floor: 1)
+        let cases = try TestEnvironment.count("STOREBACKUP_ROUNDTRIP_CASES", default: Self.defaultCases, floor: 1)
         let firstSeed = environmentValues["STOREBACKUP_ROUNDTRIP_SEED"].flatMap(Int.init) ?? 1
         let work = try TestEnvironment.temporaryDirectory("roundtrip-property")
         defer { try? FileManager.default.removeItem(atPath: work) }
@@ -34,8 +38,11 @@ final class RoundTripPropertyTests: XCTestCase {
             let generated = try runTool("/usr/bin/env", ["python3", RoundTripTests.script, "generate", store, "\(seed)"])
             XCTAssertEqual(generated.status, 0, "seed \(seed): \(generated.stderr)")
             let made = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(generated.stdout.utf8)) as? [String: Any])
-            let outsideLinks = (made["outsideLinks"] as? [String] ?? []).map { EscapedName.escape(Self.bytes(hex: $0)) }
-            let sockets = (made["sockets"] as? [String] ?? []).map { EscapedName.escape(Self.bytes(hex: $0)) }
+            // Required keys: a renamed one must not read as "none made".
+            let outsideLinks = try XCTUnwrap(made["outsideLinks"] as? [String], "seed \(seed)").map {
+                EscapedName.escape(Self.bytes(hex: $0))
+            }
+            let sockets = try XCTUnwrap(made["sockets"] as? [String], "seed \(seed)").map { EscapedName.escape(Self.bytes(hex: $0)) }
             let before = try RoundTripTests.describe(store)
 
             let created = try runStoreBackup(["create", store, "--to", backups], environment: environment)
@@ -71,6 +78,10 @@ final class RoundTripPropertyTests: XCTestCase {
             try? FileManager.default.removeItem(atPath: work + "/\(seed)")
         }
         print("round trip: \(cases) generated stores from seed \(firstSeed), \(withOutsideLinks) with links leaving the store")
+        // Else the refusal without --allow-outside-links, and the restore with it, went untested.
+        if cases >= Self.defaultCases {
+            XCTAssertGreaterThan(withOutsideLinks, 0, "\(cases) generated stores from seed \(firstSeed), none with a link leaving it")
+        }
     }
 
     static func bytes(hex: String) -> [UInt8] {
