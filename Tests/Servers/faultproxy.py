@@ -60,6 +60,19 @@ Faults:
   - "flip": the request goes to the upstream with one byte of its body
     inverted, at `after_bytes` (default: the middle; bodies with a
     Content-Length only): damage on the wire that TCP did not catch.
+    With `phase` "response", the answer's body reaches the client with that
+    byte inverted instead (the server's answer damaged on the way back).
+  - "shift206": a ranged GET (`Range: bytes=A-B`) goes to the upstream for
+    the same length `shift` bytes earlier (default 4096; later when A is
+    smaller than that), and its answer reaches the client as `206 Partial
+    Content` with the upstream's Content-Range and body: a consistent answer
+    for another range than the one asked for.
+  - "short206": the same, for the range asked with `short_by` bytes fewer at
+    its end (default: half of it): a 206 whose Content-Range and body are
+    consistent but shorter than the range asked for.
+    (Both leave a request without a closed byte range alone; the log's
+    "fault" says what was sent. rclone's S3 server answers ranges with 200:
+    the proxy sends 206 either way.)
   - "range200": forward; a `206 Partial Content` answer reaches the client
     as `200 OK` with its Content-Range and partial body unchanged (what
     rclone's S3 server does with every Range request).
@@ -149,7 +162,7 @@ class Rule:
             self.status, fault = int(fault), "status"
         elif fault == "status":
             self.status = int(spec.get("status", 500))
-        if fault not in ("status", "reset", "delay", "flip", "range200", "norange", "none"):
+        if fault not in ("status", "reset", "delay", "flip", "range200", "norange", "shift206", "short206", "none"):
             raise ValueError("unknown fault %r" % fault)
         self.fault = fault
         # `body`: the answer's text instead of the default one (S3's
@@ -162,11 +175,14 @@ class Rule:
             self.retry_after = "1" if self.status in (429, 503) else None
         self.phase = spec.get("phase", "request")
         valid = {"reset": ("request", "before_response", "response"),
-                 "delay": ("request", "response")}.get(fault, (self.phase,))
+                 "delay": ("request", "response"),
+                 "flip": ("request", "response")}.get(fault, (self.phase,))
         if self.phase not in valid:
             raise ValueError("fault %s has no phase %r" % (fault, self.phase))
         self.after_bytes = spec.get("after_bytes")
         self.seconds = float(spec.get("seconds", 2))
+        self.shift = int(spec.get("shift", 4096))
+        self.short_by = spec.get("short_by")
         methods = spec.get("method")
         self.methods = None if methods is None else (
             {methods.upper()} if isinstance(methods, str) else {m.upper() for m in methods})
@@ -196,7 +212,9 @@ class Rule:
             return "reset %s" % self.phase
         if self.fault == "delay":
             return "delay %s %gs" % (self.phase, self.seconds)
-        if self.fault in ("flip", "range200", "norange"):
+        if self.fault == "flip":
+            return "flip %s" % self.phase
+        if self.fault in ("range200", "norange", "shift206", "short206"):
             return self.fault
         return "none"
 
@@ -471,6 +489,33 @@ def parse_status(head):
     return parts[0], int(parts[1])
 
 
+def closed_range(head):
+    """(A, B) of a request's `Range: bytes=A-B`, or None for any other Range or none."""
+    value = head.get("range")
+    if value is None or not value.startswith("bytes="):
+        return None
+    first, sep, last = value[len("bytes="):].partition("-")
+    if not sep or not first.strip().isdigit() or not last.strip().isdigit():
+        return None
+    return int(first), int(last)
+
+
+def rewrite_head(head, drop=(), first=None, add=()):
+    """HEAD with the headers whose names start with a prefix in DROP removed, its first
+    line replaced by FIRST (if given) and the (name, value) pairs in ADD appended; the
+    other lines are kept as they came."""
+    lines = head.raw.decode("latin-1").split("\r\n")
+    kept = [first if first is not None else lines[0]]
+    for line in lines[1:]:
+        if not line:
+            continue
+        name = line.partition(":")[0].strip().lower()
+        if not any(name.startswith(prefix) for prefix in drop):
+            kept.append(line)
+    kept += ["%s: %s" % pair for pair in add]
+    return Head(("\r\n".join(kept) + "\r\n\r\n").encode("latin-1"))
+
+
 # ---------------------------------------------------------------- the proxy
 
 
@@ -652,6 +697,22 @@ class Proxy:
             head = Head("\r\n".join(l for l in lines if not l.lower().startswith("range:")).encode("latin-1"))
             entry["fault"] = "norange (Range removed)"
 
+        if fault in ("shift206", "short206"):
+            asked = closed_range(head)
+            if asked is None:
+                entry["fault"] = "%s (no closed Range: forwarded as is)" % fault
+                fault = "none"
+            else:
+                first, last = asked
+                if fault == "shift206":
+                    delta = -rule.shift if first >= rule.shift else rule.shift
+                    sent = (first + delta, last + delta)
+                else:
+                    short_by = rule.short_by if rule.short_by is not None else (last - first + 1) // 2
+                    sent = (first, last - max(1, min(int(short_by), last - first)))
+                head = rewrite_head(head, drop=("range",), add=[("Range", "bytes=%d-%d" % sent)])
+                entry["fault"] = "%s (bytes=%d-%d asked, bytes=%d-%d sent)" % ((fault,) + asked + sent)
+
         # Forward to the upstream.
         try:
             usock, uf = self.upstream_for(state)
@@ -687,7 +748,7 @@ class Proxy:
                 break
         if send_body:
             sink = Sink(usock)
-            if fault == "flip" and kind == "length" and length > 0:
+            if fault == "flip" and phase == "request" and kind == "length" and length > 0:
                 at = rule.after_bytes if rule.after_bytes is not None else length // 2
                 sink = FlipSink(usock, min(int(at), length - 1))
                 entry["fault"] = "flip request body byte %d" % sink.at
@@ -719,6 +780,12 @@ class Proxy:
                                                  (uversion + " 200 OK").encode("latin-1"), 1))
             status = 200
             entry["fault"] = "range200 (206 sent as 200)"
+        if fault in ("shift206", "short206") and status == 200 and response.get("content-range") is not None:
+            # rclone's S3 answers a range with 200: the fault is a 206 all the same.
+            response = rewrite_head(response, first=uversion + " 206 Partial Content")
+            status = 206
+        if fault in ("shift206", "short206") and status != 206:
+            entry["fault"] += " (upstream answered %d: sent as is)" % status
         entry["status"] = status
         upstream_close = ("close" in response.tokens("connection")
                           or (uversion == "HTTP/1.0"
@@ -749,6 +816,13 @@ class Proxy:
             budget = rule.after_bytes or 0
             seconds = rule.seconds
             sink = Sink(csock, budget, on_budget=lambda: time.sleep(seconds))
+        elif fault == "flip" and phase == "response":
+            if rkind == "length" and rlength > 0:
+                at = rule.after_bytes if rule.after_bytes is not None else rlength // 2
+                sink = FlipSink(csock, min(int(at), rlength - 1))
+                entry["fault"] = "flip response body byte %d" % sink.at
+            else:
+                entry["fault"] = "flip response (no body with a Content-Length: sent as is)"
 
         try:
             csock.sendall(response.raw)

@@ -581,6 +581,59 @@ def test_proxy_norange(servers):
     assert [e["fault"] for e in read_log(proxy)] == ["norange (Range removed)"]
 
 
+def test_proxy_response_faults(servers):
+    # Answers that lie: a flipped body byte, a 206 for another range than the one asked
+    # for, a 206 shorter than asked; each body consistent with its headers.
+    dav = servers.start("webdav")
+    cfg = dav_config(servers, dav)
+    src = os.path.join(servers.root, "answers.bin")
+    random_file(src, 200_000)
+    original = open(src, "rb").read()
+    r = curl("-T", src, dav["url"] + "a.bin", config=cfg)
+    assert r.rc == 0 and r.code == 201, r
+    proxy = start_proxy(servers, dav["port"], {"rules": [
+        {"method": "GET", "requests": [1], "fault": "flip", "phase": "response", "after_bytes": 777},
+        {"method": "GET", "requests": [2], "fault": "shift206", "shift": 1000},
+        {"method": "GET", "requests": [3], "fault": "short206", "short_by": 300},
+        {"method": "GET", "requests": [4], "fault": "shift206"},
+    ]})
+    url = proxied(dav["url"], proxy) + "a.bin"
+    r = curl(url, config=cfg)
+    assert r.code == 200 and len(r.body) == len(original), r
+    assert [i for i in range(len(r.body)) if r.body[i] != original[i]] == [777]
+    r = curl("-r", "5000-5999", url, config=cfg)
+    assert r.code == 206 and r.header("content-range") == "bytes 4000-4999/200000", r
+    assert r.body == original[4000:5000]
+    r = curl("-r", "5000-5999", url, config=cfg)
+    assert r.code == 206 and r.header("content-range") == "bytes 5000-5699/200000", r
+    assert r.body == original[5000:5700]
+    # A range that starts before the shift is moved later instead.
+    r = curl("-r", "0-99", url, config=cfg)
+    assert r.code == 206 and r.header("content-range") == "bytes 4096-4195/200000", r
+    assert r.body == original[4096:4196]
+    assert [e["fault"] for e in read_log(proxy)] == [
+        "flip response body byte 777",
+        "shift206 (bytes=5000-5999 asked, bytes=4000-4999 sent)",
+        "short206 (bytes=5000-5999 asked, bytes=5000-5699 sent)",
+        "shift206 (bytes=0-99 asked, bytes=4096-4195 sent)"]
+
+
+def test_proxy_shift206_answers_206_for_rclone(servers):
+    # rclone's S3 server answers a range with 200 and a Content-Range: the shifted answer
+    # still reaches the client as a 206.
+    s3 = servers.start("s3")
+    cfg = s3_config(servers, s3)
+    src = os.path.join(servers.root, "s3.bin")
+    random_file(src, 100_000)
+    key = "%s/%s/s.bin" % (s3["endpoint"], s3["bucket"])
+    r = curl("-T", src, key, config=cfg)
+    assert (r.rc, r.code) == (0, 200), r
+    proxy = start_proxy(servers, s3["port"], {"rules": [{"method": "GET", "fault": "shift206", "shift": 10}]})
+    r = curl("-r", "50-59", proxied(key, proxy), config=cfg)
+    assert r.code == 206 and r.header("content-range") == "bytes 40-49/100000", r
+    assert r.body == open(src, "rb").read()[40:50]
+
+
 def test_proxy_tcp_mode(servers):
     sftp = servers.start("sftp")
     proxy = start_proxy(servers, sftp["port"], {"rules": [
