@@ -73,6 +73,9 @@ Faults:
     (Both leave a request without a closed byte range alone; the log's
     "fault" says what was sent. rclone's S3 server answers ranges with 200:
     the proxy sends 206 either way.)
+  - "strip_headers": the answer reaches the client without the headers whose
+    names start with one of `headers` (a list, case-insensitive), e.g.
+    ["x-amz-object-lock-"]: a server or gateway that does not show them.
   - "range200": forward; a `206 Partial Content` answer reaches the client
     as `200 OK` with its Content-Range and partial body unchanged (what
     rclone's S3 server does with every Range request).
@@ -162,7 +165,8 @@ class Rule:
             self.status, fault = int(fault), "status"
         elif fault == "status":
             self.status = int(spec.get("status", 500))
-        if fault not in ("status", "reset", "delay", "flip", "range200", "norange", "shift206", "short206", "none"):
+        if fault not in ("status", "reset", "delay", "flip", "range200", "norange", "shift206", "short206",
+                         "strip_headers", "none"):
             raise ValueError("unknown fault %r" % fault)
         self.fault = fault
         # `body`: the answer's text instead of the default one (S3's
@@ -183,6 +187,9 @@ class Rule:
         self.seconds = float(spec.get("seconds", 2))
         self.shift = int(spec.get("shift", 4096))
         self.short_by = spec.get("short_by")
+        self.strip = [str(h).lower() for h in spec.get("headers", [])]
+        if fault == "strip_headers" and not self.strip:
+            raise ValueError("fault strip_headers needs \"headers\" (name prefixes)")
         methods = spec.get("method")
         self.methods = None if methods is None else (
             {methods.upper()} if isinstance(methods, str) else {m.upper() for m in methods})
@@ -214,7 +221,7 @@ class Rule:
             return "delay %s %gs" % (self.phase, self.seconds)
         if self.fault == "flip":
             return "flip %s" % self.phase
-        if self.fault in ("range200", "norange", "shift206", "short206"):
+        if self.fault in ("range200", "norange", "shift206", "short206", "strip_headers"):
             return self.fault
         return "none"
 
@@ -786,6 +793,10 @@ class Proxy:
             status = 206
         if fault in ("shift206", "short206") and status != 206:
             entry["fault"] += " (upstream answered %d: sent as is)" % status
+        if fault == "strip_headers":
+            removed = sorted({n for n, _ in response.headers if any(n.startswith(p) for p in rule.strip)})
+            response = rewrite_head(response, drop=rule.strip)
+            entry["fault"] = "strip_headers (%s)" % (", ".join(removed) if removed else "none present")
         entry["status"] = status
         upstream_close = ("close" in response.tokens("connection")
                           or (uversion == "HTTP/1.0"

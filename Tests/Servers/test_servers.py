@@ -634,6 +634,22 @@ def test_proxy_shift206_answers_206_for_rclone(servers):
     assert r.body == open(src, "rb").read()[40:50]
 
 
+def test_proxy_strip_headers(servers):
+    # An answer without some of its headers (a gateway that hides S3's Object Lock ones).
+    dav = servers.start("webdav")
+    cfg = dav_config(servers, dav)
+    src = os.path.join(servers.root, "head.bin")
+    random_file(src, 1000)
+    r = curl("-T", src, dav["url"] + "h.bin", config=cfg)
+    assert r.rc == 0 and r.code == 201, r
+    proxy = start_proxy(servers, dav["port"], {"rules": [
+        {"method": "HEAD", "fault": "strip_headers", "headers": ["ETag", "last-"]}]})
+    r = curl("-I", proxied(dav["url"], proxy) + "h.bin", config=cfg)
+    assert r.code == 200 and r.header("etag") is None and r.header("last-modified") is None, r
+    assert r.header("content-length") == "1000", r
+    assert [e["fault"] for e in read_log(proxy)] == ["strip_headers (etag, last-modified)"]
+
+
 def test_proxy_tcp_mode(servers):
     sftp = servers.start("sftp")
     proxy = start_proxy(servers, sftp["port"], {"rules": [

@@ -112,6 +112,81 @@ final class ObjectLockTests: XCTestCase {
         XCTAssertFalse(listed.stdout.contains(name), listed.stdout)
     }
 
+    // MARK: the server's own refusal (issue 54)
+
+    /// The lock is the server's, not only storebackup's: a signed DELETE of the locked
+    /// version itself (with its version id, no bypass header) is refused with 403
+    /// AccessDenied, and the version stays.
+    func testServerRefusesToDeleteALockedVersion() async throws {
+        try makeBucket("locked", objectLock: true)
+        let name = try await uploadLockedBackup()
+        let version = try XCTUnwrap(versionIDs(bucket: "locked")["app/" + name], "the upload has a version")
+        let answer = try raw("DELETE", "/locked/app/\(encode(name))?versionId=\(encode(version))")
+        XCTAssertEqual(answer.status, 403, answer.body)
+        XCTAssertTrue(answer.body.contains("AccessDenied"), answer.body)
+        XCTAssertEqual(try versions(bucket: "locked"), ["Version app/\(name)"], "the locked version stays")
+    }
+
+    /// A lock the HEAD does not show (here a proxy strips the `x-amz-object-lock-*` headers
+    /// of every HEAD answer, as a gateway or a missing permission to read retention would):
+    /// storebackup sends the versioned DELETE, the server refuses it with 403, and the
+    /// refusal is reported as the backup being locked. The backup stays.
+    func testALockTheHeadDoesNotShowIsReportedLockedFromTheServersRefusal() async throws {
+        try makeBucket("locked", objectLock: true)
+        let name = try await uploadLockedBackup()
+        let plan = work + "/strip-lock-headers.json"
+        let rules: [[String: Any]] = [["method": "HEAD", "fault": "strip_headers", "headers": ["x-amz-object-lock-"]]]
+        try JSONSerialization.data(withJSONObject: ["rules": rules]).write(to: URL(fileURLWithPath: plan))
+        let proxy = try servers.start("proxy", arguments: ["--upstream", "127.0.0.1:\(moto["port"] as! Int)", "--plan", plan])
+        // No --retain-days: the client knows nothing of the lock but what the server says.
+        let throughProxy = "http://127.0.0.1:\(proxy["port"] as! Int)"
+        let destination = try DestinationResolver.resolve(
+            "s3://locked/app", options: DestinationOptions(retry: .fastForTests, s3Endpoint: throughProxy, environment: environment))
+        do {
+            try await BackupRepository(destination: destination).delete(name)
+            XCTFail("deleted a locked backup")
+        } catch let error as StoreBackupError {
+            guard case .backupLocked(let locked, _, let until) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(locked, name)
+            XCTAssertNil(until, "the HEAD showed no date")
+            XCTAssertTrue(error.description.contains("is locked"), error.description)
+        }
+        XCTAssertEqual(try versions(bucket: "locked"), ["Version app/\(name)"], "the locked version stays, no delete marker")
+        // The HEAD's lock headers were stripped, and the DELETE reached the server, which refused it.
+        let log = try String(contentsOfFile: proxy["log"] as! String, encoding: .utf8).split(separator: "\n").compactMap {
+            try JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        let heads = log.filter { ($0["request"] as? String)?.hasPrefix("HEAD ") == true }
+        XCTAssertFalse(heads.isEmpty, "\(log)")
+        for head in heads {
+            XCTAssertTrue((head["fault"] as? String)?.contains("x-amz-object-lock-retain-until-date") == true, "\(head)")
+        }
+        let deletes = log.filter { ($0["request"] as? String)?.hasPrefix("DELETE ") == true }
+        XCTAssertEqual(deletes.map { $0["status"] as? Int }, [403], "\(log)")
+        XCTAssertTrue((deletes.first?["request"] as? String)?.contains("versionId=") == true, "\(deletes)")
+    }
+
+    /// A small backup uploaded with a one-day governance lock; returns its name.
+    func uploadLockedBackup() async throws -> String {
+        let file = work + "/locked.zip"
+        try Data(repeating: 7, count: 1000).write(to: URL(fileURLWithPath: file))
+        let name = BackupName.make(for: Date(timeIntervalSince1970: 1_790_000_000))
+        try await s3("locked", days: 1).upload(file: file, as: name, progress: nil)
+        XCTAssertNotNil(try lock(of: "/locked/app/\(encode(name))").until, "the upload is locked")
+        return name
+    }
+
+    /// Key to version id of every version in `bucket` (ListObjectVersions).
+    func versionIDs(bucket: String) throws -> [String: String] {
+        let answer = try raw("GET", "/\(bucket)?versions")
+        XCTAssertEqual(answer.status, 200, answer.body)
+        var found: [String: String] = [:]
+        for piece in answer.body.components(separatedBy: "<Version>").dropFirst() {
+            if let key = value("Key", in: piece), let version = value("VersionId", in: piece) { found[key] = version }
+        }
+        return found
+    }
+
     // MARK: chains (issue 35): a base stays locked as long as its dependents
 
     func s3(_ bucket: String, days: Int, mode: ObjectLockRetention.Mode = .governance) throws -> any BackupDestination {
