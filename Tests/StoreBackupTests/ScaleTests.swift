@@ -9,6 +9,7 @@ import XCTest
 ///
 /// The round trip uses 60,000 files, above the old 50,000-entry limit (STOREBACKUP_SCALE_FILES
 /// sets another count); STOREBACKUP_SCALE_TESTS=1 runs the memory test on 200,000 entries instead of 20,000.
+/// A store of 66,000 tiny files crosses ZIP64's 65,535-entry line, checked by Python's zipfile too.
 final class ScaleTests: XCTestCase {
     var work = ""
     var store: String { work + "/Stores" }
@@ -42,6 +43,62 @@ final class ScaleTests: XCTestCase {
         XCTAssertEqual(original.count, copy.count)
         let differing = original.filter { copy[$0.key] != $0.value }.map(\.key).sorted()
         XCTAssertEqual(differing, [], "restored differently: \(differing.prefix(5))")
+        XCTAssertEqual(try StoreFixture.query(work + "/Restored/App.sqlite", "PRAGMA integrity_check"), "ok")
+    }
+
+    /// Past ZIP64's entry line (65,535 in the classic end of central directory): a store of
+    /// 66,000 tiny files is backed up, and an independent reader (Python's zipfile, not
+    /// libzip) tests every entry's CRC, finds the ZIP64 end records with the classic count
+    /// saturated at 0xFFFF, and lists exactly the store's paths (plus the archive's own
+    /// `.storebackup/` entries); the restore is exact. The round trip above stays below
+    /// the line by default, so without this test no ZIP64 archive of that kind is read.
+    func testMoreEntriesThanClassicZIPHoldsUseZIP64AndRestore() throws {
+        let count = 66_000
+        try makeStore(smallFiles: count, sizes: 1...8)
+        let created = try runStoreBackup(["create", store, "--to", backups])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        let archive = backups + "/" + created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+
+        let script = """
+            import json, struct, sys, zipfile
+            path = sys.argv[1]
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+                names = z.namelist()
+            with open(path, "rb") as f:
+                f.seek(-(22 + 20), 2)
+                tail = f.read()
+                locator, classic = tail[:20], tail[20:]
+                assert struct.unpack("<I", classic[:4])[0] == 0x06054B50, "no end of central directory at the end (a comment?)"
+                assert struct.unpack("<I", locator[:4])[0] == 0x07064B50, "no ZIP64 end of central directory locator"
+                f.seek(struct.unpack("<Q", locator[8:16])[0])
+                record = f.read(56)
+                assert struct.unpack("<I", record[:4])[0] == 0x06064B50, "the locator does not lead to a ZIP64 end record"
+            print(json.dumps({"bad": bad, "names": names, "classic": struct.unpack("<H", classic[10:12])[0],
+                              "zip64": struct.unpack("<Q", record[32:40])[0]}))
+            """
+        let read = try runTool("/usr/bin/env", ["python3", "-c", script, archive])
+        XCTAssertEqual(read.status, 0, read.stderr)
+        let facts = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(read.stdout.utf8)) as? [String: Any])
+        XCTAssertTrue(facts["bad"] is NSNull, "zipfile found a bad entry: \(facts["bad"] ?? "")")
+        let names = try XCTUnwrap(facts["names"] as? [String])
+        XCTAssertGreaterThan(names.count, 65_535)
+        XCTAssertEqual(facts["zip64"] as? Int, names.count, "the ZIP64 end record counts every entry")
+        XCTAssertEqual(facts["classic"] as? Int, 0xFFFF, "the classic count says: see the ZIP64 record")
+        let original = try StoreFixture.describe(store, includeJournals: false, includeDatabaseContent: false)
+        let stored = Set(names.filter { !$0.hasPrefix(".storebackup/") }.map { $0.hasSuffix("/") ? String($0.dropLast()) : $0 })
+        XCTAssertEqual(stored.count, names.count - names.filter { $0.hasPrefix(".storebackup/") }.count, "no name twice")
+        let foreign = stored.subtracting(original.keys).sorted()
+        let missing = Set(original.keys).subtracting(stored).sorted()
+        XCTAssertEqual(foreign.count, 0, "entries that are not the store's: \(foreign.prefix(5))")
+        XCTAssertEqual(missing.count, 0, "paths of the store not in the archive: \(missing.prefix(5))")
+
+        let restored = try runStoreBackup(["restore", "latest", work + "/Restored", "--from", backups, "--yes"])
+        XCTAssertEqual(restored.status, 0, restored.stderr)
+        let copy = try StoreFixture.describe(work + "/Restored", includeJournals: false, includeDatabaseContent: false)
+        XCTAssertEqual(copy.count, original.count)
+        let differing = original.filter { copy[$0.key] != $0.value }.map(\.key).sorted()
+        XCTAssertEqual(differing.count, 0, "restored differently: \(differing.prefix(5))")
         XCTAssertEqual(try StoreFixture.query(work + "/Restored/App.sqlite", "PRAGMA integrity_check"), "ok")
     }
 
