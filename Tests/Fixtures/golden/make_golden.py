@@ -11,6 +11,14 @@ same binary as a check, and writes under Tests/StoreBackupTests/Fixtures/golden/
     <kind>/listing.json        the store as tree_listing.py saw it before create (an independent
                                walk: types, modes, mtimes, sizes, SHA-256, link targets, rows)
 
+Format 3 (`create --incremental`; plain `create` still writes format 2) keeps chains instead:
+each kind is a store changed night by night, one `create --incremental` a night (a full,
+then incrementals on it), every archive of the chain in <kind>/, and listing.json adds
+`chain`: per backup, oldest first, its name, kind, base, what it holds, the tree it restores
+to, and for an incremental `in`: which backup of the chain holds each file's content (a
+file: the last one in which it changed; a database: always the backup itself, as a page delta
+or whole; null for the backup itself), worked out here from the trees alone.
+
 Run it once per archive format, with the build that introduced that format; the folders of
 earlier formats are never regenerated or changed. The encrypted archive's password is in
 README.md beside them (a test fixture, not a secret).
@@ -23,6 +31,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -207,6 +216,183 @@ KINDS_FROM_FORMAT_2 = {
 OPTIONS = {"outside-links": ["--allow-outside-links"]}
 
 
+# Format 3: chains. Each is a list of nights; a night changes the store (the first makes it)
+# and says what its backup holds.
+
+
+def rows(path, count, start=0, journal_mode="delete", text="row"):
+    """Appends `count` rows to table t of the database at `path` (made if new, in
+    `journal_mode`; an existing one keeps its own)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    new = not os.path.exists(path)
+    connection = sqlite3.connect(path)
+    if new:
+        connection.execute("PRAGMA journal_mode=%s" % journal_mode)
+    journal_mode = connection.execute("PRAGMA journal_mode").fetchone()[0]
+    connection.execute("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, name TEXT NOT NULL, body TEXT)")
+    connection.executemany("INSERT INTO t(id, name, body) VALUES (?, ?, ?)",
+                           [(i, "%s %05d" % (text, i), ("%s %d " % (text, i)) * 12) for i in range(start, start + count)])
+    connection.commit()
+    if journal_mode == "wal":
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+
+
+def update(path, sql, *parameters):
+    connection = sqlite3.connect(path)
+    connection.execute(sql, parameters)
+    connection.commit()
+    if connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal":
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    connection.close()
+
+
+def chain_night_0(root):
+    rows(os.path.join(root, "App.sqlite"), 120, text="item")
+    rows(os.path.join(root, "Logs", "Journal.sqlite"), 60, journal_mode="wal", text="entry")
+    rows(os.path.join(root, "Settings.sqlite"), 5, text="setting")
+    write(os.path.join(root, "notes.txt"), "never changes\n")
+    write(os.path.join(root, "touched.txt"), "its time changes, not its content\n")
+    write(os.path.join(root, "run.sh"), "#!/bin/sh\necho hi\n", mode=0o755)
+    write(os.path.join(root, "Documents", "report.txt"), "quarterly report\n" * 20)
+    write(os.path.join(root, "Documents", "draft.txt"), "a draft, removed on night 2\n", mode=0o600)
+    write(os.path.join(root, "Old", "old.txt"), "a folder removed on night 2\n")
+    os.symlink("notes.txt", os.path.join(root, "current"))
+    set_times(root, {"App.sqlite": 1_700_000_001, "Logs/Journal.sqlite": 1_700_000_003, "Settings.sqlite": 1_700_000_005,
+                     "notes.txt": 1_700_000_007, "touched.txt": 1_700_000_009, "run.sh": 1_700_000_011,
+                     "Documents/report.txt": 1_700_000_013, "Documents/draft.txt": 1_700_000_015,
+                     "Old/old.txt": 1_700_000_017, "current": 1_700_000_019, "Documents": 1_700_000_021,
+                     "Old": 1_700_000_023, "Logs": 1_700_000_025, ".": 1_700_000_027})
+    return "the whole store: App.sqlite, Settings.sqlite, Logs/Journal.sqlite (WAL), files, a link, page maps"
+
+
+def chain_night_1(root):
+    update(os.path.join(root, "App.sqlite"), "UPDATE t SET body = 'changed on night 1' WHERE id % 30 = 7")
+    rows(os.path.join(root, "App.sqlite"), 10, start=120, text="night 1 item")
+    rows(os.path.join(root, "Logs", "Journal.sqlite"), 20, start=60, text="night 1 entry")
+    write(os.path.join(root, "Documents", "report.txt"), "quarterly report, revised\n" * 20)
+    set_times(root, {"App.sqlite": 1_700_086_401, "Logs/Journal.sqlite": 1_700_086_403, "touched.txt": 1_700_086_405,
+                     "Documents/report.txt": 1_700_086_407, "Documents": 1_700_000_021, "Logs": 1_700_086_409,
+                     ".": 1_700_086_411})
+    return ("page deltas of App.sqlite (rows changed and added), Logs/Journal.sqlite (rows added) and "
+            "Settings.sqlite (none: unchanged); Documents/report.txt changed; touched.txt's time alone "
+            "changed (its content is the full's)")
+
+
+def chain_night_2(root):
+    rows(os.path.join(root, "Logs", "Journal.sqlite"), 20, start=80, text="night 2 entry")
+    rows(os.path.join(root, "Added.sqlite"), 8, text="added")
+    os.unlink(os.path.join(root, "Documents", "draft.txt"))
+    shutil.rmtree(os.path.join(root, "Old"))
+    write(os.path.join(root, "Documents", "new.txt"), "added on night 2\n", mode=0o640)
+    write(os.path.join(root, "Attachments", "photo.bin"), bytes((i * 31 + 7) % 251 for i in range(3000)))
+    os.chmod(os.path.join(root, "run.sh"), 0o700)
+    os.unlink(os.path.join(root, "current"))
+    os.symlink("Documents/report.txt", os.path.join(root, "current"))
+    set_times(root, {"Logs/Journal.sqlite": 1_700_172_801, "Added.sqlite": 1_700_172_803, "Documents/new.txt": 1_700_172_805,
+                     "Attachments/photo.bin": 1_700_172_807, "Attachments": 1_700_172_809, "run.sh": 1_700_172_811,
+                     "current": 1_700_172_813, "Documents": 1_700_172_815, "Logs": 1_700_172_817,
+                     ".": 1_700_172_819})
+    return ("a page delta of Logs/Journal.sqlite on night 1's (rows added), empty ones of App.sqlite and "
+            "Settings.sqlite (unchanged); Added.sqlite new (whole, with a complete page map); Documents/new.txt "
+            "and Attachments/ added; Documents/draft.txt and Old/ removed; run.sh's mode and the link current "
+            "changed")
+
+
+def encrypted_night_0(root):
+    rows(os.path.join(root, "App.sqlite"), 80, text="secret item")
+    write(os.path.join(root, ".secret-config"), "token=not-a-real-one\n", mode=0o600)
+    write(os.path.join(root, "Attachments", "photo.bin"), bytes((i * 17 + 3) % 251 for i in range(2000)))
+    write(os.path.join(root, "Attachments", "old.bin"), b"removed on night 1\n")
+    set_times(root, {"App.sqlite": 1_700_000_031, ".secret-config": 1_700_000_033, "Attachments/photo.bin": 1_700_000_035,
+                     "Attachments/old.bin": 1_700_000_037, "Attachments": 1_700_000_039, ".": 1_700_000_041})
+    return "the whole store, AES-256, page maps keyed with the password (HMAC-SHA-256)"
+
+
+def encrypted_night_1(root):
+    update(os.path.join(root, "App.sqlite"), "UPDATE t SET body = 'changed on night 1' WHERE id % 20 = 3")
+    rows(os.path.join(root, "App.sqlite"), 5, start=80, text="night 1 item")
+    os.unlink(os.path.join(root, "Attachments", "old.bin"))
+    write(os.path.join(root, "Attachments", "new.bin"), b"added on night 1\n")
+    set_times(root, {"App.sqlite": 1_700_086_431, "Attachments/new.bin": 1_700_086_433, "Attachments": 1_700_086_435,
+                     ".": 1_700_086_437})
+    return "an encrypted page delta of App.sqlite; Attachments/old.bin removed, Attachments/new.bin added"
+
+
+# The chains of format 3: the nights of each, and whether it is encrypted.
+CHAINS = {
+    "chain": ([chain_night_0, chain_night_1, chain_night_2], False),
+    "encrypted-chain": ([encrypted_night_0, encrypted_night_1], True),
+}
+
+
+def holders(trees, names):
+    """For the newest tree, by docs/FORMAT.md: which backup holds each file's content, the
+    last whose tree gave it another type or SHA-256 than the one before (None: the newest
+    itself). Folders, links and FIFOs are in every backup, and so is every database: one its
+    base held with the same page size as a page delta (empty when nothing changed), any
+    other whole."""
+    result = {}
+    for path, entry in trees[-1].items():
+        holder = len(trees) - 1
+        if entry["type"] == "file":
+            while holder > 0:
+                before = trees[holder - 1].get(path)
+                if not before or before["type"] != entry["type"] or before.get("sha256") != entry["sha256"]:
+                    break
+                holder -= 1
+        result[path] = None if holder == len(trees) - 1 else names[holder]
+    return result
+
+
+def make_chain(binary, kind, nights, encrypted, work, target, password_file):
+    stores = os.path.join(work, kind, "Stores")
+    os.makedirs(stores)
+    backups = os.path.join(target, kind)
+    chain, trees, names = [], [], []
+    for number, night in enumerate(nights):
+        holds = night(stores)
+        tree = tree_listing.listing(stores)
+        arguments = [binary, "create", stores, "--to", backups, "--incremental", "--max-delta-share", "1", "--json"]
+        if encrypted:
+            arguments += ["--encrypt", "--password-file", password_file]
+        made = json.loads(run(arguments))
+        wanted = "full" if number == 0 else "incremental"
+        if made["kind"] != wanted or (number > 0 and made.get("base") != names[-1]):
+            sys.exit("%s night %d: a %s on %s, not a %s on %s" % (kind, number, made["kind"], made.get("base"), wanted,
+                                                                  names[-1] if names else None))
+        names.append(made["name"])
+        trees.append(tree)
+        link = {"archive": made["name"], "kind": made["kind"], "holds": holds, "tree": tree}
+        if number > 0:
+            link["base"] = names[-2]
+            link["in"] = holders(trees, names)
+        chain.append(link)
+        # The next backup's name must be at least a second later.
+        time.sleep(1.2)
+    # The check: the same binary restores each backup of the chain to its tree and lists
+    # each incremental's holders as worked out above.
+    password = ["--password-file", password_file] if encrypted else []
+    for link in chain:
+        restored = os.path.join(work, kind, "Restored-" + link["archive"][:17].replace(" ", "-"))
+        run([binary, "restore", link["archive"], restored, "--from", backups, "--yes"] + password)
+        differing = tree_listing.differences(link["tree"], tree_listing.listing(restored))
+        if differing:
+            print("\n".join(differing), file=sys.stderr)
+            sys.exit("%s: %s restores differently from the store" % (kind, link["archive"]))
+        if "in" in link:
+            listed = json.loads(run([binary, "ls", link["archive"], "--from", backups, "--json"] + password))
+            found = {entry["path"]: entry["in"] for entry in listed["entries"]}
+            if found != {path: held for path, held in link["in"].items() if path != "."}:
+                sys.exit("%s: ls of %s says %s, not %s" % (kind, link["archive"], found, link["in"]))
+    with open(os.path.join(backups, "listing.json"), "w") as handle:
+        json.dump({"archive": names[-1], "password": PASSWORD if encrypted else None, "tree": trees[-1], "chain": chain},
+                  handle, indent=1, sort_keys=True, ensure_ascii=False)
+        handle.write("\n")
+    for name in names:
+        print("%s: %s (%d bytes)" % (kind, name, os.path.getsize(os.path.join(backups, name))))
+
+
 def run(arguments, **kwargs):
     result = subprocess.run(arguments, capture_output=True, text=True, **kwargs)
     if result.returncode != 0:
@@ -228,6 +414,10 @@ def main():
     try:
         password_file = os.path.join(work, "password")
         write(password_file, PASSWORD + "\n", mode=0o600)
+        if options.format >= 3:
+            for kind, (nights, encrypted) in CHAINS.items():
+                make_chain(options.binary, kind, nights, encrypted, work, target, password_file)
+            return
         kinds = dict(KINDS, **(KINDS_FROM_FORMAT_2 if options.format >= 2 else {}))
         for kind, make in kinds.items():
             stores = os.path.join(work, kind, "Stores")

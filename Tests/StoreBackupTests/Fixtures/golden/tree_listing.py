@@ -11,6 +11,8 @@ of a database are left out: a backup stores each database as one consistent file
 
     python3 tree_listing.py STORES_DIR > listing.json
     python3 tree_listing.py --compare LISTING_JSON STORES_DIR   (exit 1, naming each difference)
+    python3 tree_listing.py --compare LISTING_JSON STORES_DIR ARCHIVE
+        (a chain's listing, format 3: the tree of ARCHIVE, one backup of its `chain`)
 """
 import hashlib
 import json
@@ -142,10 +144,17 @@ def differences(expected, got):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--compare":
-        # tree_listing.py --compare LISTING_JSON STORES_DIR: exit 1 and name each difference.
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--compare":
+        # tree_listing.py --compare LISTING_JSON STORES_DIR [ARCHIVE]: exit 1 and name each difference.
         with open(sys.argv[2]) as handle:
-            wanted = json.load(handle)["tree"]
+            listed = json.load(handle)
+        if len(sys.argv) == 5:
+            chain = [link for link in listed.get("chain", []) if link["archive"] == sys.argv[4]]
+            if len(chain) != 1:
+                sys.exit("%s is not a backup of the chain in %s" % (sys.argv[4], sys.argv[2]))
+            wanted = chain[0]["tree"]
+        else:
+            wanted = listed["tree"]
         lines = differences(wanted, listing(sys.argv[3]))
         print("\n".join(lines))
         sys.exit(1 if lines else 0)
