@@ -28,6 +28,55 @@ final class VerifyTests: XCTestCase {
         XCTAssertEqual(rows[0]["databases"] as? Int, 2)
     }
 
+    /// Verify's promise is every CRC of the archive: a byte flipped in the format marker,
+    /// which no restore writes, fails the backup too.
+    func testADamagedFormatMarkerFailsVerify() throws {
+        let good = try onlyBackup(in: backups)
+        let damaged = backups + "/2000-01-01 000001 Stores.zip"
+        try FileManager.default.copyItem(atPath: good, toPath: damaged)
+        try runPythonScript(
+            """
+            import sys, zipfile, struct
+            path = sys.argv[1]; info = zipfile.ZipFile(path).getinfo(".storebackup/format-2")
+            with open(path, "r+b") as f:
+                f.seek(info.header_offset); h = f.read(30)
+                start = info.header_offset + 30 + struct.unpack("<H", h[26:28])[0] + struct.unpack("<H", h[28:30])[0]
+                f.seek(start + info.compress_size // 2); b = f.read(1)
+                f.seek(start + info.compress_size // 2); f.write(bytes([b[0] ^ 0x01]))
+            """, [damaged])
+        let result = try runStoreBackup(["verify", "2000-01-01 000001 Stores.zip", "--from", backups])
+        XCTAssertEqual(result.status, 1, result.stdout + result.stderr)
+        XCTAssertTrue(result.stdout.contains("FAILED"), result.stdout)
+        XCTAssertTrue(result.stdout.contains(".storebackup/format-2"), result.stdout)
+        let intact = try runStoreBackup(["verify", FileSystem.lastComponent(of: good), "--from", backups])
+        XCTAssertEqual(intact.status, 0, intact.stdout + intact.stderr)
+    }
+
+    /// The same for an incremental, whose page maps no restore reads either.
+    func testADamagedPageMapOfAnIncrementalFailsVerify() throws {
+        let chain = work + "/chain"
+        for _ in 0..<2 {
+            let made = try runStoreBackup(["create", work + "/Stores", "--to", chain, "--incremental"])
+            XCTAssertEqual(made.status, 0, made.stderr)
+        }
+        let incremental = try XCTUnwrap(
+            try FileManager.default.contentsOfDirectory(atPath: chain).first { $0.contains(" incremental on ") })
+        try runPythonScript(
+            """
+            import sys, zipfile, struct
+            path = sys.argv[1]
+            info = next(i for i in zipfile.ZipFile(path).infolist() if i.filename.startswith(".storebackup/pagemap/"))
+            with open(path, "r+b") as f:
+                f.seek(info.header_offset); h = f.read(30)
+                start = info.header_offset + 30 + struct.unpack("<H", h[26:28])[0] + struct.unpack("<H", h[28:30])[0]
+                f.seek(start + info.compress_size // 2); b = f.read(1)
+                f.seek(start + info.compress_size // 2); f.write(bytes([b[0] ^ 0x01]))
+            """, [chain + "/" + incremental])
+        let result = try runStoreBackup(["verify", incremental, "--from", chain])
+        XCTAssertEqual(result.status, 1, result.stdout + result.stderr)
+        XCTAssertTrue(result.stdout.contains(".storebackup/pagemap/"), result.stdout)
+    }
+
     func testEachKindOfDamageIsNamed() throws {
         let good = try onlyBackup(in: backups)
         let flipped = backups + "/2000-01-01 000001 Stores.zip"

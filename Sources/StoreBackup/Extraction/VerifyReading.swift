@@ -33,6 +33,7 @@ struct VerifyReading {
             writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: kept),
             judge: DamageJudge(reader: reader, accept: true, found: damagedDatabases), progress: progress)
         try unpacking.run(files, tree: tree, durable: false)
+        try reader.checkOwnEntries(cancel: cancel)
         guard let manifest = reader.manifest else {
             return try UnlistedDatabases.findAndCheck(
                 in: scratch, among: files, workers: unpacking.writer.workers, cancel: cancel, progress: progress)

@@ -95,6 +95,8 @@ struct BackupVerifier: Sendable {
         options.acceptDamagedDatabases = true
         let name = newest.name
         return try await runBlocking(name: "storebackup-verify") { [options] cancel in
+            // The newest link is the backup verified: every CRC of its archive, its own entries too.
+            try newest.reader.checkOwnEntries(cancel: cancel)
             var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
             applier.options = options
             let databases = try applier.build(into: scratch + "/store")

@@ -84,6 +84,10 @@ final class ArchiveReader: @unchecked Sendable {
     private(set) var pageDeltas: [String: ArchiveEntry] = [:]
     /// The format the archive's marker entry announces (1 when it has none).
     private(set) var markerFormat = 1
+    /// The archive's own files besides the manifest and the page deltas (the format marker,
+    /// format 3's page maps): nothing restores them, so only verify reads them, for their CRCs
+    /// (``checkOwnEntries(cancel:)``).
+    private(set) var ownEntries: [ArchiveEntry] = []
     /// The password, once checked; nil for an archive without encrypted entries.
     private(set) var password: BackupPassword?
     /// Nil once ``release()`` let it go, and until first used when the entries were listed
@@ -377,7 +381,15 @@ final class ArchiveReader: @unchecked Sendable {
         let path: String
         switch ArchiveNames.storePath(forEntryName: entryName, format: markerFormat) {
         case .store(let storePath): path = storePath
-        case .own: return
+        case .own:
+            if !isDirectoryName {
+                ownEntries.append(
+                    ArchiveEntry(
+                        index: item.index, path: name, kind: .file, permissions: 0o600, modificationTime: 0, size: item.size,
+                        compressedSize: item.compressedSize, compressionMethod: item.method, crc: item.crc,
+                        encryptionMethod: item.encryptionMethod, archiveOffset: item.localOffset))
+            }
+            return
         case .pageDelta(let database):
             guard !isDirectoryName, pageDeltas[database] == nil else {
                 throw StoreBackupError.corruptArchive(name: backupName, reason: "the page delta of \(database) appears twice")
