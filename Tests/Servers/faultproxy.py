@@ -2,7 +2,7 @@
 """An HTTP/1.1 forwarding proxy that injects faults, for storebackup's transport tests.
 
     python3 Tests/Servers/faultproxy.py --upstream 127.0.0.1:PORT [--plan FILE]
-        [--log FILE] [--port N] [--daemon --pidfile FILE]
+        [--log FILE] [--port N] [--send-buffer BYTES] [--daemon --pidfile FILE]
 
 It listens on 127.0.0.1 (a free port unless --port), forwards every request
 to the one upstream over a connection of its own per client connection
@@ -106,9 +106,19 @@ LOG: --log FILE gets one JSON object per line and request:
 {"n", "time", "conn", "request" (the request line), "fault" (null or a
 description), "status" (the status the client got, if any), "up_bytes"
 (request body bytes taken from the client), "down_bytes" (response body
-bytes sent to it), "error" (if something broke on the way)}. Byte counts are
+bytes sent to it), "error" (if something broke on the way), and, when body
+bytes went that way, "up_first"/"up_last" and "down_first"/"down_last": the
+times (Unix seconds) at which the first and the last of them were passed on,
+so up_bytes / (up_last - up_first) is the rate the proxy saw}. Uploads are
+stamped as the proxy takes them from the client, which it does as fast as the
+upstream allows. Downloads are stamped as the proxy hands them to the kernel,
+which buffers megabytes ahead of a slow reader: --send-buffer BYTES sets
+SO_SNDBUF on the sockets toward clients, so the stamps follow the client's
+reading to within that and the client's own receive buffer (a few hundred kB). Byte counts are
 payload bytes for bodies that went through whole; for bodies cut short they
-are bytes on the wire (chunk framing included), as is `after_bytes`.
+are bytes on the wire (chunk framing included), as is `after_bytes`. In TCP
+mode the entry is the connection's, its bytes and times every byte relayed
+each way (handshakes included).
 
 Python 3 standard library only; loopback only (a non-loopback upstream is
 refused).
@@ -341,13 +351,20 @@ class Sink:
     """Where body bytes go: a socket (or nowhere), counted, with an optional budget.
 
     When the budget is used up, on_budget() runs: it raises Reset, or sleeps
-    and lifts the budget."""
+    and lifts the budget. Once stamping() a log entry, each write that passed
+    bytes on marks the entry's `<direction>_first` (once) and `<direction>_last`."""
 
     def __init__(self, sock, budget=None, on_budget=None):
         self.sock = sock
         self.sent = 0
         self.budget = budget
         self.on_budget = on_budget
+        self.entry = None
+        self.direction = None
+
+    def stamping(self, entry, direction):
+        self.entry, self.direction = entry, direction
+        return self
 
     def write(self, data):
         while data:
@@ -362,6 +379,8 @@ class Sink:
             if self.sock is not None:
                 self.sock.sendall(part)
             self.sent += len(part)
+            if self.entry is not None and part:
+                stamp(self.entry, self.direction)
             if self.budget is not None and self.sent >= self.budget:
                 self.budget_reached()
 
@@ -369,6 +388,13 @@ class Sink:
         handler, self.on_budget, self.budget = self.on_budget, None, None
         if handler is not None:
             handler()
+
+
+def stamp(entry, direction):
+    """Marks in ENTRY that bytes went DIRECTION ("up": from the client, "down": to it) now."""
+    now = round(time.time(), 4)
+    entry.setdefault(direction + "_first", now)
+    entry[direction + "_last"] = now
 
 
 class FlipSink(Sink):
@@ -527,8 +553,9 @@ def rewrite_head(head, drop=(), first=None, add=()):
 
 
 class Proxy:
-    def __init__(self, upstream, plan, logpath, timeout):
+    def __init__(self, upstream, plan, logpath, timeout, send_buffer=None):
         self.upstream = upstream
+        self.send_buffer = send_buffer
         self.plan = plan
         self.plan_lock = threading.Lock()
         self.logpath = logpath
@@ -549,7 +576,7 @@ class Proxy:
             return self.plan
 
     def record(self, entry):
-        entry["time"] = round(time.time(), 3)
+        entry["time"] = round(time.time(), 4)
         line = json.dumps(entry)
         with self.log_lock:
             if len(self.entries) < 100000:
@@ -566,6 +593,11 @@ class Proxy:
             except OSError:
                 continue
             self.conn_ids += 1
+            if self.send_buffer:
+                try:
+                    csock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+                except OSError:
+                    pass
             t = threading.Thread(target=self.handle_connection, args=(csock, self.conn_ids),
                                  daemon=True)
             t.start()
@@ -656,7 +688,7 @@ class Proxy:
             return self.control(csock, cf, method, target, kind, length, expect100, client_close)
 
         n, rule = self.current_plan().decide(method, target)
-        entry = {"n": n, "conn": conn_id, "request": head.first, "fault": None, "started": round(time.time(), 3),
+        entry = {"n": n, "conn": conn_id, "request": head.first, "fault": None, "started": round(time.time(), 4),
                  "status": None, "up_bytes": 0, "down_bytes": 0}
         if rule is not None and rule.fault != "none":
             entry["fault"] = rule.describe()
@@ -676,7 +708,7 @@ class Proxy:
                 self.record(entry)
                 csock.sendall(simple_response(rule.status, body, headers, close=True))
                 return "linger"
-            entry["up_bytes"] = relay_body(cf, Sink(None), kind, length)
+            entry["up_bytes"] = relay_body(cf, Sink(None).stamping(entry, "up"), kind, length)
             self.record(entry)
             csock.sendall(simple_response(rule.status, body, headers, close=client_close))
             return "close" if client_close else "keep"
@@ -688,7 +720,7 @@ class Proxy:
             if budget > 0 and kind != "none":
                 if expect100:
                     csock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
-                sink = Sink(None, budget, on_budget=self.raise_reset)
+                sink = Sink(None, budget, on_budget=self.raise_reset).stamping(entry, "up")
                 try:
                     relay_body(cf, sink, kind, length)
                 except Reset:
@@ -759,6 +791,7 @@ class Proxy:
                 at = rule.after_bytes if rule.after_bytes is not None else length // 2
                 sink = FlipSink(usock, min(int(at), length - 1))
                 entry["fault"] = "flip request body byte %d" % sink.at
+            sink.stamping(entry, "up")
             try:
                 entry["up_bytes"] = relay_body(cf, sink, kind, length)
             except (BrokenPipeError, ConnectionResetError) as e:
@@ -834,6 +867,7 @@ class Proxy:
                 entry["fault"] = "flip response body byte %d" % sink.at
             else:
                 entry["fault"] = "flip response (no body with a Content-Length: sent as is)"
+        sink.stamping(entry, "down")
 
         try:
             csock.sendall(response.raw)
@@ -948,6 +982,10 @@ class TcpProxy(Proxy):
             except OSError as e:
                 entry["error"] = "upstream: %s" % e
                 return self.finish(entry, csock, None, None)
+            # Bytes go on as they come: Nagle's wait for an ACK (delayed up to 40 ms) on
+            # each small packet would slow SFTP's request-and-status exchange to a crawl.
+            for s in (csock, usock):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             socks = [csock, usock]
             counts = {"up": 0, "down": 0}
             while True:
@@ -987,6 +1025,8 @@ class TcpProxy(Proxy):
                             target.sendall(data)
                         except OSError:
                             pass
+                        if data:
+                            stamp(entry, direction)
                         counts[direction] += len(data)
                         entry["up_bytes"], entry["down_bytes"] = counts["up"], counts["down"]
                         return self.finish(entry, csock, usock,
@@ -995,6 +1035,7 @@ class TcpProxy(Proxy):
                         target.sendall(data)
                     except OSError:
                         return self.finish(entry, csock, usock, None)
+                    stamp(entry, direction)
                     counts[direction] += len(data)
                     entry["up_bytes"], entry["down_bytes"] = counts["up"], counts["down"]
         except Exception as e:  # a connection's trouble never ends the proxy
@@ -1078,6 +1119,8 @@ def main(argv=None):
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds of silence before a connection is dropped")
     p.add_argument("--tcp", action="store_true", help="relay raw bytes (SSH, TLS); see TCP MODE")
+    p.add_argument("--send-buffer", type=int,
+                   help="SO_SNDBUF of the sockets toward clients, so that download times follow the client")
     p.add_argument("--daemon", action="store_true", help="run in the background")
     p.add_argument("--pidfile", help="write the pid here (needed with --daemon)")
     args = p.parse_args(argv)
@@ -1125,7 +1168,7 @@ def main(argv=None):
         sys.stdout.write(json.dumps(info) + "\n")
         sys.stdout.flush()
 
-    proxy = (TcpProxy if args.tcp else Proxy)(args.upstream, plan, logpath, args.timeout)
+    proxy = (TcpProxy if args.tcp else Proxy)(args.upstream, plan, logpath, args.timeout, args.send_buffer)
 
     def on_term(signum, frame):
         if pidfile:

@@ -372,8 +372,10 @@ def test_stop_is_thorough_and_idempotent(servers):
 # ---------------------------------------------------------------- fault proxy
 
 
-def start_proxy(servers, upstream_port, plan=None, tcp=False):
+def start_proxy(servers, upstream_port, plan=None, tcp=False, send_buffer=None):
     extra = ["--upstream", "127.0.0.1:%d" % upstream_port] + (["--tcp"] if tcp else [])
+    if send_buffer:
+        extra += ["--send-buffer", str(send_buffer)]
     if plan is not None:
         path = os.path.join(servers.root, "plan-%d.json" % len(servers.started))
         with open(path, "w") as f:
@@ -497,6 +499,39 @@ def test_proxy_streams_50mb_intact(servers):
     log = read_log(dproxy)
     assert [(e["status"], e["up_bytes"], e["down_bytes"]) for e in log] == [
         (201, size, log[0]["down_bytes"]), (200, 0, size), (201, size, log[2]["down_bytes"])]
+
+
+def test_proxy_stamps_when_body_bytes_pass(servers):
+    # curl paces the bodies (--limit-rate, 1024-based): the first and last stamps of each
+    # direction must be as far apart as the pace makes them, in HTTP and in TCP mode. A
+    # download is stamped as it goes into the socket: --send-buffer keeps that close to
+    # curl's reading.
+    dav = servers.start("webdav")
+    proxy = start_proxy(servers, dav["port"], send_buffer=32768)
+    relay = start_proxy(servers, dav["port"], tcp=True, send_buffer=32768)
+    cfg = dav_config(servers, dav)
+    src = os.path.join(servers.root, "paced.bin")
+    size = 1_500_000
+    random_file(src, size, seed=3)
+    pace = 3_000 * 1024
+    for p in (proxy, relay):
+        url = proxied(dav["url"], p)
+        r = curl("--limit-rate", "3000k", "-T", src, url + "paced.bin", config=cfg)
+        assert r.code in (201, 204), r
+        r = curl("--limit-rate", "3000k", url + "paced.bin", config=cfg)
+        assert r.code == 200 and len(r.body) == size, r
+        r = curl("-T", src, url + "fast.bin", config=cfg)
+        assert r.code in (201, 204), r
+    # An entry is written when its request (TCP: its connection) ends.
+    assert wait_for(lambda: len(read_log(relay)) >= 3, 10), read_log(relay)
+    for p in (proxy, relay):
+        paced_up, paced_down, fast = sorted(read_log(p), key=lambda e: e["n"])[:3]
+        for e, way in ((paced_up, "up"), (paced_down, "down"), (fast, "up")):
+            assert e[way + "_bytes"] >= size, e
+            assert e.get("started", e[way + "_first"]) <= e[way + "_first"] <= e[way + "_last"] <= e["time"], e
+        for e, way in ((paced_up, "up"), (paced_down, "down")):
+            assert e[way + "_last"] - e[way + "_first"] >= 0.5 * size / pace, e
+        assert fast["up_last"] - fast["up_first"] < 0.5 * size / pace, fast
 
 
 def test_proxy_keepalive_probability_and_control(servers):

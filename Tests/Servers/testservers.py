@@ -4,6 +4,7 @@
     python3 Tests/Servers/testservers.py install
     python3 Tests/Servers/testservers.py start s3|moto|webdav|sftp|dropbox --root DIR
     python3 Tests/Servers/testservers.py start proxy --root DIR --upstream 127.0.0.1:PORT [--plan FILE] [--tcp]
+        [--send-buffer BYTES]
     python3 Tests/Servers/testservers.py stop --root DIR
 
 `start` picks a free port on 127.0.0.1, starts the server in the background
@@ -587,6 +588,8 @@ def start_proxy(state, args):
         cmd += ["--plan", os.path.abspath(args.plan)]
     if args.tcp:
         cmd.append("--tcp")
+    if args.send_buffer:
+        cmd += ["--send-buffer", str(args.send_buffer)]
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, cwd=state, timeout=READY_TIMEOUT)
     if r.returncode != 0:
@@ -711,6 +714,8 @@ def main(argv=None):
     s.add_argument("--upstream", help="proxy: HOST:PORT to forward to")
     s.add_argument("--plan", help="proxy: JSON fault plan file")
     s.add_argument("--tcp", action="store_true", help="proxy: relay raw bytes (SSH, TLS)")
+    s.add_argument("--send-buffer", type=int,
+                   help="proxy: SO_SNDBUF toward the client, so its log's download times follow the client")
     s.add_argument("--page-size", type=int, help="dropbox: most entries per list_folder page")
     t = sub.add_parser("stop", help="stop every server started under --root")
     t.add_argument("--root", required=True)
