@@ -36,6 +36,8 @@ CACHE = os.path.join(ROOT, ".build-v0.1.0")
 # The last commit whose build writes and reads format 2 only.
 FORMAT2_COMMIT = "66e93f1"
 FORMAT2_CACHE = os.path.join(ROOT, ".build-v-format2")
+# Where old commits are built, one after another (see build_old_binary).
+SHARED_BUILD = os.path.join(ROOT, ".build-old-commits")
 MAKE_INCREMENTAL = os.path.join(ROOT, "Tests", "StoreBackupTests", "Fixtures", "make_incremental.py")
 sys.path.insert(0, os.path.join(ROOT, "Tests", "StoreBackupTests", "Fixtures", "golden"))
 import tree_listing  # noqa: E402
@@ -80,8 +82,11 @@ def build_old_binary(old_commit, cache, variable):
     commit = full.stdout.strip()
     if os.path.isfile(binary) and os.path.isfile(stamp) and open(stamp).read().strip() == commit:
         return binary
-    # The sources at a fixed place, so that SwiftPM's scratch folder stays valid between runs.
-    source = os.path.join(cache, "src")
+    # One source folder and one scratch folder for every old commit, at a fixed place: SwiftPM
+    # builds the dependencies once for all of them and recompiles only the package's own files.
+    source = os.path.join(SHARED_BUILD, "src")
+    scratch = os.path.join(SHARED_BUILD, "build")
+    os.makedirs(cache, exist_ok=True)
     shutil.rmtree(source, ignore_errors=True)
     os.makedirs(source)
     archive = subprocess.Popen(["git", "-C", ROOT, "archive", commit], stdout=subprocess.PIPE)
@@ -91,11 +96,11 @@ def build_old_binary(old_commit, cache, variable):
     resolved = os.path.join(ROOT, "Package.resolved")
     if os.path.isfile(resolved):
         shutil.copy(resolved, os.path.join(source, "Package.resolved"))
-    built = run(["swift", "build", "--package-path", source, "--scratch-path", os.path.join(cache, "build"),
-                 "--product", "storebackup"], env=swift_environment())
+    built = run(["swift", "build", "--package-path", source, "--scratch-path", scratch, "--product", "storebackup"],
+                env=swift_environment())
     assert built.returncode == 0, "building %s failed:\n" % old_commit + (built.stdout + built.stderr)[-4000:]
-    bin_path = run(["swift", "build", "--package-path", source, "--scratch-path", os.path.join(cache, "build"),
-                    "--show-bin-path"], env=swift_environment()).stdout.strip()
+    bin_path = run(["swift", "build", "--package-path", source, "--scratch-path", scratch, "--show-bin-path"],
+                   env=swift_environment()).stdout.strip()
     shutil.copy(os.path.join(bin_path, "storebackup"), binary + ".tmp")
     os.rename(binary + ".tmp", binary)
     with open(stamp, "w") as handle:
