@@ -34,16 +34,7 @@ final class VerifyTests: XCTestCase {
         let good = try onlyBackup(in: backups)
         let damaged = backups + "/2000-01-01 000001 Stores.zip"
         try FileManager.default.copyItem(atPath: good, toPath: damaged)
-        try runPythonScript(
-            """
-            import sys, zipfile, struct
-            path = sys.argv[1]; info = zipfile.ZipFile(path).getinfo(".storebackup/format-2")
-            with open(path, "r+b") as f:
-                f.seek(info.header_offset); h = f.read(30)
-                start = info.header_offset + 30 + struct.unpack("<H", h[26:28])[0] + struct.unpack("<H", h[28:30])[0]
-                f.seek(start + info.compress_size // 2); b = f.read(1)
-                f.seek(start + info.compress_size // 2); f.write(bytes([b[0] ^ 0x01]))
-            """, [damaged])
+        try flipByte(ofEntryNamed: ".storebackup/format-2", in: damaged, atFraction: 2, mask: 0x01)
         let result = try runStoreBackup(["verify", "2000-01-01 000001 Stores.zip", "--from", backups])
         XCTAssertEqual(result.status, 1, result.stdout + result.stderr)
         XCTAssertTrue(result.stdout.contains("FAILED"), result.stdout)
@@ -61,17 +52,7 @@ final class VerifyTests: XCTestCase {
         }
         let incremental = try XCTUnwrap(
             try FileManager.default.contentsOfDirectory(atPath: chain).first { $0.contains(" incremental on ") })
-        try runPythonScript(
-            """
-            import sys, zipfile, struct
-            path = sys.argv[1]
-            info = next(i for i in zipfile.ZipFile(path).infolist() if i.filename.startswith(".storebackup/pagemap/"))
-            with open(path, "r+b") as f:
-                f.seek(info.header_offset); h = f.read(30)
-                start = info.header_offset + 30 + struct.unpack("<H", h[26:28])[0] + struct.unpack("<H", h[28:30])[0]
-                f.seek(start + info.compress_size // 2); b = f.read(1)
-                f.seek(start + info.compress_size // 2); f.write(bytes([b[0] ^ 0x01]))
-            """, [chain + "/" + incremental])
+        try flipByte(ofEntryNamed: ".storebackup/pagemap/", in: chain + "/" + incremental, atFraction: 2, mask: 0x01)
         let result = try runStoreBackup(["verify", incremental, "--from", chain])
         XCTAssertEqual(result.status, 1, result.stdout + result.stderr)
         XCTAssertTrue(result.stdout.contains(".storebackup/pagemap/"), result.stdout)
@@ -81,16 +62,7 @@ final class VerifyTests: XCTestCase {
         let good = try onlyBackup(in: backups)
         let flipped = backups + "/2000-01-01 000001 Stores.zip"
         try FileManager.default.copyItem(atPath: good, toPath: flipped)
-        try runPythonScript(
-            """
-            import sys, zipfile, struct
-            path = sys.argv[1]; info = zipfile.ZipFile(path).getinfo("App.sqlite")
-            with open(path, "r+b") as f:
-                f.seek(info.header_offset); h = f.read(30)
-                start = info.header_offset + 30 + struct.unpack("<H", h[26:28])[0] + struct.unpack("<H", h[28:30])[0]
-                f.seek(start + info.compress_size // 3); b = f.read(1)
-                f.seek(start + info.compress_size // 3); f.write(bytes([b[0] ^ 0x55]))
-            """, [flipped])
+        try flipByte(ofEntryNamed: "App.sqlite", in: flipped, atFraction: 3, mask: 0x55)
         let truncated = backups + "/2000-01-01 000002 Stores.zip"
         try FileManager.default.copyItem(atPath: good, toPath: truncated)
         XCTAssertEqual(truncate(truncated, try FileSystem.lstatInfo(truncated).st_size - 300), 0)
@@ -132,5 +104,23 @@ final class VerifyTests: XCTestCase {
         let created = try runStoreBackup(["create", store, "--to", work + "/corrupt-backups"])
         XCTAssertEqual(created.status, 0, created.stderr)
         try FileManager.default.moveItem(atPath: try onlyBackup(in: work + "/corrupt-backups"), toPath: archive)
+    }
+
+    /// XORs one byte of the stored data of the entry `name` (ending in `/`: the first entry in
+    /// that folder), at 1/`fraction` of its compressed size: the archive's structure stays
+    /// whole, its content not.
+    private func flipByte(ofEntryNamed name: String, in archive: String, atFraction fraction: Int, mask: UInt8) throws {
+        try runPythonScript(
+            """
+            import sys, zipfile, struct
+            path, name, fraction, mask = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+            infos = zipfile.ZipFile(path).infolist()
+            info = next(i for i in infos if i.filename == name or (name.endswith("/") and i.filename.startswith(name)))
+            with open(path, "r+b") as f:
+                f.seek(info.header_offset); h = f.read(30)
+                start = info.header_offset + 30 + struct.unpack("<H", h[26:28])[0] + struct.unpack("<H", h[28:30])[0]
+                f.seek(start + info.compress_size // fraction); b = f.read(1)
+                f.seek(start + info.compress_size // fraction); f.write(bytes([b[0] ^ mask]))
+            """, [archive, name, String(fraction), String(mask)])
     }
 }
