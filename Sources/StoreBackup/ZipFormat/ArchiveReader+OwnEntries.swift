@@ -15,7 +15,7 @@ extension ArchiveReader {
                 let stream = try InflatingEntryStream(reader: self, entry: entry)
                 while try buffer.withUnsafeMutableBytes({ try stream.read($0) }) > 0 {}
             } else if let file = localFile, !entry.isEncrypted, entry.compressionMethod == Int32(ZIP_CM_STORE),
-                entry.size == entry.compressedSize, entry.size <= Int64(buffer.count)
+                entry.size == entry.compressedSize, (0...Int64(buffer.count)).contains(entry.size)
             {
                 try checkStored(entry, in: file, buffer: &buffer)
             } else {
