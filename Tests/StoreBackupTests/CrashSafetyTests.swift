@@ -288,11 +288,12 @@ final class CrashSafetyTests: XCTestCase {
     /// Which store recovery must leave after a restore killed at `landing`, as
     /// `RestoreRecovery` decides from the journal: before the commit record (extracting,
     /// swapping, reloading, rolling back) the old store; from it on (committing, starting the
-    /// app) the restored one. Without a journal, the restore had either not begun (old) or
-    /// ended (restored: the journal goes once the commit is done).
+    /// app) the restored one. Without a journal, the restore had either not begun its swap
+    /// (old) or had committed (restored: the journal goes once the commit is done, while the
+    /// last phase reported may still be swapping or reloading).
     static func expectsRestoredStore(after landing: KillLanding) -> Bool {
         if let journal = landing.journalPhase { return ["committing", "startingApp"].contains(journal) }
-        return landing.phase == "ended" || landing.phase == "done"
+        return ["swapping", "reloading", "done", "ended"].contains(landing.phase)
     }
 
     /// Stops `command`, records where it is, then kills it.
