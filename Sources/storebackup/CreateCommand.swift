@@ -47,6 +47,14 @@ struct CreateCommand: AsyncParsableCommand {
 
     @OptionGroup var password: PasswordOption
 
+    @OptionGroup var proofKey: ProofKeyOption
+
+    @Flag(
+        help:
+            "Skip create's PRAGMA integrity_check of each database (run beside the archive). Without it the databases get no proofs, and restore checks them."
+    )
+    var noDatabaseCheck = false
+
     @Flag(
         help:
             "Make backups in chains: an incremental backup (only what changed) on the previous one when the policy allows, else a full one."
@@ -147,8 +155,12 @@ struct CreateCommand: AsyncParsableCommand {
             ? destination.connection.resolve(destination.destinations.map { Optional($0) }) : [try destination.resolve()]
         let helper = StoreHelper(
             storesDirectory: storesDirectory, destination: targets[0], passwords: passwords, logger: Terminal.logger)
-        let options = CreateOptions(
+        var settings = CreateOptions(
             compressionLevel: CompressionLevel.parse(level)!, encrypt: encrypt, threads: threads, incremental: try incrementalPolicy())
+        settings.checkDatabases = !noDatabaseCheck
+        // An encrypted backup's proofs are keyed by its password: no key file is needed (or made).
+        if !encrypt && !noDatabaseCheck { settings.proofKey = proofKey.keyForCreate() }
+        let options = settings
         let printer = ProgressPrinter.shared
         // Before the backup: its own reading of the store is this process, never listed.
         let usage = targets.count == 1 && (json || verbose) ? StoreUsage.scan(storesDirectory: helper.storesDirectory) : nil

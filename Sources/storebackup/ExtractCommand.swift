@@ -49,6 +49,8 @@ struct ExtractCommand: AsyncParsableCommand {
 
     @OptionGroup var password: PasswordOption
 
+    @OptionGroup var proofKey: ProofKeyOption
+
     @Flag(
         help: "Extract from a backup that has no manifest (made by hand or by another tool), checking only CRCs and PRAGMA integrity_check."
     )
@@ -62,7 +64,8 @@ struct ExtractCommand: AsyncParsableCommand {
 
     func run() async throws {
         let backups = BackupRepository(destination: try destination.resolve(), passwords: password.provider(confirm: false))
-        let options = ExtractionOptions(allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks)
+        let options = ExtractionOptions(
+            allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, proofKey: proofKey.keyForReading())
         let name = self.name, paths = self.paths, into = self.into
         let printer = ProgressPrinter.shared
         let result = await Terminal.runCancellable {

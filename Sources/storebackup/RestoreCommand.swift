@@ -9,7 +9,9 @@ struct RestoreCommand: AsyncParsableCommand {
         abstract: "Replace a stores directory with a backup, verified first, with rollback.",
         discussion: """
             The backup is unpacked beside the store into <dir>_New while every checksum is checked \
-            and every database passes PRAGMA integrity_check; only then is the live directory moved \
+            and every database passes PRAGMA integrity_check (skipped for a database whose proof, \
+            made at create with your proof key or the backup's password, covers its bytes; \
+            --check-databases runs it anyway); only then is the live directory moved \
             to <dir>_Old and the new one moved in. Each database is then opened and quick-checked; \
             if that fails, the new store goes to <dir>_FailedRestore and the old one is put back. \
             A restore killed at any point is repaired by the next command on the store (or `recover`). \
@@ -36,6 +38,14 @@ struct RestoreCommand: AsyncParsableCommand {
     @OptionGroup var destination: DestinationOption
 
     @OptionGroup var password: PasswordOption
+
+    @OptionGroup var proofKey: ProofKeyOption
+
+    @Flag(
+        help:
+            "Run PRAGMA integrity_check on every database, also those whose proof says create checked the same bytes (their SHA-256 is checked either way)."
+    )
+    var checkDatabases = false
 
     @Flag(help: "Do not ask for confirmation (required when not on a terminal).")
     var yes = false
@@ -69,7 +79,10 @@ struct RestoreCommand: AsyncParsableCommand {
     @Flag(help: "Restore even if other processes have the store open (they lose what they write afterwards), with a warning naming them.")
     var force = false
 
-    @Flag(help: "Print the result as JSON: {name, storesDirectory, files, databasesChecked, damagedDatabases, warning, app}.")
+    @Flag(
+        help:
+            "Print the result as JSON: {name, storesDirectory, files, databasesChecked, databasesProven, checkReasons, damagedDatabases, warning, app}."
+    )
     var json = false
 
     @OptionGroup var configurationFile: ConfigurationOption
@@ -115,7 +128,8 @@ struct RestoreCommand: AsyncParsableCommand {
             passwords: password.provider(confirm: false), logger: Terminal.logger)
         let options = RestoreOptions(
             extraction: ExtractionOptions(
-                allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases),
+                allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases,
+                proofKey: proofKey.keyForReading(), checkDatabases: checkDatabases),
             appCommands: appCommands(for: helper.storesDirectory), allowStoreInUse: force)
         if !yes {
             guard Terminal.standardInputIsTerminal else {
@@ -140,7 +154,7 @@ struct RestoreCommand: AsyncParsableCommand {
             )
         }
         Terminal.info(
-            "storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked)"
+            "storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked, \(result.databasesProven.count) proven)"
         )
         if json { try printJSON(result) }
         if let failure = result.appDowntime?.startFailure {
@@ -152,6 +166,7 @@ struct RestoreCommand: AsyncParsableCommand {
         var summary: [String: Any] = [
             "name": result.backupName, "storesDirectory": result.storesDirectory, "files": result.fileCount,
             "databasesChecked": result.databasesChecked, "damagedDatabases": result.damagedDatabases,
+            "databasesProven": result.databasesProven, "checkReasons": result.checkReasons,
         ]
         if let warning = result.warning { summary["warning"] = warning }
         if let warning = result.storeInUseWarning { summary["storeInUseWarning"] = warning }

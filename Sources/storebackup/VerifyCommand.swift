@@ -27,6 +27,11 @@ struct VerifyCommand: AsyncParsableCommand {
 
     @OptionGroup var password: PasswordOption
 
+    @OptionGroup var proofKey: ProofKeyOption
+
+    @Flag(help: "Run PRAGMA integrity_check on every database, also those whose proof says create checked the same bytes.")
+    var checkDatabases = false
+
     @Flag(
         help:
             "Check a backup that has no manifest as far as possible (CRCs, PRAGMA integrity_check) instead of failing it as not verifiable."
@@ -78,7 +83,9 @@ struct VerifyCommand: AsyncParsableCommand {
         if let store { return try await runDrill(store) }
         metrics.start()
         let backups = BackupRepository(destination: try destination.resolve(), passwords: password.provider(confirm: false))
-        let options = ExtractionOptions(allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks)
+        let options = ExtractionOptions(
+            allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, proofKey: proofKey.keyForReading(),
+            checkDatabases: checkDatabases)
         let selection: BackupSelection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
         let printer = ProgressPrinter.shared
         let metadataOnly = self.metadataOnly

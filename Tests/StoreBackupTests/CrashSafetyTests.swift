@@ -201,7 +201,9 @@ final class CrashSafetyTests: XCTestCase {
         let oldTree = try StoreFixture.describe(store, includeJournals: false)
         let pristine = work + "/pristine"
         XCTAssertEqual(try runTool("/bin/cp", ["-a", store, pristine]).status, 0)
-        let duration = try timedRun(["restore", "latest", store, "--from", backups, "--yes"])
+        // Every database checked (not trusted on its proof), so that the kills can land in the check.
+        let restoreArguments = ["restore", "latest", store, "--from", backups, "--yes", "--check-databases"]
+        let duration = try timedRun(restoreArguments)
         let newTree = try StoreFixture.describe(store, includeJournals: false)
         XCTAssertNotEqual(newTree, oldTree)
         var outcomes = (old: 0, new: 0)
@@ -210,7 +212,7 @@ final class CrashSafetyTests: XCTestCase {
             try FileSystem.removeTree(store)
             XCTAssertEqual(try runTool("/bin/cp", ["-a", pristine, store]).status, 0)
             let moment = random.fraction() * duration * 1.2
-            let restore = try BackgroundCommand(["restore", "latest", store, "--from", backups, "--yes"], environment: environment)
+            let restore = try BackgroundCommand(restoreArguments, environment: environment)
             usleep(UInt32(moment * 1_000_000))  // a seeded offset from the process start, as for create
             let landing = land(restore)
             landings.append(landing)

@@ -299,7 +299,7 @@ final class CompressionPipeline: @unchecked Sendable {
                 let start = jobIndex * Self.digestLength
                 for (offset, byte) in digest.enumerated() { digests[start + offset] = byte }
                 monitor.unlock()
-                snapshot?.finish()
+                snapshot?.readingFinished()
             }
             try enqueue(block)
             onBytesRead(Int64(got), item.relativePath)

@@ -26,6 +26,8 @@ struct ArchiveBuild: Sendable {
     let logger: Logger
     /// The clock that dates the backup.
     let now: @Sendable () -> Date
+    /// The `store` dimension of the metrics it records.
+    var metricsStore: String
 
     var layout: StoreLayout { StoreLayout(storesDirectory: storesDirectory) }
 
@@ -100,6 +102,9 @@ struct ArchiveBuild: Sendable {
         }
         try cancel.throwIfCancelled()
         throttle.report(BackupProgress(phase: .snapshotting), force: true)
+        // Joined after the snapshots are finished (which stops their checks): defers run last first.
+        var prover: WorkerPool.Group?
+        defer { prover?.join() }
         var snapshots: [String: DatabaseSnapshot] = [:]
         defer { snapshots.values.forEach { $0.finish() } }
         let scratch = FileSystem.parentDirectory(of: archivePath)
@@ -113,8 +118,12 @@ struct ArchiveBuild: Sendable {
             }
         }
         TestPausePoint.reach("snapshots-held")
+        if options.checkDatabases {
+            prover = SnapshotProver.start(scan.items.compactMap { $0.kind == .database ? snapshots[$0.relativePath] : nil })
+        }
         var settings = ArchiveWriter.Settings(
             compressionLevel: level, sourcePath: storesDirectory, createdAt: createdAt, password: password)
+        settings.proofs = DatabaseProofSettings(password: password, proofKey: options.proofKey)
         if let threads = options.threads { settings.workers = min(max(1, threads), WorkerPool.maximumWidth) }
         if let chain {
             settings.chain = try chain.prepare(
@@ -124,8 +133,21 @@ struct ArchiveBuild: Sendable {
         let manifest = try writer.write(
             items: scan.items, snapshots: snapshots, outsideLinks: outsideLinks, leftOut: scan.leftOut,
             root: (scan.rootPermissions, scan.rootModificationTime), to: archivePath)
+        reportDamagedDatabases(snapshots)
         // What create calls good restores: an incremental is checked against its base first.
         try chain?.prove(manifest)
         return manifest
+    }
+
+    /// A database that fails its check at create was damaged in the live store: said now, not
+    /// on restore day (the backup keeps it faithfully, without a proof).
+    private func reportDamagedDatabases(_ snapshots: [String: DatabaseSnapshot]) {
+        for (path, snapshot) in snapshots.sorted(by: { $0.key < $1.key }) {
+            guard case .damaged(let answer) = snapshot.structureCheckResult() else { continue }
+            logger.warning(
+                "database \(path) fails PRAGMA integrity_check in the live store (\(answer)); the backup keeps it as it is, and restoring it will need --accept-damaged-databases",
+                metadata: ["store": "\(storesDirectory)"])
+            BackupMetrics.recordDamagedDatabase(store: metricsStore)
+        }
     }
 }

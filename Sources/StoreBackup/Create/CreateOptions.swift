@@ -52,6 +52,18 @@ public struct CreateOptions: Sendable {
     /// with nothing published.
     public var quiesce: (@Sendable () async throws -> Void)? = nil
 
+    /// Check each database's structure (`PRAGMA integrity_check`) at create, on a thread of its
+    /// own while the archive is written: a database already damaged in the live store is
+    /// reported now (a warning and ``BackupMetrics/damagedDatabases``), and a database that
+    /// passes gets a **proof** in the manifest, so that restore and verify check its bytes'
+    /// SHA-256 but skip its `integrity_check` (docs/FORMAT.md, "Database proofs").
+    public var checkDatabases = true
+
+    /// The key that authenticates the proofs of an unencrypted backup (encrypted backups key
+    /// them with their password). Nil: an unencrypted backup gets no proofs, and restore checks
+    /// its databases as without them.
+    public var proofKey: ProofKey? = nil
+
     /// The defaults, or as given.
     public init(
         compressionLevel: Int = CompressionLevel.default, encrypt: Bool = false, threads: Int? = nil,

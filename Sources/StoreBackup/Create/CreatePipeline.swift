@@ -36,7 +36,8 @@ struct CreatePipeline: Sendable {
         }
         do {
             let build = ArchiveBuild(
-                storesDirectory: storesDirectory, options: options, password: try archivePassword(), logger: logger, now: now)
+                storesDirectory: storesDirectory, options: options, password: try archivePassword(), logger: logger, now: now,
+                metricsStore: metricsStore)
             try build.requireStoresDirectory()
             // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
             var reachable: [Int] = []

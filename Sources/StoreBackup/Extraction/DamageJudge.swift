@@ -12,16 +12,39 @@ struct DamageJudge: Sendable {
     let accept: Bool
     /// The databases found damaged at the source so far: relative path and SQLite's answer.
     let found: Locked<[String: String]>
+    /// Whether each database of the manifest is proven or checked (and why).
+    var verdicts: [String: DatabaseVerdict]
+    /// The verdicts of the databases judged so far, by relative path.
+    let judged: Locked<[String: DatabaseVerdict]>
 
-    /// Judges the databases of `reader`'s archive into `found`.
-    init(reader: ArchiveReader, accept: Bool, found: Locked<[String: String]>) {
+    /// Judges the databases of `reader`'s archive into `found` and `judged`; `options` says
+    /// which proofs it may trust.
+    init(
+        reader: ArchiveReader, accept: Bool, found: Locked<[String: String]>, options: ExtractionOptions,
+        judged: Locked<[String: DatabaseVerdict]>
+    ) {
         self.backupName = reader.backupName
         self.hasManifest = reader.manifest != nil
         self.accept = accept
         self.found = found
+        self.verdicts = DatabaseProofs.verdicts(
+            manifest: reader.manifest, password: reader.password, proofKey: options.proofKey, checkAnyway: options.checkDatabases)
+        self.judged = judged
     }
 
+    /// Whether the database at `entryPath` skips `integrity_check` (a trusted proof covers it).
+    func isProven(_ entryPath: String) -> Bool { verdicts[entryPath] == .proven }
+
     func check(_ check: IntegrityCheckJob) throws {
+        if isProven(check.entryPath) {
+            judged.withLock { $0[check.entryPath] = .proven }
+            // Its bytes are checked against the proven SHA-256 before the swap, as every file's
+            // are: the reload's quick check would read them again for nothing.
+            if let unpacking = check.unpacking, !unpacking.waitUntilDone() { return }
+            CheckedDatabases.record(check.path)
+            return
+        }
+        judged.withLock { $0[check.entryPath] = verdicts[check.entryPath] ?? .checked(reason: "the backup has no manifest") }
         do {
             try IntegrityCheck.run(check.path, unpacking: check.unpacking)
         } catch let error as StoreBackupError where hasManifest && Self.isDamage(error) {

@@ -20,11 +20,24 @@ public struct ExtractionOptions: Sendable, Equatable {
     /// comes back exactly as it was then, listed in ``RestoreResult/damagedDatabases``. Off: the
     /// first such database ends the restore with that error.
     public var acceptDamagedDatabases = false
+    /// The key that authenticates the database proofs of unencrypted backups (those of
+    /// encrypted backups are keyed by their password). A database whose proof authenticates
+    /// has its bytes checked against its SHA-256 as always, but skips `PRAGMA
+    /// integrity_check`, which create already ran on the same bytes. Nil: such proofs cannot
+    /// be trusted, and the databases are checked.
+    public var proofKey: ProofKey? = nil
+    /// Run `PRAGMA integrity_check` on every database, proven or not.
+    public var checkDatabases = false
 
     /// Options with everything off, or as given.
-    public init(allowUnverified: Bool = false, allowOutsideLinks: Bool = false, acceptDamagedDatabases: Bool = false) {
+    public init(
+        allowUnverified: Bool = false, allowOutsideLinks: Bool = false, acceptDamagedDatabases: Bool = false,
+        proofKey: ProofKey? = nil, checkDatabases: Bool = false
+    ) {
         self.allowUnverified = allowUnverified
         self.allowOutsideLinks = allowOutsideLinks
         self.acceptDamagedDatabases = acceptDamagedDatabases
+        self.proofKey = proofKey
+        self.checkDatabases = checkDatabases
     }
 }

@@ -118,7 +118,7 @@ struct ParallelUnpacking {
         // With databases, one core is kept for their checks (the longest step of a big
         // store's restore) and lent to the other files once no check is left to run (a store
         // of many small files and a small database: the files are most of the work).
-        let keptForChecks = databases.isEmpty ? 0 : 1
+        let keptForChecks = databases.allSatisfy { judge.isProven($0.path) } ? 0 : 1
         let otherWidth = min(max(1, workers - keptForChecks), ArchiveLimits.maxExtractionHandles)
         let lentWidth = min(keptForChecks, ArchiveLimits.maxExtractionHandles - otherWidth)
         let checksIdle = WorkerGate()
@@ -138,7 +138,9 @@ struct ParallelUnpacking {
                 let expected = manifestByPath[database.path]
                 let patch = patches[database.path]
                 let deferred = patch == nil && deferredChecks.contains(database.path)
-                let followed = !deferred && expected.flatMap { EntryWriter.blockPlan(entry: database, expected: $0) } != nil
+                let followed =
+                    !deferred && !judge.isProven(database.path)
+                    && expected.flatMap { EntryWriter.blockPlan(entry: database, expected: $0) } != nil
                 let unpacking = followed ? try UnpackingDatabase(size: patch?.finalSize ?? database.size) : nil
                 let digest = try writer.writeFile(
                     database, archive: archive, buffers: buffers, expected: expected, patch: patch,

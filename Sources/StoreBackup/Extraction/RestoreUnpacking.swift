@@ -12,6 +12,8 @@ struct RestoreUnpacking {
     /// The databases found damaged at the source (relative path: SQLite's answer), restored
     /// because ``ExtractionOptions/acceptDamagedDatabases`` let them through.
     let damagedDatabases = Locked<[String: String]>([:])
+    /// Each database judged: proven (its `integrity_check` skipped) or checked, and why.
+    let databaseVerdicts = Locked<[String: DatabaseVerdict]>([:])
 
     /// Unpacks into `target`, which must not exist yet. Returns the databases checked.
     @discardableResult
@@ -25,7 +27,8 @@ struct RestoreUnpacking {
             links: plan.links)
         var unpacking = ParallelUnpacking(
             writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: .all),
-            judge: DamageJudge(reader: reader, accept: options.acceptDamagedDatabases, found: damagedDatabases),
+            judge: DamageJudge(
+                reader: reader, accept: options.acceptDamagedDatabases, found: damagedDatabases, options: options, judged: databaseVerdicts),
             progress: progress)
         unpacking.pendingDigestLimit = pendingDigestLimit
         // Every unpacked file and folder reaches the disk before the journal says

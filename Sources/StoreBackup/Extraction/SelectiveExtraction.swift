@@ -12,6 +12,8 @@ struct SelectiveExtraction {
     let progress: ProgressThrottle
     /// The databases found damaged at the source (relative path: SQLite's answer).
     let damagedDatabases = Locked<[String: String]>([:])
+    /// Each database judged: proven (its `integrity_check` skipped) or checked, and why.
+    let databaseVerdicts = Locked<[String: DatabaseVerdict]>([:])
 
     /// Extract takes files out to look at: a database damaged before the backup
     /// comes out as it was, with a warning (restore refuses it unless asked).
@@ -34,7 +36,8 @@ struct SelectiveExtraction {
         let unpacking = ParallelUnpacking(
             writer: EntryWriter(
                 plan: plan, root: root, cancel: cancel, kept: .all, fileWritten: { TestPausePoint.reach("extract-file-written") }),
-            judge: DamageJudge(reader: reader, accept: true, found: damagedDatabases), progress: progress)
+            judge: DamageJudge(
+                reader: reader, accept: true, found: damagedDatabases, options: options, judged: databaseVerdicts), progress: progress)
         try unpacking.run(files, tree: tree, durable: true)
         guard let manifest = reader.manifest else {
             return try UnlistedDatabases.findAndCheck(

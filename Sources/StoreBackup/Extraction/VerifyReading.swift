@@ -11,6 +11,8 @@ struct VerifyReading {
     let progress: ProgressThrottle
     /// The databases found damaged at the source (relative path: SQLite's answer).
     let damagedDatabases = Locked<[String: String]>([:])
+    /// Each database judged: proven (its `integrity_check` skipped) or checked, and why.
+    let databaseVerdicts = Locked<[String: DatabaseVerdict]>([:])
 
     /// Every database checked, to name all the damaged ones, then the backup fails.
     private var options: ExtractionOptions {
@@ -31,7 +33,8 @@ struct VerifyReading {
         let tree = TreeEntries(directories: reader.entries.filter { $0.kind == .directory }, fifos: [], links: [])
         let unpacking = ParallelUnpacking(
             writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: kept),
-            judge: DamageJudge(reader: reader, accept: true, found: damagedDatabases), progress: progress)
+            judge: DamageJudge(
+                reader: reader, accept: true, found: damagedDatabases, options: options, judged: databaseVerdicts), progress: progress)
         try unpacking.run(files, tree: tree, durable: false)
         try reader.checkOwnEntries(cancel: cancel)
         guard let manifest = reader.manifest else {

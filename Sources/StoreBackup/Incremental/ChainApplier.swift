@@ -31,6 +31,8 @@ struct ChainApplier {
     var selection: (@Sendable (String) -> Bool)? = nil
     /// Damaged-at-the-source databases found (path: SQLite's answer), as each step's.
     let damagedDatabases = Locked<[String: String]>([:])
+    /// Each database judged: proven (its `integrity_check` skipped) or checked, and why.
+    let databaseVerdicts = Locked<[String: DatabaseVerdict]>([:])
 
     /// Builds the newest backup's tree into `target` (which must not exist). Returns the
     /// databases of the newest manifest, each checked. What the steps need of the whole
@@ -41,6 +43,10 @@ struct ChainApplier {
     /// step no longer needs it: a long chain costs about the memory of two backups, not of all.
     func build(into target: String) throws -> [String] {
         let merged = mergePlans()
+        // The newest manifest's proofs are of the databases as the chain leaves them.
+        let finalVerdicts = DatabaseProofs.verdicts(
+            manifest: chain.newest.manifest, password: chain.newest.reader.password, proofKey: options.proofKey,
+            checkAnyway: options.checkDatabases)
         var inputs: [String: MergeInputs] = [:]
         for (path, plan) in merged { inputs[path] = try mergeInputs(of: path, plan: plan) }
         let changed = chain.links.indices.map { changedLater(than: $0) }
@@ -49,7 +55,9 @@ struct ChainApplier {
         for link in links.dropFirst().dropLast() { link.reader.release() }
         var readers: [ArchiveReader?] = links.map { _ in nil }
         readers[0] = links[0].reader
-        try extract(links[0], reader: links[0].reader, index: 0, merged: merged, inputs: inputs, deferred: changed[0], into: target)
+        try extract(
+            links[0], reader: links[0].reader, index: 0, merged: merged, inputs: inputs, deferred: changed[0], into: target,
+            finalVerdicts: finalVerdicts)
         // Files whose content changed since they were last checked against a SHA-256.
         var unchecked = Set<String>()
         let root = try ConfinedTree(opening: target)
@@ -64,7 +72,9 @@ struct ChainApplier {
             // are open on handles of their own.
             readers[index - 1]?.release()
             readers[index - 1] = nil
-            try extract(link, reader: reader, index: index, merged: merged, inputs: inputs, deferred: changed[index], into: target)
+            try extract(
+                link, reader: reader, index: index, merged: merged, inputs: inputs, deferred: changed[index], into: target,
+                finalVerdicts: finalVerdicts)
             for file in manifest.files where file.source == nil { unchecked.remove(file.path) }
             // Built already, in one pass with the backup that stored it whole.
             let rebuilt = { (path: String) in merged[path].map { index > $0.whole } ?? false }
@@ -74,7 +84,9 @@ struct ChainApplier {
         }
         let newest = chain.newest
         guard let manifest = newest.manifest else { return [] }
-        try finish(root, manifest: manifest, unchecked: unchecked, rebuilt: Set(merged.keys), backupName: newest.name)
+        try finish(
+            root, manifest: manifest, unchecked: unchecked, rebuilt: Set(merged.keys), backupName: newest.name,
+            verdicts: finalVerdicts)
         return manifest.databases.map(\.path).filter(isSelected)
     }
 
@@ -162,7 +174,7 @@ struct ChainApplier {
     /// opened and their headers checked.
     private func extract(
         _ link: ChainLink, reader: ArchiveReader, index: Int, merged: [String: MergePlan], inputs: [String: MergeInputs],
-        deferred: Set<String>, into target: String
+        deferred: Set<String>, into target: String, finalVerdicts: [String: DatabaseVerdict]
     ) throws {
         let rebuilt = merged.filter { $0.value.whole == index }
         let patches: [String: any DatabasePatch] = try Dictionary(
@@ -176,11 +188,12 @@ struct ChainApplier {
                     )
                 }
             })
-        let step = ChainStepApplication(
+        var step = ChainStepApplication(
             reader: reader, step: index > 0 ? .incremental : .full,
             deferredChecks: deferred.subtracting(rebuilt.keys), patches: patches,
             selection: selection, options: options,
             cancel: cancel, progress: progress)
+        step.patchedVerdicts = finalVerdicts.filter { patches[$0.key] != nil }
         try step.apply(into: target)
         for (path, patch) in step.patches {
             guard (patch as? PageDeltaMerge)?.isFinished == true else {
@@ -189,6 +202,8 @@ struct ChainApplier {
         }
         let damaged = step.damagedDatabases.current
         damagedDatabases.withLock { $0.merge(damaged) { _, new in new } }
+        let judged = step.databaseVerdicts.current
+        databaseVerdicts.withLock { $0.merge(judged) { _, new in new } }
     }
 
     /// The paths a backup after `index` patches, stores anew or drops: checking their
@@ -266,13 +281,17 @@ struct ChainApplier {
     /// was patched against the newest manifest (SHA-256, then `integrity_check`; a database
     /// that passes is recorded as it stays, so reload need not check it again). A database
     /// `rebuilt` in one pass has its final mode and time already, set before its check.
-    private func finish(_ root: ConfinedTree, manifest: Manifest, unchecked: Set<String>, rebuilt: Set<String>, backupName: String) throws {
+    private func finish(
+        _ root: ConfinedTree, manifest: Manifest, unchecked: Set<String>, rebuilt: Set<String>, backupName: String,
+        verdicts: [String: DatabaseVerdict]
+    ) throws {
         for file in manifest.files where file.source != nil && isSelected(file.path) && !rebuilt.contains(file.path) {
             try root.setFileAttributes(file.path, permissions: file.mode & 0o7777, modificationTime: file.mtime)
         }
         let databases = Set(manifest.databases.map(\.path))
         let patched = manifest.files.filter { unchecked.contains($0.path) && isSelected($0.path) }
         let cancel = self.cancel, progress = self.progress, damagedDatabases = self.damagedDatabases
+        let databaseVerdicts = self.databaseVerdicts
         let acceptDamagedDatabases = options.acceptDamagedDatabases
         // One database per thread: each is read once for its SHA-256, then checked.
         try WorkerPool.forEach(patched, name: "storebackup-check", width: min(max(1, patched.count), WorkerPool.cores), cancel: cancel) {
@@ -294,6 +313,12 @@ struct ChainApplier {
                 throw StoreBackupError.checksumMismatch(name: backupName, entry: file.path)
             }
             guard databases.contains(file.path) else { return }
+            let verdict = verdicts[file.path] ?? .checked(reason: "the backup holds no proof for it")
+            databaseVerdicts.withLock { $0[file.path] = verdict }
+            if verdict == .proven {
+                CheckedDatabases.record(path)
+                return
+            }
             do { try IntegrityCheck.run(path) } catch let error as StoreBackupError where DamageJudge.isDamage(error) {
                 let answer = DamageJudge.sqliteAnswer(error)
                 damagedDatabases.withLock { $0[file.path] = answer }

@@ -20,6 +20,9 @@ struct ChainStepApplication {
     /// Databases changed while they are unpacked (a chain's page deltas, ``DatabasePatch``),
     /// by path: checked (SHA-256 and `integrity_check`) as the patch leaves them.
     let patches: [String: any DatabasePatch]
+    /// The newest manifest's verdicts on the ``patches``' databases: their proofs are of the
+    /// content the patches leave, not of this backup's.
+    var patchedVerdicts: [String: DatabaseVerdict] = [:]
     /// Write only the paths this accepts (`extract` of a few files); nil writes every entry.
     /// The checks before writing still cover the whole archive.
     let selection: (@Sendable (String) -> Bool)?
@@ -29,6 +32,8 @@ struct ChainStepApplication {
     let progress: ProgressThrottle
     /// The databases found damaged at the source (relative path: SQLite's answer).
     let damagedDatabases = Locked<[String: String]>([:])
+    /// Each database judged: proven (its `integrity_check` skipped) or checked, and why.
+    let databaseVerdicts = Locked<[String: DatabaseVerdict]>([:])
 
     /// Unpacks the backup into `target`. Returns the selected databases it stores whole,
     /// each checked unless its check was deferred.
@@ -45,9 +50,13 @@ struct ChainStepApplication {
             directories: reader.entries.filter { $0.kind == .directory && isSelected($0.path) },
             fifos: reader.entries.filter { $0.kind == .fifo && isSelected($0.path) },
             links: plan.links.filter { isSelected($0.entry.path) })
+        var judge = DamageJudge(
+            reader: reader, accept: options.acceptDamagedDatabases, found: damagedDatabases, options: options, judged: databaseVerdicts)
+        for path in patches.keys {
+            judge.verdicts[path] = patchedVerdicts[path] ?? .checked(reason: "the chain's newest backup holds no proof for it")
+        }
         var unpacking = ParallelUnpacking(
-            writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: .all),
-            judge: DamageJudge(reader: reader, accept: options.acceptDamagedDatabases, found: damagedDatabases), progress: progress)
+            writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: .all), judge: judge, progress: progress)
         unpacking.deferredChecks = deferredChecks
         unpacking.patches = patches
         try unpacking.run(files, tree: tree, durable: false)

@@ -70,7 +70,7 @@ enum IncrementalPlan {
         }
         let hasher: PageHasher
         if let password {
-            guard let salt = state.hashSalt.flatMap(Self.bytes(hex:)), salt.count == 16 else {
+            guard let salt = state.hashSalt.flatMap(FileDigest.bytes(hex:)), salt.count == 16 else {
                 return .full(reason: "the chain state has no hash salt")
             }
             hasher = PageHasher.keyed(password: password, salt: salt)
@@ -103,16 +103,5 @@ enum IncrementalPlan {
                 "the chain of \(state.backupName) at the destination does not match the chain state (\(chain.count) backups, \(state.chainLength + 1) expected)"
         }
         return nil
-    }
-
-    static func bytes(hex: String) -> [UInt8]? {
-        let digits = Array(hex.utf8)
-        guard digits.count % 2 == 0 else { return nil }
-        var bytes: [UInt8] = []
-        for index in stride(from: 0, to: digits.count, by: 2) {
-            guard let byte = UInt8(String(decoding: digits[index...index + 1], as: UTF8.self), radix: 16) else { return nil }
-            bytes.append(byte)
-        }
-        return bytes
     }
 }

@@ -21,6 +21,8 @@ struct ArchiveWriter {
         var chain: ArchiveChainParts? = nil
         /// How many entries libzip holds at once (``SegmentedArchive``).
         var entriesPerSegment = ArchiveWriter.entriesPerSegment
+        /// How the databases whose check passed are proven; nil: no proofs.
+        var proofs: DatabaseProofSettings? = nil
     }
 
     /// About 2 MiB of libzip's entries at a time; a segment's close costs a read of its
@@ -281,12 +283,20 @@ struct ArchiveWriter {
             throw StoreBackupError.archiveWrite(reason: "checksum of \(plan.item(ofJob: jobIndex).relativePath) not ready")
         }
         var databases: [Manifest.Database] = []
-        for item in items where item.kind == .database {
+        var proven = false
+        for (itemIndex, item) in items.enumerated() where item.kind == .database {
             guard let snapshot = snapshots[item.relativePath] else { continue }
-            databases.append(
-                Manifest.Database(
-                    path: item.relativePath, pageSize: snapshot.pageSize, pageCount: snapshot.pageCount,
-                    journalMode: snapshot.journalMode, snapshotMethod: snapshot.method.rawValue))
+            var database = Manifest.Database(
+                path: item.relativePath, pageSize: snapshot.pageSize, pageCount: snapshot.pageCount,
+                journalMode: snapshot.journalMode, snapshotMethod: snapshot.method.rawValue)
+            // The proof names the bytes the archive holds: the row's SHA-256 and size.
+            if let signer = settings.proofs?.signer, snapshot.structureCheckResult() == .passed,
+                case let row = manifestRow(ofItem: itemIndex, items: items, plan: plan, pipeline: pipeline), let sha256 = row.sha256
+            {
+                database.proof = signer.proof(sha256: sha256, size: row.size)
+                proven = true
+            }
+            databases.append(database)
         }
         let scannedRoot = try? FileSystem.lstatInfo(settings.sourcePath)
         var manifest = Manifest(
@@ -304,6 +314,7 @@ struct ArchiveWriter {
             manifest.hashSalt = chain.hashSalt
             manifest.pageMaps = chain.pageMaps
         }
+        if proven { manifest.proofSalt = settings.proofs?.salt }
         manifest.outsideLinks = outsideLinks.isEmpty ? nil : outsideLinks
         manifest.leftOut = leftOut.isEmpty ? nil : leftOut
         if let root {

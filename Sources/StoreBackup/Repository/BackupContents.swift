@@ -78,8 +78,9 @@ public struct ExtractResult: Sendable, Equatable {
     public var entryCount: Int
     /// Bytes of file content written.
     public var byteCount: Int64
-    /// The databases written, each of which passed `PRAGMA integrity_check` (except any the
-    /// ``warning`` names as damaged before the backup was made).
+    /// The databases written, each of which passed `PRAGMA integrity_check` or is covered by a
+    /// trusted proof (``ExtractionOptions/proofKey``), except any the ``warning`` names as
+    /// damaged before the backup was made.
     public var databasesChecked: [String]
     /// What could not be checked, when ``ExtractionOptions/allowUnverified`` let a backup without
     /// a manifest through, or which databases were already damaged when the backup was made;

@@ -14,7 +14,8 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     public var problem: String?
     /// Entries checked.
     public var files: Int
-    /// Databases that passed `PRAGMA integrity_check`.
+    /// Databases that passed: checked with `PRAGMA integrity_check`, or proven (a trusted proof
+    /// covers their bytes, whose SHA-256 was checked).
     public var databases: Int
     /// What could not be checked (a backup without a manifest, let through by
     /// ``ExtractionOptions/allowUnverified``); nil when everything was.
@@ -26,6 +27,25 @@ public struct VerificationResult: Sendable, Codable, Equatable {
     /// What would let the backup through, when the failure has a remedy (``problem`` ends
     /// with it in the library's words).
     public var remedy: Remedy? = nil
+    /// The databases whose `integrity_check` was skipped because a trusted proof covers their
+    /// bytes; nil when none was.
+    public var provenDatabases: [String]? = nil
+    /// Why each database that ran `integrity_check` was not trusted on its proof, by path; nil
+    /// when none ran it.
+    public var checkReasons: [String: String]? = nil
+
+    /// The result with what each database's verdict says.
+    func judged(_ verdicts: [String: DatabaseVerdict]) -> VerificationResult {
+        var result = self
+        let proven = verdicts.filter { $0.value == .proven }.keys.sorted()
+        let reasons = verdicts.compactMapValues { verdict -> String? in
+            if case .checked(let reason) = verdict { return reason }
+            return nil
+        }
+        result.provenDatabases = proven.isEmpty ? nil : proven
+        result.checkReasons = reasons.isEmpty ? nil : reasons
+        return result
+    }
 }
 
 /// Which backups ``BackupRepository/verify(_:options:metadataOnly:progress:)`` checks.
@@ -102,13 +122,15 @@ struct BackupVerifier: Sendable {
             let databases = try applier.build(into: scratch + "/store")
             let files = newest.manifest?.files.count ?? 0
             let damaged = applier.damagedDatabases.current
+            let verdicts = applier.databaseVerdicts.current
             if let first = damaged.keys.sorted().first {
                 let error = StoreBackupError.databaseDamagedAtSource(name: name, databases: damaged.keys.sorted(), result: damaged[first]!)
                 return VerificationResult(
                     name: name, ok: false, problem: error.description, files: files,
-                    databases: databases.count - damaged.count, damagedDatabases: damaged.keys.sorted())
+                    databases: databases.count - damaged.count, damagedDatabases: damaged.keys.sorted()
+                ).judged(verdicts)
             }
-            return VerificationResult(name: name, ok: true, problem: nil, files: files, databases: databases.count)
+            return VerificationResult(name: name, ok: true, problem: nil, files: files, databases: databases.count).judged(verdicts)
         }
     }
 
@@ -140,16 +162,19 @@ struct BackupVerifier: Sendable {
                 // Every database checked, to name all the damaged ones, then the backup fails.
                 let databases = try reading.read(into: scratch + "/store")
                 let damaged = reading.damagedDatabases.current
+                let verdicts = reading.databaseVerdicts.current
                 if let first = damaged.keys.sorted().first {
                     let error = StoreBackupError.databaseDamagedAtSource(
                         name: name, databases: damaged.keys.sorted(), result: damaged[first]!)
                     return VerificationResult(
                         name: name, ok: false, problem: error.description, files: reader.entries.count,
-                        databases: databases.count - damaged.count, damagedDatabases: damaged.keys.sorted())
+                        databases: databases.count - damaged.count, damagedDatabases: damaged.keys.sorted()
+                    ).judged(verdicts)
                 }
                 return VerificationResult(
                     name: name, ok: true, problem: nil, files: reader.entries.count, databases: databases.count,
-                    warning: reader.manifest == nil ? ExtractionPlan.unverifiedWarning : nil)
+                    warning: reader.manifest == nil ? ExtractionPlan.unverifiedWarning : nil
+                ).judged(verdicts)
             }
         } catch {
             let text = (error as? StoreBackupError)?.description ?? "\(error)"

@@ -7,6 +7,12 @@ public struct RestoreResult: Sendable {
     /// The databases (relative paths) checked with `PRAGMA integrity_check` before the swap;
     /// all passed, except the ``damagedDatabases``.
     public var databasesChecked: [String]
+    /// The databases whose `integrity_check` was skipped because a trusted proof covers their
+    /// bytes (create checked them; their SHA-256 was checked here as every file's is).
+    public var databasesProven: [String] = []
+    /// Why each of ``databasesChecked`` was checked rather than trusted (no proof, no proof key,
+    /// a proof that does not authenticate, ``ExtractionOptions/checkDatabases``), by path.
+    public var checkReasons: [String: String] = [:]
     /// How many entries the archive held.
     public var fileCount: Int
     /// What could not be checked, when ``ExtractionOptions/allowUnverified`` let a backup without

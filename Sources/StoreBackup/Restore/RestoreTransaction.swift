@@ -104,7 +104,7 @@ struct RestoreTransaction {
 
         // 1. Unpack and verify beside the live store, then sync it; any failure leaves the
         //    live store untouched.
-        let extracted: (databases: [String], files: Int, unverified: Bool, damaged: [String])
+        let extracted: (databases: [String], files: Int, unverified: Bool, damaged: [String], verdicts: [String: DatabaseVerdict])
         do {
             extracted = try await runBlocking(name: "storebackup-restore") { cancel in
                 let reader = chain.newest.reader
@@ -117,7 +117,10 @@ struct RestoreTransaction {
                     try TreeSync.sync(layout.new)
                     try cancel.throwIfCancelled()
                     TestPausePoint.reach("synced")
-                    return (databases, reader.manifest?.files.count ?? 0, false, applier.damagedDatabases.current.keys.sorted())
+                    return (
+                        databases, reader.manifest?.files.count ?? 0, false, applier.damagedDatabases.current.keys.sorted(),
+                        applier.databaseVerdicts.current
+                    )
                 }
                 let unpacking = RestoreUnpacking(
                     reader: reader,
@@ -129,7 +132,10 @@ struct RestoreTransaction {
                 try whenUnpacked?(cancel)
                 try cancel.throwIfCancelled()
                 TestPausePoint.reach("synced")
-                let result = (databases, reader.entries.count, reader.manifest == nil, unpacking.damagedDatabases.current.keys.sorted())
+                let result = (
+                    databases, reader.entries.count, reader.manifest == nil, unpacking.damagedDatabases.current.keys.sorted(),
+                    unpacking.databaseVerdicts.current
+                )
                 // Nothing reads the backup again: its handle, entry list and manifest go before
                 // the reload's check walks the restored tree (memory per entry, not at once).
                 reader.release()
@@ -142,7 +148,7 @@ struct RestoreTransaction {
 
         let unpacked = Unpacked(
             backupName: backupName, hadLiveStore: hadLiveStore, databases: extracted.databases,
-            files: extracted.files, unverified: extracted.unverified, damaged: extracted.damaged)
+            files: extracted.files, unverified: extracted.unverified, damaged: extracted.damaged, verdicts: extracted.verdicts)
         // Last point where cancelling is honoured before the app is stopped.
         if Task.isCancelled { discardExtracted(unpacked, appStopped: false); throw StoreBackupError.cancelled }
         throttle.report(BackupProgress(phase: .swapping), force: true)
@@ -163,6 +169,8 @@ struct RestoreTransaction {
         var unverified: Bool
         /// Databases damaged at the source, restored because they were accepted.
         var damaged: [String]
+        /// Proven or checked, and why, by database.
+        var verdicts: [String: DatabaseVerdict]
     }
 
     /// Runs the stop command, then `body` (the swap) if it succeeded, then the start command
@@ -285,8 +293,10 @@ struct RestoreTransaction {
         throttle.report(BackupProgress(phase: .done), force: true)
         return RestoreResult(
             backupName: backupName, storesDirectory: layout.live,
-            databasesChecked: unpacked.databases, fileCount: unpacked.files,
-            warning: unpacked.unverified ? ExtractionPlan.unverifiedWarning : nil,
+            databasesChecked: unpacked.databases.filter { unpacked.verdicts[$0] != .proven },
+            databasesProven: unpacked.databases.filter { unpacked.verdicts[$0] == .proven },
+            checkReasons: unpacked.verdicts.compactMapValues { if case .checked(let reason) = $0 { reason } else { nil } },
+            fileCount: unpacked.files, warning: unpacked.unverified ? ExtractionPlan.unverifiedWarning : nil,
             damagedDatabases: unpacked.damaged, storeInUseWarning: inUseWarning)
     }
 

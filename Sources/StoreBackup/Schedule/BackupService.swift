@@ -41,6 +41,9 @@ public final class BackupService: Service, Sendable {
     public let destinationOptions: DestinationOptions
     /// Where runs, retention and hooks are logged; lines about one store carry its name as `store` metadata.
     public let logger: Logger
+    /// The proof key file (``ProofKey``) that proves the databases of unencrypted backups,
+    /// made by the first backup that needs it; nil: ``ProofKey/defaultPath(environment:)``.
+    public let proofKeyFile: String?
     private let running = RunningStores()
 
     /// - Parameters:
@@ -49,10 +52,13 @@ public final class BackupService: Service, Sendable {
     ///   - destinationOptions: credentials, endpoints and TLS for remote destinations (their
     ///     retries are logged to `logger`).
     ///   - logger: where the service logs each run, retention and hook outcome.
+    ///   - proofKeyFile: the proof key file for unencrypted backups' database proofs (made by
+    ///     the first backup); nil: ``ProofKey/defaultPath(environment:)``.
     public init(
         jobs: [StoreJob], stateStore: BackupStateStore = BackupStateStore(directory: BackupStateStore.defaultDirectory()),
-        destinationOptions: DestinationOptions = DestinationOptions(), logger: Logger
+        destinationOptions: DestinationOptions = DestinationOptions(), logger: Logger, proofKeyFile: String? = nil
     ) {
+        self.proofKeyFile = proofKeyFile
         self.jobs = jobs
         self.stateStore = stateStore
         self.destinationOptions = destinationOptions
@@ -63,7 +69,7 @@ public final class BackupService: Service, Sendable {
     public convenience init(configuration: BackupConfiguration, logger: Logger) {
         self.init(
             jobs: configuration.stores, stateStore: configuration.stateStore,
-            destinationOptions: configuration.destinationOptions(), logger: logger)
+            destinationOptions: configuration.destinationOptions(), logger: logger, proofKeyFile: configuration.proofKeyFile)
     }
 
     /// Runs every store's schedule until graceful shutdown or cancellation.
@@ -185,9 +191,16 @@ public final class BackupService: Service, Sendable {
             storesDirectory: job.storesDirectory, destination: destination, passwords: job.passwordFile.map(PasswordProvider.file),
             logger: logger.with(store: job.name))
         helper.metricsName = job.name
-        let options = CreateOptions(
+        var options = CreateOptions(
             compressionLevel: job.compressionLevel, encrypt: job.passwordFile != nil, threads: job.threads,
             incremental: job.incremental)
+        if job.passwordFile == nil {
+            // Without a key the backup is still made, unproven: restore then checks its databases.
+            let path = proofKeyFile ?? ProofKey.defaultPath()
+            do { options.proofKey = try ProofKey.loadOrCreate(at: path) } catch {
+                logger.with(store: job.name).warning("no database proofs: \(error)")
+            }
+        }
         return (helper, options)
     }
 

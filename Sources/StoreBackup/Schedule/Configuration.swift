@@ -46,6 +46,8 @@ public struct BackupConfiguration: Sendable, Equatable {
     public var stores: [StoreJob]
     /// Where `BackupState` files go; nil: `BackupStateStore.defaultDirectory()`.
     public var stateDirectory: String?
+    /// `proof-key`: the proof key file (``ProofKey``); nil: ``ProofKey/defaultPath(environment:)``.
+    public var proofKeyFile: String?
     /// `s3-endpoint`: the endpoint of an S3-compatible service, as `--s3-endpoint`.
     public var s3Endpoint: String?
     /// `ca-file`: a PEM file of extra trusted CAs, as `--ca-file`.
@@ -148,7 +150,7 @@ private struct ConfigurationReader {
     ]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path", "stop-command", "start-command", "stop-timeout"]).union(
         [
-            "stores", "state-directory", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics",
+            "stores", "state-directory", "proof-key", "s3-endpoint", "ca-file", "credentials", "ssh-key", "known-hosts", "metrics",
             "retry-for", "limit-upload", "limit-download", "retain-days", "retain-mode",
         ])
     static let retentionKeys = ["keep-last", "keep-hourly", "keep-daily", "keep-weekly", "keep-monthly", "keep-yearly", "keep-within"]
@@ -215,6 +217,7 @@ private struct ConfigurationReader {
         }
         var configuration = BackupConfiguration(file: file, stores: jobs)
         configuration.stateDirectory = try top["state-directory"].map { try string($0, at: "state-directory") }
+        configuration.proofKeyFile = try top["proof-key"].map { try string($0, at: "proof-key") }
         configuration.s3Endpoint = try top["s3-endpoint"].map { try string($0, at: "s3-endpoint") }
         configuration.caFile = try top["ca-file"].map { try string($0, at: "ca-file") }
         configuration.credentialsFile = try top["credentials"].map { try string($0, at: "credentials") }

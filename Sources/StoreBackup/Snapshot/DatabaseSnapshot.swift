@@ -43,6 +43,12 @@ final class DatabaseSnapshot: @unchecked Sendable {
     private var mainFile: UnsafeMutablePointer<sqlite3_file>?
     private var copyDescriptor: Int32 = -1
     private var copyPath: String?
+    /// Create's `integrity_check` of this snapshot, when asked for (``startStructureCheck()``).
+    private var structureCheck: SnapshotStructureCheck?
+    /// The backup-API copy's own connection for that check.
+    private var copyCheckConnection: SQLiteConnection?
+    /// The archive has read every byte: the transaction ends once the check has too.
+    private var readingDone = false
 
     init(path: String, relativePath: String, scratchDirectory: String) throws {
         self.path = path
@@ -123,6 +129,69 @@ final class DatabaseSnapshot: @unchecked Sendable {
         return amount
     }
 
+    /// Marks the snapshot as one whose `PRAGMA integrity_check` will run (``SnapshotProver``):
+    /// its read transaction lasts until that check has ended, even once the archive has read it.
+    func expectStructureCheck() {
+        lock.lock()
+        defer { lock.unlock() }
+        if structureCheck == nil { structureCheck = SnapshotStructureCheck() }
+    }
+
+    /// Runs the check on the calling thread, inside the snapshot's own read transaction (or on
+    /// the backup-API copy), so it reads exactly the bytes the archive stores. Writers of a
+    /// rollback-journal database wait for it as they wait for the copy.
+    func runStructureCheck() {
+        lock.lock()
+        let check = structureCheck
+        var connection = self.connection
+        if connection != nil {
+            // The archive's reads go through the same file handle: no memory map to share.
+            _ = try? connection?.scalar("PRAGMA mmap_size=0", operation: "disable memory map")
+        } else if let copyPath, copyCheckConnection == nil {
+            copyCheckConnection = try? SQLiteConnection(path: EscapedName.escapedRoot(copyPath), mode: .immutable)
+            connection = copyCheckConnection
+        }
+        lock.unlock()
+        guard let check else { return }
+        // The archive's reader takes `lock` for each read; the check must not hold it.
+        if let connection { check.run(connection) } else { check.end(.notRun("the snapshot was already released")) }
+        releaseIfRead()
+    }
+
+    /// The check's answer, once it has one; nil when none was started.
+    func structureCheckResult() -> StructureCheckResult? {
+        lock.lock()
+        let check = structureCheck
+        lock.unlock()
+        return check?.wait()
+    }
+
+    /// The archive has read the last byte: the transaction ends now, or when the check does.
+    func readingFinished() {
+        lock.lock()
+        readingDone = true
+        let checking = structureCheck.map { !$0.hasEnded } ?? false
+        lock.unlock()
+        if !checking { release() }
+    }
+
+    /// Stops any check and ends the transaction (create is over, or failed).
+    func finish() {
+        lock.lock()
+        let check = structureCheck
+        lock.unlock()
+        check?.stop()
+        _ = check?.wait()
+        release()
+    }
+
+    private func releaseIfRead() {
+        lock.lock()
+        let read = readingDone
+        lock.unlock()
+        if read { release() }
+    }
+
     /// Ends the read transaction (writers and checkpoints proceed) and removes any copy.
     ///
     /// While the read held read-lock 0, no checkpoint could write into the main file, so
@@ -131,9 +200,11 @@ final class DatabaseSnapshot: @unchecked Sendable {
     /// then takes far longer than the app expects (docs/dev/performance.md). A PASSIVE
     /// checkpoint here does that work on our thread instead; it takes no write lock, so
     /// commits carry on beside it, and the app's own checkpoint finds it busy and skips.
-    func finish() {
+    private func release() {
         lock.lock()
         defer { lock.unlock() }
+        copyCheckConnection?.close()
+        copyCheckConnection = nil
         if let connection {
             try? connection.execute("COMMIT", operation: "end read transaction")
             if method == .walReadLock { _ = try? connection.checkpoint(mode: "PASSIVE") }

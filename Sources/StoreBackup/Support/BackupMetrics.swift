@@ -24,6 +24,7 @@ import Metrics
 /// | `storebackup_last_verify_success_timestamp_seconds` | gauge | Unix time of the last passing verification |
 /// | `storebackup_last_verify_failure_timestamp_seconds` | gauge | Unix time of the last failing verification |
 /// | `storebackup_verify_failures_total` | counter, `backup` | verifications that failed, by backup |
+/// | `storebackup_damaged_databases_total` | counter (`store` only) | databases create found failing `PRAGMA integrity_check` in the live store |
 ///
 /// Alert on `time() - storebackup_last_success_timestamp_seconds > 26 * 3600`, and on
 /// `time() - storebackup_last_verify_success_timestamp_seconds > 8 * 86400`.
@@ -55,6 +56,13 @@ public enum BackupMetrics {
     public static let lastVerifyFailure = "storebackup_last_verify_failure_timestamp_seconds"
     /// Verifications that failed, with the `backup` that failed.
     public static let verifyFailures = "storebackup_verify_failures_total"
+    /// Databases that create found failing `PRAGMA integrity_check` in the live store (each
+    /// backup that finds one counts it again): damage to repair before restore day.
+    public static let damagedDatabases = "storebackup_damaged_databases_total"
+
+    static func recordDamagedDatabase(store: String) {
+        Counter(label: damagedDatabases, dimensions: [("store", store)]).increment()
+    }
 
     static func recordVerify(store: String, destination: String, backup: String, ok: Bool, trigger: String, at date: Date) {
         let where_ = [("store", store), ("destination", destination)]

@@ -69,6 +69,19 @@ enum FileDigest {
 
     private static let hexDigits = Array("0123456789abcdef".utf8)
 
+    /// The bytes that hex text (either case) spells; nil for anything else.
+    static func bytes(hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(digits.count / 2)
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let byte = UInt8(String(decoding: digits[index...index + 1], as: UTF8.self), radix: 16) else { return nil }
+            bytes.append(byte)
+        }
+        return bytes
+    }
+
     /// Base64 of a digest (HTTP `Content-MD5`).
     static func base64<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 {
         Data(digest).base64EncodedString()

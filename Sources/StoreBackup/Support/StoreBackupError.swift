@@ -88,6 +88,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case storeInUse(reason: String, remedy: Remedy?)
     /// No password could be had (none given, or an empty one), or the two entries differ.
     case passwordUnavailable(reason: String)
+    /// The proof key file (``ProofKey``) at `path` cannot be read, made, or trusted.
+    case proofKeyUnusable(path: String, reason: String)
     /// The backup is encrypted and no password was given.
     case passwordRequired(name: String)
     /// The password does not open the backup.
@@ -236,6 +238,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return reason
         case .passwordUnavailable(let reason):
             return "no usable password: \(reason)"
+        case .proofKeyUnusable(let path, let reason):
+            return "proof key \(path) cannot be used: \(reason)"
         case .passwordRequired(let name):
             return "backup \"\(name)\" is encrypted"
         case .wrongPassword(let name):

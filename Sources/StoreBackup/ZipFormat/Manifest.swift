@@ -59,6 +59,8 @@ struct Manifest: Codable, Sendable, Equatable {
         var journalMode: String
         /// How the consistent snapshot was taken (see DatabaseSnapshot).
         var snapshotMethod: String
+        /// Create's `integrity_check` of the snapshot, authenticated; nil when none was made.
+        var proof: DatabaseProof? = nil
     }
 
     /// The manifest format (``currentFormat`` when written by this version).
@@ -99,6 +101,8 @@ struct Manifest: Codable, Sendable, Equatable {
     var hashSalt: String? = nil
     /// (Format 3.) The page map the archive holds for each database.
     var pageMaps: [PageMap]? = nil
+    /// Hex salt of the password-keyed database proofs (encrypted backups with proofs).
+    var proofSalt: String? = nil
 
     /// Whether this manifest describes an incremental backup, which restores only on top of
     /// its chain (its base named, or some content left in earlier backups).

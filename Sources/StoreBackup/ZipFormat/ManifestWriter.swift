@@ -140,6 +140,7 @@ struct ManifestWriter {
         if let pageMaps = m.pageMaps {
             fields.append(("pageMaps", { w in w.array(pageMaps, indent: 2) { w, p in w.pageMap(p) } }))
         }
+        if let proofSalt = m.proofSalt { fields.append(("proofSalt", { $0.string(proofSalt) })) }
         if let rootMode = m.rootMode { fields.append(("rootMode", { $0.integer(Int64(rootMode)) })) }
         if let rootMtime = m.rootMtime { fields.append(("rootMtime", { $0.integer(rootMtime) })) }
         fields += [
@@ -192,15 +193,32 @@ struct ManifestWriter {
 
     private mutating func database(_ d: Manifest.Database) {
         append("{\n")
-        object(
-            [
-                ("journalMode", { $0.string(d.journalMode) }),
-                ("pageCount", { $0.integer(Int64(d.pageCount)) }),
-                ("pageSize", { $0.integer(Int64(d.pageSize)) }),
-                ("path", { $0.string(d.path) }),
-                ("snapshotMethod", { $0.string(d.snapshotMethod) }),
-            ], indent: 6)
+        var fields: [(String, (inout ManifestWriter) -> Void)] = [
+            ("journalMode", { $0.string(d.journalMode) }),
+            ("pageCount", { $0.integer(Int64(d.pageCount)) }),
+            ("pageSize", { $0.integer(Int64(d.pageSize)) }),
+            ("path", { $0.string(d.path) }),
+        ]
+        if let proof = d.proof { fields.append(("proof", { $0.proof(proof) })) }
+        fields.append(("snapshotMethod", { $0.string(d.snapshotMethod) }))
+        object(fields, indent: 6)
         append("    }")
+    }
+
+    private mutating func proof(_ p: Manifest.DatabaseProof) {
+        append("{\n")
+        var fields: [(String, (inout ManifestWriter) -> Void)] = [
+            ("check", { $0.string(p.check) }),
+            ("key", { $0.string(p.key) }),
+        ]
+        if let keyId = p.keyId { fields.append(("keyId", { $0.string(keyId) })) }
+        fields += [
+            ("mac", { $0.string(p.mac) }),
+            ("sha256", { $0.string(p.sha256) }),
+            ("size", { $0.integer(p.size) }),
+        ]
+        object(fields, indent: 8)
+        append("      }")
     }
 
     private mutating func base(_ b: Manifest.Base) {
