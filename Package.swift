@@ -47,10 +47,13 @@ let package = Package(
         // A SQLite VFS whose reads wait for a file restore is still writing, so a database's
         // integrity check runs beside its unpacking (C: a VFS is a table of C function pointers).
         .target(name: "CUnpackingFile", dependencies: ["CSQLite"]),
+        // The read-only VFS through which SQLite reads a database inside a backup, block by
+        // block (`storebackup sql`, ``BackupDatabase``).
+        .target(name: "CBackupVFS", dependencies: ["CSQLite"]),
         .target(
             name: "StoreBackup",
             dependencies: [
-                "CSQLite", "CZip", "CCurl", "CPosix", "COpenSSL", "CISAL", "CUnpackingFile",
+                "CSQLite", "CZip", "CCurl", "CPosix", "COpenSSL", "CISAL", "CUnpackingFile", "CBackupVFS",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -47,6 +47,8 @@ final class CompressionPipeline: @unchecked Sendable {
         var input: PooledBuffer?
         var output: PooledBuffer?
         var crc: UInt32 = 0
+        /// (Format 4.) SHA-256 of the block's bytes, for deflated entries of more than one block.
+        var plainDigest: RawSHA256?
         let uncompressedCount: Int
         var claimed = false
         /// Compressed (and for stored blocks, checksummed).
@@ -108,6 +110,8 @@ final class CompressionPipeline: @unchecked Sendable {
     private static let digestLength = 32
     /// The compressed size of each block, for deflated jobs of more than one block only.
     private var compressedBlockSizes: [Int32: [Int32]] = [:]
+    /// The SHA-256 of each of those blocks' bytes (format 4), beside their sizes.
+    private var blockDigests: [Int32: [RawSHA256]] = [:]
     private var groups: [WorkerPool.Group] = []
 
     init(
@@ -176,6 +180,7 @@ final class CompressionPipeline: @unchecked Sendable {
                 roomInQueue.signal()
                 if jobs[jobIndex].method != .store && !(head.isFirst && head.isLast) {
                     compressedBlockSizes[Int32(jobIndex), default: []].append(Int32(head.output?.count ?? 0))
+                    if let digest = head.plainDigest { blockDigests[Int32(jobIndex), default: []].append(digest) }
                 }
                 return head
             }
@@ -194,6 +199,15 @@ final class CompressionPipeline: @unchecked Sendable {
         monitor.lock()
         defer { monitor.unlock() }
         return compressedBlockSizes[Int32(jobIndex)]?.map(Int.init)
+    }
+
+    /// The SHA-256 of each block's bytes, for the same entries as ``compressedBlocks(forJob:)``
+    /// (docs/FORMAT.md, format 4); nil where that is nil.
+    func blockHashes(forJob jobIndex: Int) -> [RawSHA256]? {
+        monitor.lock()
+        defer { monitor.unlock() }
+        guard let hashes = blockDigests[Int32(jobIndex)], hashes.count == compressedBlockSizes[Int32(jobIndex)]?.count else { return nil }
+        return hashes
     }
 
     /// The salt and keys of an encrypted job's entry, made once by whichever thread asks
@@ -450,6 +464,11 @@ final class CompressionPipeline: @unchecked Sendable {
     private func process(_ block: Block, output: PooledBuffer?, deflater: BlockDeflater) throws {
         guard let input = block.input else { output?.recycle(); return }
         block.crc = CRC32.update(0, input.bytes, count: input.count)
+        // Hashed by the worker while the block is in its cache: the reader thread's whole-entry
+        // SHA-256 is sequential and already the pipeline's narrowest step.
+        if output != nil && !(block.isFirst && block.isLast) {
+            block.plainDigest = RawSHA256(bytes: SHA256.hash(data: UnsafeRawBufferPointer(start: input.bytes, count: input.count)))
+        }
         guard let output else {
             // Stored: the input buffer itself is the output.
             block.output = input

@@ -127,8 +127,9 @@ struct ArchiveWriter {
         // The marker and the manifest share the last segment (the manifest is the last entry).
         let archive = segments.handle
 
-        let markerText = Data((settings.chain == nil ? ArchiveNames.formatMarkerText : ArchiveChainParts.formatMarkerText).utf8)
-        let markerName = settings.chain == nil ? ArchiveNames.formatMarker : ArchiveChainParts.formatMarker
+        let format = archiveFormat(plan)
+        let markerText = Data(ArchiveNames.markerText(format: format).utf8)
+        let markerName = ArchiveNames.marker(format: format)
         let markerSource = try LazyDataSource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) { markerText }
             .makeSource(in: archive)
         let markerIndex = zip_file_add(archive, markerName, markerSource, zip_flags_t(ZIP_FL_ENC_UTF_8))
@@ -143,9 +144,10 @@ struct ArchiveWriter {
         let manifestSource = try ManifestEntrySource(modificationTime: Int64(settings.createdAt.timeIntervalSince1970)) {
             // Every file's data is written by now (the manifest is the last entry).
             pipeline.releaseBuffers()
-            let made = try manifestHead(
+            var made = try manifestHead(
                 items: items, plan: plan, snapshots: snapshots, pipeline: pipeline, outsideLinks: outsideLinks,
                 leftOut: leftOut, root: root)
+            made.format = format
             head = made
             // The rows are made as they are written: libzip's entries are all alive now.
             return ManifestWriter(made, rowCount: items.count) { index in
@@ -171,6 +173,15 @@ struct ArchiveWriter {
         manifest.files = files
         progress.report(BackupProgress(phase: .archiving, bytesDone: totalBytes, bytesTotal: totalBytes), force: true)
         return manifest
+    }
+
+    /// The lowest format whose features the archive uses (docs/FORMAT.md §10): 4 when an
+    /// entry is deflated in more than one block (its block list comes with block hashes),
+    /// else 3 for a backup of a chain and 2 for a plain one.
+    private func archiveFormat(_ plan: CompressionPlan) -> Int {
+        let hasBlockList = plan.jobs.contains { $0.method != .store && $0.plannedSize > Int64(CompressionPipeline.blockSize) }
+        if hasBlockList { return ArchiveNames.blockHashFormat }
+        return settings.chain == nil ? ArchiveNames.plainFormat : ArchiveChainParts.format
     }
 
     /// Adds the pipeline's entry `jobIndex` (a file, database or extra entry) under `name`.
@@ -338,6 +349,7 @@ struct ArchiveWriter {
             if let blocks = pipeline.compressedBlocks(forJob: jobIndex), blocks.count > 1 {
                 file.deflateBlockSize = CompressionPipeline.blockSize
                 file.deflateBlocks = blocks
+                file.deflateBlockHashes = pipeline.blockHashes(forJob: jobIndex)
             }
         } else if let kept = settings.chain?.notStored[item.relativePath] {
             file.size = kept.size

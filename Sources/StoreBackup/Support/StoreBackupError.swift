@@ -129,6 +129,13 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case linkLoop(name: String, link: String, target: String)
     /// A path that must be a folder is a file (or something else that is not a folder).
     case notAFolder(path: String, what: String)
+    /// (Format 4.) One block of a database's entry does not match its SHA-256 in the
+    /// manifest (or cannot be read): a query that needs it fails, and SQLite never sees its
+    /// bytes; queries that need only other blocks still answer (``BackupDatabase``).
+    case damagedBlock(name: String, database: String, block: Int, reason: String)
+    /// A statement given to a backup's database would write (``BackupDatabase/query(_:)``
+    /// runs read-only statements only); nothing ran from it on.
+    case statementRefused(statement: String, reason: String)
     /// A failure from outside the library's vocabulary (a hook's own error type, say),
     /// carried as its description so that every public error is a ``StoreBackupError``.
     case unexpected(reason: String)
@@ -278,6 +285,11 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
                 "backup \"\(name)\" holds the link \(link) -> \(target), which loops (it leads back through itself; create warned about it); it was not restored"
         case .notAFolder(let path, let what):
             return "\(path) is \(what), not a folder; give a folder, or a path that does not exist yet"
+        case .damagedBlock(let name, let database, let block, let reason):
+            return
+                "block \(block) of \(database) in backup \"\(name)\" is damaged (\(reason)); the query that needs it was stopped, no row of it was shown"
+        case .statementRefused(let statement, let reason):
+            return "refused \"\(statement)\": \(reason)"
         }
     }
 }

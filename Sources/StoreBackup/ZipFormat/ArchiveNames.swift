@@ -36,6 +36,17 @@ enum ArchiveNames {
 
     /// (Format 3.) The marker of fulls of a chain and incremental backups.
     static let format3Marker = StoreScanner.reservedFolder + "/format-3"
+    /// (Format 4.) The marker of archives whose manifest gives each block of a block-deflated
+    /// entry its SHA-256 (`deflateBlockHashes`).
+    static let format4Marker = StoreScanner.reservedFolder + "/format-4"
+    /// The format of block hashes, written by any archive that has a block list.
+    static let blockHashFormat = 4
+
+    /// The marker entry of an archive of `format` (2 or more).
+    static func marker(format: Int) -> String { StoreScanner.reservedFolder + "/format-\(format)" }
+    /// What the marker of `format` holds.
+    static func markerText(format: Int) -> String { "storebackup archive format \(format): see docs/FORMAT.md\n" }
+
     /// (Format 3.) Page deltas: `<prefix><the database's entry name>`.
     static let pageDeltaPrefix = StoreScanner.reservedFolder + "/pages/"
     /// (Format 3.) Page maps: `<prefix><the database's entry name>`.
@@ -55,7 +66,7 @@ enum ArchiveNames {
             return .own
         }
         if format >= 3 {
-            if name == format3Marker { return .own }
+            if name == format3Marker || (format >= 4 && name == format4Marker) { return .own }
             for prefix in [pageDeltaPrefix, pageMapPrefix] where name.hasPrefix(prefix) {
                 // The rest is a database's own entry name, itself mapped like any other.
                 guard case .store(let database) = storePath(forEntryName: String(name.dropFirst(prefix.count))) else {

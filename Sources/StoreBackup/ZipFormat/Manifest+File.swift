@@ -23,14 +23,17 @@ extension Manifest {
 
         init(
             path: String, type: String, size: Int64, sha256: String? = nil, mode: UInt32, mtime: Int64,
-            linkTarget: String? = nil, deflateBlockSize: Int? = nil, deflateBlocks: [Int]? = nil, source: String? = nil
+            linkTarget: String? = nil, deflateBlockSize: Int? = nil, deflateBlocks: [Int]? = nil, source: String? = nil,
+            deflateBlockHashes: [RawSHA256]? = nil
         ) {
             self.path = path
             self.size = size
             self.mtime = mtime
             self.mode = mode
             typeCode = .other
-            var rare = RareFields(linkTarget: linkTarget, deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source)
+            var rare = RareFields(
+                linkTarget: linkTarget, deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks,
+                deflateBlockHashes: deflateBlockHashes, source: source)
             (typeCode, rare.typeText) = Self.store(type: type)
             (digest, rare.sha256Text) = Self.store(sha256: sha256)
             self.rare = rare.isEmpty ? nil : Rare(rare)
@@ -40,11 +43,13 @@ extension Manifest {
         /// which so makes no hex text per row).
         init(
             path: String, type: String, size: Int64, digest: RawSHA256, mode: UInt32, mtime: Int64,
-            linkTarget: String? = nil, deflateBlockSize: Int? = nil, deflateBlocks: [Int]? = nil, source: String? = nil
+            linkTarget: String? = nil, deflateBlockSize: Int? = nil, deflateBlocks: [Int]? = nil, source: String? = nil,
+            deflateBlockHashes: [RawSHA256]? = nil
         ) {
             self.init(
                 path: path, type: type, size: size, mode: mode, mtime: mtime, linkTarget: linkTarget,
-                deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source)
+                deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source,
+                deflateBlockHashes: deflateBlockHashes)
             self.digest = digest
         }
 
@@ -87,6 +92,13 @@ extension Manifest {
             set { change { $0.deflateBlocks = newValue } }
         }
 
+        /// (Format 4.) The SHA-256 of each block's inflated bytes, in order, beside
+        /// ``deflateBlocks``: a reader that takes one block (the backup VFS) checks it alone.
+        var deflateBlockHashes: [RawSHA256]? {
+            get { rare?.fields.deflateBlockHashes }
+            set { change { $0.deflateBlockHashes = newValue } }
+        }
+
         /// (Format 3, incrementals.) Where the content is: nil in this archive, "base" the
         /// base's content at the same path, "pages" a page delta in this archive.
         var source: String? {
@@ -106,7 +118,7 @@ extension Manifest {
         }
 
         private enum CodingKeys: String, CodingKey {
-            case path, type, size, sha256, mode, mtime, linkTarget, deflateBlockSize, deflateBlocks, source
+            case path, type, size, sha256, mode, mtime, linkTarget, deflateBlockSize, deflateBlocks, deflateBlockHashes, source
         }
 
         init(from decoder: any Decoder) throws {
@@ -119,7 +131,20 @@ extension Manifest {
                 linkTarget: try container.decodeIfPresent(String.self, forKey: .linkTarget),
                 deflateBlockSize: try container.decodeIfPresent(Int.self, forKey: .deflateBlockSize),
                 deflateBlocks: try container.decodeIfPresent([Int].self, forKey: .deflateBlocks),
-                source: try container.decodeIfPresent(String.self, forKey: .source))
+                source: try container.decodeIfPresent(String.self, forKey: .source),
+                deflateBlockHashes: try Self.blockHashes(container.decodeIfPresent([String].self, forKey: .deflateBlockHashes)))
+        }
+
+        /// Hashes in the form storebackup writes, or a decoding error (a reader cannot check
+        /// a block against text it cannot compare).
+        private static func blockHashes(_ texts: [String]?) throws -> [RawSHA256]? {
+            guard let texts else { return nil }
+            return try texts.map { text in
+                guard let hash = RawSHA256(hex: text) else {
+                    throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "a block hash is not 64 hex digits"))
+                }
+                return hash
+            }
         }
 
         func encode(to encoder: any Encoder) throws {
@@ -133,6 +158,7 @@ extension Manifest {
             try container.encodeIfPresent(linkTarget, forKey: .linkTarget)
             try container.encodeIfPresent(deflateBlockSize, forKey: .deflateBlockSize)
             try container.encodeIfPresent(deflateBlocks, forKey: .deflateBlocks)
+            try container.encodeIfPresent(deflateBlockHashes?.map(\.hex), forKey: .deflateBlockHashes)
             try container.encodeIfPresent(source, forKey: .source)
         }
 
@@ -158,6 +184,7 @@ extension Manifest {
             var linkTarget: String?
             var deflateBlockSize: Int?
             var deflateBlocks: [Int]?
+            var deflateBlockHashes: [RawSHA256]?
             var source: String?
             var typeText: String?
             var sha256Text: String?

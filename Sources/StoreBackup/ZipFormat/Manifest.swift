@@ -11,9 +11,9 @@ struct Manifest: Codable, Sendable, Equatable {
     /// `.storebackup` under `.storebackup/store/`, ``outsideLinks``, and the marker entry
     /// `.storebackup/format-2`.
     static let currentFormat = 2
-    /// The newest manifest format this version reads (format 3: fulls of a chain and
-    /// incremental backups, see docs/FORMAT.md). Readers refuse anything newer.
-    static let newestReadableFormat = 3
+    /// The newest manifest format this version reads (format 4: block hashes beside the
+    /// block lists, see docs/FORMAT.md). Readers refuse anything newer.
+    static let newestReadableFormat = 4
 
     /// (Format 3.) The backup an incremental applies onto.
     struct Base: Codable, Sendable, Equatable {

@@ -214,11 +214,12 @@ struct ManifestStreamDecoder {
 
     /// The fields of a row this version reads.
     private enum RowKey: Int, CaseIterable {
-        case path, type, size, sha256, mode, mtime, linkTarget, deflateBlockSize, deflateBlocks, source
+        case path, type, size, sha256, mode, mtime, linkTarget, deflateBlockSize, deflateBlocks, source, deflateBlockHashes
 
         /// Each key's name as bytes, in the cases' order.
         static let names: [[UInt8]] = [
             "path", "type", "size", "sha256", "mode", "mtime", "linkTarget", "deflateBlockSize", "deflateBlocks", "source",
+            "deflateBlockHashes",
         ].map { Array($0.utf8) }
 
         /// The key whose name is `bytes` (unescaped), if any.
@@ -241,7 +242,7 @@ struct ManifestStreamDecoder {
         _ = try next()
         var path: String?, type: String?, size: Int64?, mode: UInt32?, mtime: Int64?
         var sha256: String?, digest: RawSHA256?, linkTarget: String?, deflateBlockSize: Int?, deflateBlocks: [Int]?
-        var source: String?
+        var source: String?, deflateBlockHashes: [RawSHA256]?
         // The known keys seen, one bit each; any other key by its text (rare).
         var seen: UInt16 = 0
         var otherKeys = Set<String>()
@@ -270,6 +271,7 @@ struct ManifestStreamDecoder {
                 case .mode?: mode = try required(&fits) { try $0.integer(UInt32.self) }
                 case .deflateBlockSize?: deflateBlockSize = try optional(&fits) { try $0.integer(Int.self) }
                 case .deflateBlocks?: deflateBlocks = try optional(&fits) { try $0.integers() }
+                case .deflateBlockHashes?: deflateBlockHashes = try optional(&fits) { try $0.blockHashes() }
                 case nil: try skipValue()
                 }
             } while try take(UInt8(ascii: ","))
@@ -279,11 +281,12 @@ struct ManifestStreamDecoder {
         if let digest {
             return Manifest.File(
                 path: path, type: type, size: size, digest: digest, mode: mode, mtime: mtime, linkTarget: linkTarget,
-                deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source)
+                deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source,
+                deflateBlockHashes: deflateBlockHashes)
         }
         return Manifest.File(
             path: path, type: type, size: size, sha256: sha256, mode: mode, mtime: mtime, linkTarget: linkTarget,
-            deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source)
+            deflateBlockSize: deflateBlockSize, deflateBlocks: deflateBlocks, source: source, deflateBlockHashes: deflateBlockHashes)
     }
 
     /// A value `parse` reads (nil from it: the wrong type or null, `fits` is cleared).
@@ -321,6 +324,32 @@ struct ManifestStreamDecoder {
             repeat {
                 try skipWhitespace()
                 if let value = try integer(Int.self) { values.append(value) } else { fits = false }
+            } while try take(UInt8(ascii: ","))
+            try expect(UInt8(ascii: "]"))
+        }
+        return fits ? values : nil
+    }
+
+    /// (Format 4.) An array of block hashes, each 64 lower-case hex digits; nil (consumed)
+    /// for any other value or an element in another form.
+    private mutating func blockHashes() throws -> [RawSHA256]? {
+        guard try peek() == UInt8(ascii: "[") else {
+            try skipValue()
+            return nil
+        }
+        _ = try next()
+        var values: [RawSHA256] = []
+        var fits = true
+        if try !take(UInt8(ascii: "]")) {
+            repeat {
+                try skipWhitespace()
+                guard try peek() == UInt8(ascii: "\"") else {
+                    try skipValue()
+                    fits = false
+                    continue
+                }
+                try readString()
+                if let hash = RawSHA256(hexBytes: scratch) { values.append(hash) } else { fits = false }
             } while try take(UInt8(ascii: ","))
             try expect(UInt8(ascii: "]"))
         }

@@ -155,6 +155,11 @@ struct ManifestWriter {
     /// per entry, so this is where the time goes.
     private mutating func file(_ f: Manifest.File) {
         literal("{\n")
+        if let hashes = f.deflateBlockHashes {
+            literal("      \"deflateBlockHashes\" : ")
+            array(hashes, indent: 6) { w, h in w.string(h.hex) }
+            literal(",\n")
+        }
         if let blocks = f.deflateBlocks {
             literal("      \"deflateBlocks\" : ")
             array(blocks, indent: 6) { w, b in w.integer(Int64(b)) }

@@ -35,6 +35,25 @@ struct RawSHA256: Sendable, Hashable {
         self.words = words
     }
 
+    /// From a digest's 32 bytes (a block's hash as the writer computes it); nil for any other count.
+    init?(bytes: some Sequence<UInt8>) {
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        var count = 0
+        for byte in bytes {
+            guard count < 32 else { return nil }
+            let shifted = UInt64(byte) << UInt64(56 - (count % 8) * 8)
+            switch count / 8 {
+            case 0: words.0 |= shifted
+            case 1: words.1 |= shifted
+            case 2: words.2 |= shifted
+            default: words.3 |= shifted
+            }
+            count += 1
+        }
+        guard count == 32 else { return nil }
+        self.words = words
+    }
+
     static func == (a: RawSHA256, b: RawSHA256) -> Bool {
         a.words.0 == b.words.0 && a.words.1 == b.words.1 && a.words.2 == b.words.2 && a.words.3 == b.words.3
     }

@@ -1,0 +1,178 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Opens a database of a backup for ``BackupDatabase``: finds the backup, opens its archive
+/// where it is (a local file in place, a remote one read in ranges, or downloaded when its
+/// destination serves no ranges), follows an incremental's chain down to the backup that
+/// stores the database whole (each link checked as a restore checks it), reads the chain's
+/// page deltas, and indexes the whole entry's blocks.
+struct BackupDatabaseOpener: Sendable {
+    let destination: any BackupDestination
+    let passwords: PasswordProvider?
+    /// Inflated blocks kept per database.
+    var cacheBytes = 8 << 20
+
+    /// One opened archive of the chain.
+    private struct Opened: @unchecked Sendable {  // the reader is used by one thread at a time
+        let name: String
+        let reader: ArchiveReader
+        let span: ArchiveSpanReader
+        let download: String?
+    }
+
+    func open(_ nameOrLatest: String, path: String) async throws -> BackupDatabase {
+        let backup = try await destination.resolve(nameOrLatest)
+        let listings = try await destination.sortedBackups()
+        var opened: [Opened] = []
+        do {
+            let newest = try await openArchive(backup, password: passwords)
+            opened.append(newest)
+            guard let manifest = newest.reader.manifest else { throw StoreBackupError.unverifiableBackup(name: backup.name) }
+            guard let final = manifest.files.first(where: { $0.path == path }), StagedChain.isRegular(final.type) else {
+                throw StoreBackupError.notInBackup(name: backup.name, paths: [path])
+            }
+            // Newest first: the backups whose page deltas change the database, down to the one that stores it whole.
+            var deltas: [(reader: ArchiveReader, entry: ArchiveEntry, size: Int64)] = []
+            var current = newest
+            var row = final
+            while row.source != nil {
+                if row.source == "pages" {
+                    guard let entry = current.reader.pageDeltas[path] else {
+                        throw StoreBackupError.corruptArchive(name: current.name, reason: "it has no page delta of \(path)")
+                    }
+                    deltas.append((current.reader, entry, row.size))
+                }
+                guard opened.count < StagedChain.maxLength, let baseName = current.reader.manifest?.base?.name else {
+                    throw StoreBackupError.brokenChain(name: current.name, reason: "its manifest names no base")
+                }
+                guard let listing = listings.first(where: { $0.name == baseName }) else {
+                    throw StoreBackupError.brokenChain(
+                        name: current.name, reason: "its base \"\(baseName)\" is missing from \(destination.displayName)")
+                }
+                let known = newest.reader.password.map { PasswordProvider.fixed($0) } ?? passwords
+                let base = try await openArchive(listing, password: known)
+                opened.append(base)
+                try StagedChain.check(
+                    ChainLink(name: current.name, path: current.name, downloaded: false, reader: current.reader),
+                    on: ChainLink(name: base.name, path: base.name, downloaded: false, reader: base.reader))
+                guard let baseRow = base.reader.manifest?.files.first(where: { $0.path == path }) else {
+                    throw StoreBackupError.brokenChain(name: current.name, reason: "its base \"\(baseName)\" has no \(path)")
+                }
+                current = base
+                row = baseRow
+            }
+            let whole = current
+            let baseRow = row
+            let pageSize = manifest.databases.first { $0.path == path }?.pageSize
+            let changes = deltas
+            let file = try await runBlocking(name: "storebackup-open-db") { _ in
+                let base = try Self.blockReader(of: whole, row: baseRow, path: path, cacheBytes: cacheBytes)
+                var chain: ChainPages?
+                if !changes.isEmpty {
+                    guard let pageSize else {
+                        throw StoreBackupError.corruptArchive(name: backup.name, reason: "its manifest gives \(path) no page size")
+                    }
+                    chain = try ChainPages(deltas: changes.reversed(), pageSize: pageSize, backupName: backup.name, databasePath: path)
+                }
+                return try BackupPageFile(size: final.size, base: base, chain: chain)
+            }
+            // Only the base's bytes are read from now on: the other handles can go.
+            for link in opened { link.reader.release() }
+            return try BackupDatabase(
+                backupName: backup.name, databasePath: path, file: file, downloads: opened.compactMap(\.download))
+        } catch {
+            for link in opened { if let download = link.download { unlink(download) } }
+            throw error
+        }
+    }
+
+    /// The reader of the entry that stores the database whole, its block hashes ready.
+    private static func blockReader(of archive: Opened, row: Manifest.File, path: String, cacheBytes: Int) throws -> EntryBlockReader {
+        let reader = archive.reader
+        guard let entry = reader.entries.first(where: { $0.path == path && $0.kind == .file }) else {
+            throw StoreBackupError.corruptArchive(name: archive.name, reason: "it has no entry for \(path)")
+        }
+        guard let index = EntryBlockIndex.make(entry: entry, row: row) else {
+            throw StoreBackupError.corruptArchive(
+                name: archive.name, reason: "\(path) cannot be read block by block (use storebackup extract to take it out)")
+        }
+        try reader.checkLocalHeader(index: entry.index, exact: true)
+        let header = try archive.span.read(at: entry.archiveOffset, count: LocalHeader.fixedBytes, backupName: archive.name)
+        var dataOffset = try header.withUnsafeBytes {
+            entry.archiveOffset
+                + Int64(
+                    try LocalHeader.dataStart(
+                        $0, entry: entry, centralNameLength: reader.centralNameLength(of: entry), backupName: archive.name))
+        }
+        var key: [UInt8]?
+        if entry.isEncrypted {
+            guard let password = reader.password else { throw StoreBackupError.passwordRequired(name: archive.name) }
+            let salt = try archive.span.read(at: dataOffset, count: WinZipAES.headerLength, backupName: archive.name)
+            key = try WinZipPasswordCheck.keys(password: password, header: salt, backupName: archive.name).encryption
+            dataOffset += Int64(WinZipAES.headerLength)
+        }
+        // Format 4's block hashes; one block's hash is the entry's; else made by one checked pass.
+        var hashes = row.deflateBlockHashes ?? []
+        if hashes.isEmpty, index.blocks.count == 1, let whole = row.sha256.flatMap(RawSHA256.init(hex:)) { hashes = [whole] }
+        let blocks = EntryBlockReader(
+            index: index, hashes: hashes, span: archive.span, dataOffset: dataOffset, encryptionKey: key, cacheBytes: cacheBytes,
+            backupName: archive.name, databasePath: path)
+        if hashes.count != index.blocks.count {
+            guard row.deflateBlockHashes == nil else {
+                throw StoreBackupError.corruptArchive(
+                    name: archive.name, reason: "its manifest lists the wrong number of block hashes for \(path)")
+            }
+            try blocks.verifyWhole(sha256: row.sha256)
+        }
+        return blocks
+    }
+
+    /// Opens one backup's archive: in place, in ranges, or downloaded into `TMPDIR`.
+    private func openArchive(_ backup: BackupListing, password: PasswordProvider?) async throws -> Opened {
+        let name = backup.name
+        if let local = destination.localPath(of: name) {
+            return try await runBlocking(name: "storebackup-open-db") { _ in
+                let reader = try ArchiveReader(path: local, backupName: name, passwords: password)
+                guard let file = reader.localFile ?? LocalArchiveFile(path: local) else {
+                    throw StoreBackupError.io(path: local, operation: "open", errno: errno)
+                }
+                return Opened(name: name, reader: reader, span: .local(file), download: nil)
+            }
+        }
+        if backup.size > 0, let ranges = destination.rangeReader(of: name, size: backup.size) {
+            let cancel = CancellationFlag()
+            let archive = RangedArchive(size: ranges.size, maxFetchBytes: BackupRangeReader.maxReadBytes) { range in
+                try ranges.read(range, cancel: cancel)
+            }
+            do {
+                return try await runBlocking(name: "storebackup-open-db") { _ in
+                    let reader = try ArchiveReader(ranged: archive, backupName: name, passwords: password)
+                    return Opened(name: name, reader: reader, span: .ranged(archive), download: nil)
+                }
+            } catch {
+                // A server that ignores ranges: download instead, as ls and extract do.
+                guard case .transfer(let transfer)? = archive.lastFailure, transfer.serviceCode == BackupRangeReader.rangesNotHonoured
+                else {
+                    throw archive.lastFailure ?? error
+                }
+            }
+        }
+        let download = ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "download", suffix: ".zip")
+        do {
+            try await destination.download(name, to: download, progress: nil)
+            return try await runBlocking(name: "storebackup-open-db") { _ in
+                let reader = try ArchiveReader(path: download, backupName: name, passwords: password)
+                guard let file = reader.localFile ?? LocalArchiveFile(path: download) else {
+                    throw StoreBackupError.io(path: download, operation: "open", errno: errno)
+                }
+                return Opened(name: name, reader: reader, span: .local(file), download: download)
+            }
+        } catch {
+            unlink(download)
+            throw error
+        }
+    }
+}

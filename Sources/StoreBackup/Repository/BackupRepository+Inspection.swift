@@ -1,0 +1,31 @@
+import Foundation
+
+extension BackupRepository {
+    // MARK: look inside a database
+
+    /// Opens a database as a backup holds it, as a read-only SQLite connection, without
+    /// restoring or extracting it (see ``BackupDatabase``): only the blocks that hold the
+    /// pages a query reads are read, checked and inflated.
+    ///
+    /// ```swift
+    /// let db = try await backups.openDatabase("latest", path: "App.sqlite")
+    /// let rows = try db.query("SELECT name FROM ZCUSTOMER WHERE Z_PK = 42")
+    /// ```
+    ///
+    /// - Parameters:
+    ///   - nameOrLatest: A backup's name, or `latest`; a full backup or any point of an
+    ///     incremental chain (its pages come from the chain's page deltas and the full).
+    ///   - path: The database's path in the store, as `ls` shows it (e.g. `App.sqlite`).
+    /// - Throws: ``StoreBackupError/notInBackup(name:paths:)`` when the backup has no such
+    ///   file, ``StoreBackupError/passwordRequired(name:)`` and
+    ///   ``StoreBackupError/wrongPassword(name:)`` for an encrypted backup,
+    ///   ``StoreBackupError/brokenChain(name:reason:)``,
+    ///   ``StoreBackupError/corruptArchive(name:reason:)``, or a destination's error.
+    public func openDatabase(_ nameOrLatest: String, path: String) async throws -> BackupDatabase {
+        do {
+            return try await BackupDatabaseOpener(destination: destination, passwords: passwords).open(nameOrLatest, path: path)
+        } catch is CancellationError {
+            throw StoreBackupError.cancelled
+        }
+    }
+}
