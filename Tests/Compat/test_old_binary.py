@@ -204,6 +204,26 @@ def test_old_binary_restores_or_refuses_the_current_format(old_binary, current_b
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
 
+def test_old_binary_refuses_format_4(old_binary, current_binary, work):
+    """A store with a database over 1 MiB makes a format-4 archive (block hashes), which
+    0.1.0 refuses by its marker like any newer format."""
+    store = os.path.join(work, "Big", "Stores")
+    os.makedirs(store)
+    connection = sqlite3.connect(os.path.join(store, "App.sqlite"))
+    connection.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+    connection.executemany("INSERT INTO t(v) VALUES (?)", [("row %d " % i * 8,) for i in range(40000)])
+    connection.commit()
+    connection.close()
+    backups = os.path.join(work, "big-backups")
+    made = run([current_binary, "create", store, "--to", backups])
+    assert made.returncode == 0, made.stderr
+    name = made.stdout.strip().splitlines()[-1]
+    assert archive_format(os.path.join(backups, name)) == 4
+    with zipfile.ZipFile(os.path.join(backups, name)) as archive:
+        assert ".storebackup/format-4" in archive.namelist()
+    assert_refused_without_trace(old_binary, backups, name, work)
+
+
 def test_old_binary_refuses_an_archive_marked_as_format_2(old_binary, current_binary, work):
     backups, name = create(current_binary, work)
     path = os.path.join(backups, name)

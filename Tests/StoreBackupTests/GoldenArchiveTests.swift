@@ -135,6 +135,22 @@ final class GoldenArchiveTests: XCTestCase {
         }
     }
 
+    /// Format 4's goldens: a plain and an encrypted backup of a store with a database of
+    /// several blocks, whose manifest gives each block its SHA-256 (one per listed block).
+    func testTheFormatFourArchivesAreAllThere() throws {
+        let archives = try Self.goldenArchives().filter { $0.format == 4 }
+        XCTAssertEqual(Set(archives.map(\.kind)), ["blocks", "encrypted-blocks"])
+        for golden in archives {
+            let passwords = try golden.password.map { PasswordProvider.fixed(try BackupPassword($0)) }
+            let reader = try ArchiveReader(
+                path: golden.folder + "/" + golden.archiveName, backupName: golden.archiveName, passwords: passwords)
+            let row = try XCTUnwrap(reader.manifest?.files.first { $0.path == "App.sqlite" }, golden.label)
+            XCTAssertGreaterThan(row.deflateBlocks?.count ?? 0, 1, golden.label)
+            XCTAssertEqual(row.deflateBlockHashes?.count, row.deflateBlocks?.count, golden.label)
+            XCTAssertEqual(reader.manifest?.format, 4, golden.label)
+        }
+    }
+
     func testEveryGoldenArchiveVerifiesAndRestoresAsItsListingSays() throws {
         let archives = try Self.goldenArchives().filter(\.chain.isEmpty)
         XCTAssertFalse(archives.isEmpty, "no golden archives under \(Self.goldenFolder)")

@@ -76,6 +76,19 @@ final class ManifestStreamDecoderTests: XCTestCase {
         }
     }
 
+    /// Format 4's block hashes come out as JSONDecoder reads them, from either writer's text.
+    func testBlockHashesDecodeAsJSONDecoderDecodes() throws {
+        var manifest = sample(fileCount: 3)
+        manifest.format = 4
+        manifest.files[1].deflateBlockSize = 1 << 20
+        manifest.files[1].deflateBlocks = [1000, 2000, 30]
+        manifest.files[1].deflateBlockHashes = ["0a", "1b", "2c"].map { RawSHA256(hex: String(repeating: $0, count: 32))! }
+        for text in [try manifest.encoded(), try manifest.encodedByFoundation()] {
+            XCTAssertEqual(try streamed(text, chunk: 7).0, manifest)
+            XCTAssertEqual(try Manifest.decode(text), manifest)
+        }
+    }
+
     /// Format 1 wrote plain paths: they come out escaped, as JSONDecoder's path gives them.
     func testFormat1PathsAreEscaped() throws {
         var manifest = sample(fileCount: 9)
@@ -167,8 +180,9 @@ final class ManifestStreamDecoderTests: XCTestCase {
         XCTAssertThrowsError(try streamed(invalid, chunk: 3))
         // A newer format is told apart from damage, although its rows come before the format field.
         for files in [#"[{"path":1}]"#, #"{"layout":"different"}"#] {
-            XCTAssertThrowsError(try streamed(manifest(files, format: "4"), chunk: 3)) { error in
-                guard case ManifestStreamDecoder.Failure.newer(4) = error else { return XCTFail("\(error)") }
+            let newer = Manifest.newestReadableFormat + 1
+            XCTAssertThrowsError(try streamed(manifest(files, format: "\(newer)"), chunk: 3)) { error in
+                guard case ManifestStreamDecoder.Failure.newer(newer) = error else { return XCTFail("\(error)") }
             }
         }
         // More rows than allowed: refused as they come.

@@ -76,6 +76,21 @@ final class ManifestWriterTests: XCTestCase {
         XCTAssertEqual(ours, theirs)
     }
 
+    /// Format 4's block hashes are written as JSONEncoder writes them (lower-case hex, in order).
+    func testBlockHashesMatchJSONEncoder() throws {
+        var manifest = sample(fileCount: 4)
+        manifest.format = 4
+        manifest.files[2].deflateBlockSize = 1 << 20
+        manifest.files[2].deflateBlocks = [5, 6]
+        manifest.files[2].deflateBlockHashes = [RawSHA256(bytes: Array(0..<32))!, RawSHA256(bytes: Array(repeating: 255, count: 32))!]
+        XCTAssertEqual(manifest.files[2].deflateBlockHashes?[0].hex, "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f")
+        XCTAssertEqual(try Manifest.decode(try manifest.encoded()), manifest)
+        let ours = try JSONSerialization.jsonObject(with: try manifest.encoded()) as? NSDictionary
+        let theirs = try JSONSerialization.jsonObject(with: try manifest.encodedByFoundation()) as? NSDictionary
+        XCTAssertNotNil(ours)
+        XCTAssertEqual(ours, theirs)
+    }
+
     /// `sample(fileCount:)` as an incremental (format 3) with every chain field set.
     private func incrementalSample(fileCount: Int) -> Manifest {
         var manifest = sample(fileCount: fileCount)

@@ -213,6 +213,21 @@ KINDS_FROM_FORMAT_2 = {
     "outside-links": make_outside_links,
 }
 # Options that verify and restore need for a kind (kept in its listing.json).
+def make_blocks(root):
+    """Format 4: a database of several 1 MiB blocks (each with its SHA-256 in the manifest)
+    beside a small one and a file."""
+    rows(os.path.join(root, "App.sqlite"), 20000, journal_mode="wal", text="block row")
+    rows(os.path.join(root, "Small.sqlite"), 20, text="small row")
+    write(os.path.join(root, "notes.txt"), "format 4\n")
+    set_times(root, {"App.sqlite": 1_700_200_001, "Small.sqlite": 1_700_200_003, "notes.txt": 1_700_200_005, ".": 1_700_200_007})
+
+
+# Format 4 (block hashes): written by any create whose store has a database over 1 MiB.
+KINDS_FORMAT_4 = {
+    "blocks": make_blocks,
+    "encrypted-blocks": make_blocks,
+}
+
 OPTIONS = {"outside-links": ["--allow-outside-links"]}
 
 
@@ -414,11 +429,13 @@ def main():
     try:
         password_file = os.path.join(work, "password")
         write(password_file, PASSWORD + "\n", mode=0o600)
-        if options.format >= 3:
+        if options.format == 3:
             for kind, (nights, encrypted) in CHAINS.items():
                 make_chain(options.binary, kind, nights, encrypted, work, target, password_file)
             return
         kinds = dict(KINDS, **(KINDS_FROM_FORMAT_2 if options.format >= 2 else {}))
+        if options.format >= 4:
+            kinds = KINDS_FORMAT_4
         for kind, make in kinds.items():
             stores = os.path.join(work, kind, "Stores")
             os.makedirs(stores)
@@ -428,13 +445,13 @@ def main():
             # and -shm files, which changes the folder's time after the scan has read it.
             expected = tree_listing.listing(stores)
             arguments = [options.binary, "create", stores, "--to", backups]
-            if kind == "encrypted":
+            if kind.startswith("encrypted"):
                 arguments += ["--encrypt", "--password-file", password_file]
             name = run(arguments).strip().splitlines()[-1]
             # The check: the same binary restores exactly what the listing says.
             restored = os.path.join(work, kind, "Restored")
             restore = [options.binary, "restore", name, restored, "--from", backups, "--yes"] + OPTIONS.get(kind, [])
-            if kind == "encrypted":
+            if kind.startswith("encrypted"):
                 restore += ["--password-file", password_file]
             run(restore)
             differing = tree_listing.differences(expected, tree_listing.listing(restored))
@@ -443,7 +460,7 @@ def main():
                 sys.exit("%s: the restored tree differs from the store" % kind)
             with open(os.path.join(backups, "listing.json"), "w") as handle:
                 extra = {"options": OPTIONS[kind]} if kind in OPTIONS else {}
-                json.dump(dict({"archive": name, "password": PASSWORD if kind == "encrypted" else None,
+                json.dump(dict({"archive": name, "password": PASSWORD if kind.startswith("encrypted") else None,
                                 "tree": expected}, **extra), handle, indent=1, sort_keys=True, ensure_ascii=False)
                 handle.write("\n")
             print("%s: %s (%d bytes)" % (kind, name, os.path.getsize(os.path.join(backups, name))))
