@@ -10,7 +10,7 @@ struct SqlCommand: AsyncParsableCommand {
             Runs the statements (several allowed, separated by ";") on DATABASE (its path in \
             the store, as `storebackup ls` shows it, e.g. App.sqlite) as it was in the backup: \
             a full, or any point of an incremental chain. Prints each statement's rows as a \
-            table, or with --csv (RFC 4180, a header line per statement) or --json (an array of \
+            table, or with --csv (a header line per statement, fields quoted as RFC 4180 quotes them) or --json (an array of \
             {statement, columns, rows}; blobs as hex strings). In the table and CSV, NULL is \
             empty and a blob is X'hex'.
 

@@ -56,7 +56,7 @@ struct SqlOutput {
         case .csv:
             guard !columns.isEmpty else { break }
             if !text.isEmpty { text += "\n" }
-            for line in [columns] + rows { text += line.map(Self.csvField).joined(separator: ",") + "\r\n" }
+            for line in [columns] + rows { text += line.map(Self.csvField).joined(separator: ",") + "\n" }
         case .table:
             guard !columns.isEmpty else { break }
             if !text.isEmpty { text += "\n" }
