@@ -23,7 +23,7 @@ struct StoreBackupCommand: AsyncParsableCommand {
         version: StoreBackupVersion.current,
         subcommands: [
             CreateCommand.self, ListCommand.self, LsCommand.self, RestoreCommand.self, ExtractCommand.self, SqlCommand.self,
-            VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
+            DiffCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
             RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self, CopyCommand.self,
         ]
     )

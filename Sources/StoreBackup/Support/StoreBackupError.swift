@@ -136,6 +136,10 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// A statement given to a backup's database would write (``BackupDatabase/query(_:)``
     /// runs read-only statements only); nothing ran from it on.
     case statementRefused(statement: String, reason: String)
+    /// A diff, or the SQL that undoes one, was refused before anything was compared or
+    /// written; `reason` says why (an unknown database or table, a table whose rows no key
+    /// names).
+    case diffRefused(reason: String)
     /// A failure from outside the library's vocabulary (a hook's own error type, say),
     /// carried as its description so that every public error is a ``StoreBackupError``.
     case unexpected(reason: String)
@@ -274,6 +278,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             return
                 "backup \"\(name)\" at \(destination) is the base of \(count) (\(shown)\(more)), which cannot be restored without it; nothing was deleted"
         case .extractRefused(let reason):
+            return reason
+        case .diffRefused(let reason):
             return reason
         case .unexpected(let reason):
             return reason
