@@ -104,6 +104,59 @@ final class CommandLineTests: XCTestCase {
         XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: empty).sorted(), ["readme.txt", "sub"])
     }
 
+    func testDiffShowsADeletedRowAndItsSQLPutsItBack() throws {
+        let store = work + "/Stores", backups = work + "/backups"
+        try StoreFixture.make(at: store, logRows: 100, blobCount: 2)
+        XCTAssertEqual(try runStoreBackup(["create", store, "--to", backups]).status, 0)
+        let app = try SQLiteConnection(path: store + "/App.sqlite", mode: .readWrite)
+        let logBefore = try app.rows("SELECT id, note FROM log ORDER BY id", operation: "read")
+        try app.execute("DELETE FROM accounts WHERE id = 7; INSERT INTO log(note) VALUES('after the backup')", operation: "write")
+        app.close()
+        FileManager.default.createFile(atPath: store + "/.App_SUPPORT/_EXTERNAL_DATA/NEW", contents: Data("x".utf8))
+
+        let counts = try runStoreBackup(["diff", "latest", "live", store, "--from", backups])
+        XCTAssertEqual(counts.status, 0, counts.stderr)
+        XCTAssertTrue(counts.stdout.contains("table accounts (by id): 0 inserted, 1 deleted, 0 changed"), counts.stdout)
+        XCTAssertTrue(counts.stdout.contains("table log (by id): 1 inserted, 0 deleted, 0 changed"), counts.stdout)
+        XCTAssertTrue(counts.stdout.contains("added    .App_SUPPORT/_EXTERNAL_DATA/NEW"), counts.stdout)
+        XCTAssertTrue(counts.stdout.contains("Settings.sqlite: no changes"), counts.stdout)
+        let rows = try runStoreBackup(["diff", "latest", "live", store, "App.sqlite", "--table", "accounts", "--rows", "--from", backups])
+        XCTAssertTrue(rows.stdout.contains("deleted  [id=7]  id=7 balance=1000"), rows.stdout)
+        let json = try runStoreBackup(["diff", "latest", "live", store, "App.sqlite", "--json", "--rows", "--from", backups])
+        let object = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let tables = ((object["databases"] as? [[String: Any]])?.first?["tables"] as? [[String: Any]]) ?? []
+        XCTAssertEqual(tables.first { $0["name"] as? String == "accounts" }?["deleted"] as? Int, 1, json.stdout)
+
+        // The SQL, applied by hand, puts the one row back and leaves the rest as it is.
+        let sql = try runStoreBackup(["diff", "latest", "live", store, "App.sqlite", "--table", "accounts", "--sql", "--from", backups])
+        XCTAssertEqual(sql.status, 0, sql.stderr)
+        XCTAssertEqual(
+            sql.stdout, "BEGIN;\nPRAGMA defer_foreign_keys = ON;\nINSERT INTO \"accounts\"(\"id\", \"balance\") VALUES(7, 1000);\nCOMMIT;\n"
+        )
+        let applied = try runTool("/usr/bin/sqlite3", [store + "/App.sqlite"], stdin: sql.stdout)
+        XCTAssertEqual(applied.status, 0, applied.stderr)
+        let after = try SQLiteConnection(path: store + "/App.sqlite", mode: .readOnly)
+        XCTAssertEqual(try after.scalar("SELECT count(*) FROM accounts WHERE balance = 1000", operation: "read"), "20")
+        XCTAssertEqual(try after.rows("SELECT id, note FROM log WHERE id <= 100 ORDER BY id", operation: "read"), logBefore)
+        XCTAssertEqual(try after.scalar("SELECT note FROM log ORDER BY id DESC LIMIT 1", operation: "read"), "after the backup")
+        after.close()
+        let again = try runStoreBackup(["diff", "latest", "live", store, "App.sqlite", "--table", "accounts", "--from", backups])
+        XCTAssertTrue(again.stdout.contains("table accounts") == false && again.stdout.contains("App.sqlite: no changes"), again.stdout)
+
+        let refusals: [(arguments: [String], message: String)] = [
+            (["diff", "latest", "latest", "App.sqlite", "--sql"], "the newer side must be `live STORES_DIR`"),
+            (["diff", "latest", "live", store, "--sql"], "--sql needs the DATABASE"),
+            (["diff", "latest", "live", store, "App.sqlite", "--table", "nope"], "no table named \"nope\""),
+            (["diff", "latest", "live", store, "Nope.sqlite"], "no database \"Nope.sqlite\""),
+            (["diff", "latest", "live", store, "App.sqlite", "--where", "no_such_column = 1"], "no such column"),
+        ]
+        for (arguments, message) in refusals {
+            let result = try runStoreBackup(arguments + ["--from", backups])
+            XCTAssertNotEqual(result.status, 0, "\(arguments)")
+            XCTAssertTrue(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+        }
+    }
+
     func testAFileInsteadOfADirectoryIsAClearError() throws {
         let file = work + "/not-a-folder"
         FileManager.default.createFile(atPath: file, contents: Data("x".utf8))
