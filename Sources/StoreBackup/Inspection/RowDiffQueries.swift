@@ -5,8 +5,8 @@
 /// side through that side's key index (a b-tree seek, in key order, so the pages it reads
 /// are mostly cached), as `sqldiff` does: rows stream, nothing is sorted or collected. Key
 /// equality uses the key columns' own collation, as the table's uniqueness does; values are
-/// compared exactly (`IS NOT … COLLATE BINARY` and the storage class, so `1` and `1.0`, or
-/// `'a'` and `'A'` under NOCASE, differ).
+/// compared exactly (`IS NOT … COLLATE BINARY`, and the storage class where a column can
+/// hold both `1` and `1.0`, so those differ, as do `'a'` and `'A'` under NOCASE).
 struct RowDiffQueries {
     /// The table, quoted.
     let table: String
@@ -17,6 +17,9 @@ struct RowDiffQueries {
     let newerColumns: [String]
     /// The columns on both sides, quoted (compared for changed rows).
     let commonColumns: [String]
+    /// Those of `commonColumns` whose storage class is compared too (see
+    /// ``RowDiffSchema/Table/mixedTypes``).
+    var typeChecked: Set<String> = []
     /// `--where`: a boolean expression over the table's columns; nil for every row.
     let filter: String?
 
@@ -53,8 +56,10 @@ struct RowDiffQueries {
         let (old, new) = (Self.olderRow, Self.newerRow)
         var selected = quoted(new, keys)
         for column in commonColumns { selected += ["quote(\(old).\(column))", "quote(\(new).\(column))"] }
-        let differs = commonColumns.map {
-            "\(old).\($0) IS NOT \(new).\($0) COLLATE BINARY OR typeof(\(old).\($0)) IS NOT typeof(\(new).\($0))"
+        let differs = commonColumns.map { column in
+            let value = "\(old).\(column) IS NOT \(new).\(column) COLLATE BINARY"
+            guard typeChecked.contains(column) else { return value }
+            return value + " OR typeof(\(old).\(column)) IS NOT typeof(\(new).\(column))"
         }
         var condition = "(" + (differs.isEmpty ? "0" : differs.joined(separator: " OR ")) + ")"
         if let filter {

@@ -23,6 +23,11 @@ struct RowDiffSchema {
         var withoutRowid: Bool
         /// The first rowid name no column shadows (nil for WITHOUT ROWID tables too).
         var rowidName: String? = nil
+        /// The columns (lowercased) that may hold an integer and a real of equal value: only
+        /// BLOB affinity (no declared type) and STRICT's ANY keep a value's own type, every
+        /// other affinity stores both alike. A diff compares storage classes only there,
+        /// which costs more than the values.
+        var mixedTypes: Set<String> = []
         /// Whether the table has data of its own to compare.
         var holdsRows: Bool { type == "table" || type == "shadow" }
     }
@@ -60,9 +65,10 @@ struct RowDiffSchema {
             }
             var all: [String] = []
             var primary: [(order: Int, name: String)] = []
-            try connection.each("SELECT name, pk, hidden FROM pragma_table_xinfo(?1, ?2)", [name, schema]) { column in
+            try connection.each("SELECT name, pk, hidden, type FROM pragma_table_xinfo(?1, ?2)", [name, schema]) { column in
                 guard let columnName = column[0] else { return }
                 all.append(columnName)
+                if keepsOwnType(declared: column[3] ?? "") { table.mixedTypes.insert(columnName.lowercased()) }
                 if column[2] == "0" { table.columns.append(columnName) }
                 if let order = Int(column[1] ?? "0"), order > 0 { primary.append((order, columnName)) }
             }
@@ -79,6 +85,14 @@ struct RowDiffSchema {
             result.tables[name] = table
         }
         return result
+    }
+
+    /// SQLite's affinity rules, in their order: INT, then CHAR/CLOB/TEXT, then BLOB or no
+    /// type; ANY is NUMERIC except in a STRICT table, where it keeps every value as given.
+    static func keepsOwnType(declared: String) -> Bool {
+        let type = declared.uppercased()
+        if type.contains("INT") || type.contains("CHAR") || type.contains("CLOB") || type.contains("TEXT") { return false }
+        return type.isEmpty || type.contains("BLOB") || type == "ANY"
     }
 
     static func isStatistics(_ name: String) -> Bool {

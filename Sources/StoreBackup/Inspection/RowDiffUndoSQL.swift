@@ -133,7 +133,8 @@ extension RowDiffer {
         let (keys, _) = Self.keyExpressions(key)
         let columns = table.columns.map(RowDiffSQL.identifier)
         let queries = RowDiffQueries(
-            table: quoted, keys: keys, olderColumns: columns, newerColumns: columns, commonColumns: columns, filter: filter)
+            table: quoted, keys: keys, olderColumns: columns, newerColumns: columns, commonColumns: columns,
+            typeChecked: Self.typeChecked(table.columns, table, newer.tables[name]!), filter: filter)
         let match = { (literals: ArraySlice<String?>) -> String in
             zip(keys, literals).map { "\($0) = \(RowDiffSQL.literal($1))" }.joined(separator: " AND ")
         }

@@ -105,6 +105,13 @@ public final class RowDiffer {
         return nil
     }
 
+    /// `columns`, quoted, whose storage class is compared too: those either side can hold
+    /// as an integer or a real of equal value.
+    static func typeChecked(_ columns: [String], _ old: RowDiffSchema.Table, _ new: RowDiffSchema.Table) -> Set<String> {
+        let mixed = old.mixedTypes.union(new.mixedTypes)
+        return Set(columns.filter { mixed.contains($0.lowercased()) }.map(RowDiffSQL.identifier))
+    }
+
     /// The key expressions of `key` and their names.
     static func keyExpressions(_ key: RowDiffSchema.Key) -> (expressions: [String], names: [String]) {
         switch key {
@@ -159,7 +166,7 @@ public final class RowDiffer {
         let queries = RowDiffQueries(
             table: quotedName, keys: keys, olderColumns: old.columns.map(RowDiffSQL.identifier),
             newerColumns: new.columns.map(RowDiffSQL.identifier), commonColumns: common.map(RowDiffSQL.identifier),
-            filter: filter)
+            typeChecked: Self.typeChecked(common, old, new), filter: filter)
         guard key != nil else {
             diff.comparison = .whole
             diff.note =
