@@ -123,7 +123,9 @@ public struct StoreHelper: Sendable {
     ///
     /// Downloads, then unpacks into `<store>_New` checking every checksum and running
     /// `PRAGMA integrity_check` on each database; only then swaps it in, keeping the
-    /// previous store as `<store>_Old` until `hooks.reload` accepts the new one. If the
+    /// previous store as `<store>_Old` until `hooks.reload` accepts the new one; then keeps
+    /// it as `<store>_Replaced` for ``undoRestore(options:hooks:)`` (see
+    /// ``RestoreOptions/keepReplaced``). If the
     /// reload throws, the new store goes to `<store>_FailedRestore` and the old one is
     /// put back (and reloaded). Each step is journaled, so a crash at any point is
     /// repaired by the next command on this store.
@@ -167,6 +169,7 @@ public struct StoreHelper: Sendable {
         var transaction = RestoreTransaction(
             layout: layout, source: destination, passwords: passwords, hooks: hooks, logger: logger)
         transaction.options = options
+        transaction.now = now
         return try await transaction.run(nameOrLatest, progress: progress)
     }
 
@@ -175,13 +178,14 @@ public struct StoreHelper: Sendable {
     /// Finishes or undoes a restore that was interrupted (crash, kill -9, power loss).
     ///
     /// Every other operation does this first, so calling it is needed only to repair a
-    /// store before the app opens it at startup.
+    /// store before the app opens it at startup. It also removes a kept replaced store whose
+    /// time is up (see ``RestoreOptions/keepReplaced``).
     ///
     /// - Parameter appCommands: How the app is started again when the interrupted restore
     ///   had stopped it (see ``RestoreOptions/appCommands``).
     public func recover(appCommands: AppCommands? = nil) throws -> RecoveryOutcome {
         let lock = try StoreLock(storesDirectory: storesDirectory, purpose: "recover")
         defer { withExtendedLifetime(lock) {} }
-        return try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start)
+        return try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start, now: now())
     }
 }

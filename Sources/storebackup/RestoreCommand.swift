@@ -26,7 +26,15 @@ struct RestoreCommand: AsyncParsableCommand {
             --start-command: the backup is then downloaded, unpacked and checked while the app \
             runs, the app is stopped only for the swap, and started again after it (also after \
             a rollback or a failure). A store of the configuration with this path takes its \
-            stop-command, start-command and stop-timeout from there.
+            stop-command, start-command, stop-timeout and keep-replaced from there.
+
+            The store a restore replaces is kept beside it as <dir>_Replaced (renamed, not \
+            copied) for 7 days (--keep-replaced), so `storebackup undo <dir>` can put it back; \
+            the output prints that command. Only one is kept: the next restore drops it, and \
+            so does the first command on the store once its time is up. It holds its disk \
+            space meanwhile: it is not kept (a warning says so) when the next restore of a \
+            store this size would no longer fit with the reserve kept free. --no-keep drops it \
+            at once.
             """)
 
     @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
@@ -65,50 +73,41 @@ struct RestoreCommand: AsyncParsableCommand {
     )
     var acceptDamagedDatabases = false
 
-    @Option(help: ArgumentHelp("Stops the app before the swap (run with /bin/sh -c), e.g. 'systemctl stop myapp'.", valueName: "command"))
-    var stopCommand: String?
+    @OptionGroup var app: AppCommandOptions
 
     @Option(
         help: ArgumentHelp(
-            "Starts the app after the swap, also after a rollback or a failure, e.g. 'systemctl start myapp'.", valueName: "command"))
-    var startCommand: String?
+            "How long the replaced store is kept as <dir>_Replaced for `undo`, e.g. 12h, 7d, 2w (default 7d; 0: not kept).",
+            valueName: "duration"))
+    var keepReplaced: String?
 
-    @Option(help: ArgumentHelp("Seconds the stop (and start) command may run before it is killed (default 60).", valueName: "seconds"))
-    var stopTimeout: Double?
+    @Flag(help: "Do not keep the replaced store: it is removed at the commit, and the restore cannot be undone.")
+    var noKeep = false
 
     @Flag(help: "Restore even if other processes have the store open (they lose what they write afterwards), with a warning naming them.")
     var force = false
 
     @Flag(
         help:
-            "Print the result as JSON: {name, storesDirectory, files, databasesChecked, databasesProven, checkReasons, damagedDatabases, warning, app}."
+            "Print the result as JSON: {name, storesDirectory, files, databasesChecked, databasesProven, checkReasons, damagedDatabases, warning, app, undo ({command, path, size, keptUntil}, or null), keepWarning}."
     )
     var json = false
 
     @OptionGroup var configurationFile: ConfigurationOption
 
     func validate() throws {
-        if startCommand != nil && stopCommand == nil {
-            throw ValidationError("--start-command needs --stop-command (the restore starts the app only after it stopped it)")
+        if noKeep && keepReplaced != nil { throw ValidationError("--no-keep and --keep-replaced cannot be used together") }
+        if let keepReplaced {
+            do { _ = try DurationText.parseSeconds(keepReplaced) } catch { throw ValidationError("--keep-replaced: \(error)") }
         }
-        if let stopTimeout, !(stopTimeout > 0) { throw ValidationError("--stop-timeout must be a positive number of seconds") }
     }
 
-    /// The stop and start commands: the command line's, else those of the configured store
-    /// with this path (a configuration that cannot be read is ignored unless --config named it).
-    func appCommands(for storesDirectory: String) -> AppCommands? {
-        var configured: AppCommands?
-        let configuration =
-            configurationFile.path != nil
-            ? configurationFile.load()
-            : try? BackupConfiguration.load(path: configurationFile.effectivePath)
-        if let configuration, let job = configuration.stores.first(where: { $0.storesDirectory == storesDirectory }) {
-            configured = job.appCommands
-        }
-        guard let stop = stopCommand ?? configured?.stop else { return nil }
-        return AppCommands(
-            stop: stop, start: startCommand ?? (stopCommand == nil ? configured?.start : nil),
-            timeout: stopTimeout ?? configured?.timeout ?? AppCommands.defaultTimeout)
+    /// How long the replaced store is kept: --no-keep, --keep-replaced, the configured
+    /// store's keep-replaced, or the default.
+    func keepReplacedSeconds(configured: StoreJob?) -> Double {
+        if noKeep { return 0 }
+        if let keepReplaced, let seconds = try? DurationText.parseSeconds(keepReplaced) { return seconds }
+        return configured?.keepReplaced ?? RestoreOptions.defaultKeepReplaced
     }
 
     func run() async throws {
@@ -126,11 +125,13 @@ struct RestoreCommand: AsyncParsableCommand {
         let helper = StoreHelper(
             storesDirectory: storesDirectory, destination: source,
             passwords: password.provider(confirm: false), logger: Terminal.logger)
+        let configured = configurationFile.configuredStore(helper.storesDirectory)
         let options = RestoreOptions(
             extraction: ExtractionOptions(
                 allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases,
                 proofKey: proofKey.keyForReading(), checkDatabases: checkDatabases),
-            appCommands: appCommands(for: helper.storesDirectory), allowStoreInUse: force)
+            appCommands: app.appCommands(configured: configured?.appCommands), allowStoreInUse: force,
+            keepReplaced: keepReplacedSeconds(configured: configured))
         if !yes {
             guard Terminal.standardInputIsTerminal else {
                 Terminal.fail(
@@ -156,13 +157,20 @@ struct RestoreCommand: AsyncParsableCommand {
         Terminal.info(
             "storebackup: restored \"\(result.backupName)\" into \(result.storesDirectory) (\(result.fileCount) entries, \(result.databasesChecked.count) databases checked, \(result.databasesProven.count) proven)"
         )
-        if json { try printJSON(result) }
+        if let warning = result.keepWarning { Terminal.info("storebackup: warning: \(warning)") }
+        let undo = result.replacedStore.map {
+            UndoCommand.describe(
+                $0, storesDirectory: result.storesDirectory, configuration: configurationFile.path, appCommandsGiven: app.stopCommand != nil
+            )
+        }
+        if let undo { Terminal.info("storebackup: \(undo.text)") }
+        if json { try printJSON(result, undoCommand: undo?.command) }
         if let failure = result.appDowntime?.startFailure {
             Terminal.fail(StoreBackupError.restoreRefused(reason: "the store was restored, but \(failure); start the app"))
         }
     }
 
-    private func printJSON(_ result: RestoreResult) throws {
+    private func printJSON(_ result: RestoreResult, undoCommand: String?) throws {
         var summary: [String: Any] = [
             "name": result.backupName, "storesDirectory": result.storesDirectory, "files": result.fileCount,
             "databasesChecked": result.databasesChecked, "damagedDatabases": result.damagedDatabases,
@@ -170,6 +178,13 @@ struct RestoreCommand: AsyncParsableCommand {
         ]
         if let warning = result.warning { summary["warning"] = warning }
         if let warning = result.storeInUseWarning { summary["storeInUseWarning"] = warning }
+        if let warning = result.keepWarning { summary["keepWarning"] = warning }
+        summary["undo"] =
+            result.replacedStore.map { kept -> [String: Any] in
+                var undo: [String: Any] = ["command": undoCommand ?? "", "path": kept.path, "size": kept.bytes]
+                undo["keptUntil"] = kept.keptUntil.map { ISO8601DateFormatter().string(from: $0) }
+                return undo
+            } ?? NSNull()
         if let downtime = result.appDowntime {
             var app: [String: Any] = ["downtimeSeconds": downtime.seconds, "stopSeconds": downtime.stopSeconds]
             if let start = downtime.startSeconds { app["startSeconds"] = start }

@@ -11,14 +11,17 @@ struct StatusCommand: AsyncParsableCommand {
             configuration, else $STOREBACKUP_STATE_DIR, else $XDG_STATE_HOME/storebackup, else \
             ~/.local/state/storebackup). With a configuration, every configured store is shown, \
             also those that never ran. A folder a restore set aside beside a store \
-            (<dir>_FailedRestore) is listed with its size ("setAside": [{path, size}] in JSON).
+            (<dir>_FailedRestore) is listed with its size ("setAside": [{path, size}] in JSON), and \
+            so is the store the last restore replaced, kept for `undo` (<dir>_Replaced), with the \
+            backup that replaced it and when it expires ("replaced": {path, size, replacedBy, \
+            replacedAt, keptUntil, undoCommand} or null).
             """)
 
     @OptionGroup var configurationFile: ConfigurationOption
 
     @Flag(
         help:
-            "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun, lastVerifySuccess, lastVerifyFailure ({at, backups, destination, trigger, error}), verifyFailing, nextVerify, and for several destinations destinations: {NAME: {lastSuccess, lastFailure}}} (and leftovers with --leftovers)."
+            "Print JSON: an array of {store, storesDirectory, destination, schedule, lastSuccess, lastFailure, lastStarted, nextRun, lastVerifySuccess, lastVerifyFailure ({at, backups, destination, trigger, error}), verifyFailing, nextVerify, setAside, replaced, and for several destinations destinations: {NAME: {lastSuccess, lastFailure}}} (and leftovers with --leftovers)."
     )
     var json = false
 
@@ -65,6 +68,15 @@ struct StatusCommand: AsyncParsableCommand {
                 object["setAside"] = StoreLayout(storesDirectory: state.storesDirectory).setAsideStores().map { store in
                     ["path": store.path, "size": store.bytes] as [String: Any]
                 }
+                object["replaced"] =
+                    StoreLayout(storesDirectory: state.storesDirectory).replacedStore().map { kept -> [String: Any] in
+                        [
+                            "path": kept.path, "size": kept.bytes, "replacedBy": kept.replacedBy ?? NSNull(),
+                            "replacedAt": kept.replacedAt.map(formatter.string(from:)) ?? NSNull(),
+                            "keptUntil": kept.keptUntil.map(formatter.string(from:)) ?? NSNull(),
+                            "undoCommand": "storebackup undo " + UndoCommand.shellQuoted(state.storesDirectory),
+                        ]
+                    } ?? NSNull()
                 object["lastSuccess"] =
                     state.lastSuccess.map { success in
                         [
@@ -132,6 +144,10 @@ struct StatusCommand: AsyncParsableCommand {
             for store in StoreLayout(storesDirectory: state.storesDirectory).setAsideStores() {
                 Terminal.output("  set aside     \(store.path)  \(Terminal.formatBytes(store.bytes))")
             }
+            if let kept = StoreLayout(storesDirectory: state.storesDirectory).replacedStore() {
+                Terminal.output(
+                    "  replaced      \(kept.path)  \(Terminal.formatBytes(kept.bytes))  \(Self.describe(kept, formatter: formatter))")
+            }
             if let failure = state.lastFailure {
                 Terminal.output("  last failure  \(formatter.string(from: failure.at))  \(failure.error)")
             }
@@ -165,6 +181,18 @@ extension StatusCommand {
     static func verifyFailing(_ state: BackupState) -> Bool {
         guard let failure = state.lastVerifyFailure else { return false }
         return failure.at >= (state.lastVerifySuccess?.at ?? .distantPast)
+    }
+
+    /// Which restore replaced a kept store, until when it is kept, and how to undo it.
+    static func describe(_ kept: ReplacedStore, formatter: DateFormatter) -> String {
+        var text = "by " + UndoCommand.replacedBy(kept)
+        if let until = kept.keptUntil {
+            text += ", kept until \(formatter.string(from: until))"
+        } else {
+            text += ", no record: kept until removed by hand"
+        }
+        let store = String(kept.path.dropLast("_Replaced".count))
+        return text + " (undo: storebackup undo \(UndoCommand.shellQuoted(store)))"
     }
 
     /// "none", "3 unfinished uploads (run prune to remove them)", or why the destination could not say.

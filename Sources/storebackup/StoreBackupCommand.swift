@@ -22,8 +22,8 @@ struct StoreBackupCommand: AsyncParsableCommand {
             """,
         version: StoreBackupVersion.current,
         subcommands: [
-            CreateCommand.self, ListCommand.self, LsCommand.self, RestoreCommand.self, ExtractCommand.self, SqlCommand.self,
-            DiffCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
+            CreateCommand.self, ListCommand.self, LsCommand.self, RestoreCommand.self, UndoCommand.self, ExtractCommand.self,
+            SqlCommand.self, DiffCommand.self, VerifyCommand.self, DeleteCommand.self, RecoverCommand.self,
             RunCommand.self, PruneCommand.self, StatusCommand.self, AuthCommand.self, CopyCommand.self,
         ]
     )

@@ -98,9 +98,11 @@ final class ChainRestoreTests: XCTestCase {
         XCTAssertEqual(try leftBeside(FileSystem.parentDirectory(of: live)), [], file: file, line: line)
     }
 
-    /// What a restore left in the store's parent folder besides the store and its lock file.
+    /// What a restore left in the store's parent folder besides the store, its lock file and
+    /// the store it replaced (kept for undo, with its record).
     private func leftBeside(_ parent: String) throws -> [String] {
-        try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0 != "Stores" && $0 != ".Stores.storebackup-lock" }.sorted()
+        let expected: Set = ["Stores", ".Stores.storebackup-lock", "Stores_Replaced", ".Stores.storebackup-replaced.json"]
+        return try FileManager.default.contentsOfDirectory(atPath: parent).filter { !expected.contains($0) }.sorted()
     }
 
     func testBrokenChainsAreRefusedBeforeAnythingIsWritten() throws {

@@ -325,7 +325,7 @@ final class EmbeddingTests: XCTestCase {
             steps.entries,
             [
                 "create-locked", "snapshots-held", "extracting", "synced", "before-swap", "between-renames",
-                "before-reload", "before-cleanup",
+                "before-reload", "before-cleanup", "keeping",
             ])
     }
 

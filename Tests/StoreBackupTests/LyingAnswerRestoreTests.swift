@@ -119,7 +119,9 @@ final class LyingAnswerRestoreTests: XCTestCase {
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: target + "_New"), label)
         XCTAssertEqual(
-            try FileManager.default.contentsOfDirectory(atPath: parent).filter { $0.contains("storebackup-") && !$0.hasSuffix("-lock") },
+            try FileManager.default.contentsOfDirectory(atPath: parent).filter {
+                $0.contains("storebackup-") && !$0.hasSuffix("-lock") && !$0.hasSuffix("-replaced.json")
+            },
             [], "\(label) no staging file left")
     }
 }

@@ -465,10 +465,12 @@ final class StoreInUseTests: XCTestCase {
         XCTAssertTrue(others.isEmpty, "commits of other generations: \(others.sorted().prefix(5))", file: file, line: line)
     }
 
-    /// No `_New`, `_Old`, journal or scratch file beside the store or in it.
+    /// No `_New`, `_Old`, journal or scratch file beside the store or in it (the store a
+    /// restore replaced is kept for undo, as intended).
     private func assertNothingLeftBehind(file: StaticString = #filePath, line: UInt = #line) throws {
         let beside = try FileManager.default.contentsOfDirectory(atPath: work).filter {
-            $0.hasPrefix("Stores") && $0 != "Stores" || $0.contains("storebackup-tmp") || $0.hasSuffix(".storebackup-restore.json")
+            $0.hasPrefix("Stores") && $0 != "Stores" && $0 != "Stores_Replaced" || $0.contains("storebackup-tmp")
+                || $0.hasSuffix(".storebackup-restore.json")
         }
         XCTAssertEqual(beside, [], file: file, line: line)
         let inside = try FileManager.default.contentsOfDirectory(atPath: store).filter { $0.contains("storebackup-tmp") }

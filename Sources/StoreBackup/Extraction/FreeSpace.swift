@@ -13,20 +13,29 @@ import Glibc
 /// ``ArchiveLimits/minimumReserveBytes``, whichever is larger.
 enum FreeSpace {
     static func check(needed: Int64, in directory: String, backupName: String) throws {
-        var info = statvfs()
-        guard statvfs(directory, &info) == 0 else { throw StoreBackupError.io(path: directory, operation: "statvfs", errno: errno) }
-        let blockSize = Int64(info.f_frsize)
-        let available = Int64(clamping: UInt64(info.f_bavail)).multipliedReportingOverflow(by: blockSize)
-        let size = Int64(clamping: UInt64(info.f_blocks)).multipliedReportingOverflow(by: blockSize)
-        let free = available.overflow ? Int64.max : available.partialValue
-        let total = size.overflow ? Int64.max : size.partialValue
-        let reserve = max(Int64(Double(total) * ArchiveLimits.reserveFraction), ArchiveLimits.minimumReserveBytes)
+        let (free, total) = try volume(of: directory)
+        let reserve = reserve(total: total)
         guard needed <= free - reserve else {
             throw StoreBackupError.restoreRefused(
                 reason:
                     "backup \"\(backupName)\" needs \(describe(needed)) but \(directory) has \(describe(free)) free, and \(describe(reserve)) must stay free for the app; free some space first"
             )
         }
+    }
+
+    /// The bytes an unprivileged writer may still use on `directory`'s file system, and its size.
+    static func volume(of directory: String) throws -> (free: Int64, total: Int64) {
+        var info = statvfs()
+        guard statvfs(directory, &info) == 0 else { throw StoreBackupError.io(path: directory, operation: "statvfs", errno: errno) }
+        let blockSize = Int64(info.f_frsize)
+        let available = Int64(clamping: UInt64(info.f_bavail)).multipliedReportingOverflow(by: blockSize)
+        let size = Int64(clamping: UInt64(info.f_blocks)).multipliedReportingOverflow(by: blockSize)
+        return (available.overflow ? Int64.max : available.partialValue, size.overflow ? Int64.max : size.partialValue)
+    }
+
+    /// What must stay free on a file system of `total` bytes for the app.
+    static func reserve(total: Int64) -> Int64 {
+        max(Int64(Double(total) * ArchiveLimits.reserveFraction), ArchiveLimits.minimumReserveBytes)
     }
 
     /// "1.5 GiB (1610612736 bytes)".

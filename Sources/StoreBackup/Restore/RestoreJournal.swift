@@ -4,11 +4,15 @@ import Foundation
 import Glibc
 #endif
 
-/// What a restore was doing, written (atomically, fsynced) before each step, so a
-/// restore killed at any moment can be finished or undone by the next command.
+/// What a restore (or an undo of one) was doing, written (atomically, fsynced) before each
+/// step, so one killed at any moment can be finished or undone by the next command.
+///
+/// An undo goes through the same phases with `_Replaced` (the kept store) in the place of
+/// `_New`: before `swapping` nothing was moved; its rollback puts the kept store back to
+/// `_Replaced`; its commit removes `_Old` (the restored store) and the kept store's record.
 struct RestoreJournal: Codable, Sendable {
     enum Phase: String, Codable, Sendable {
-        /// Unpacking into `_New`; the live store is untouched.
+        /// Unpacking into `_New`; the live store is untouched. (Undo: nothing moved yet.)
         case extracting
         /// Renaming live → `_Old` and `_New` → live.
         case swapping
@@ -16,7 +20,7 @@ struct RestoreJournal: Codable, Sendable {
         case reloading
         /// The reload failed: new → `_FailedRestore`, `_Old` → live.
         case rollingBack
-        /// The restore succeeded; removing `_Old`.
+        /// The restore succeeded; keeping `_Old` as `_Replaced` or removing it.
         case committing
         /// The store is whole again (committed, rolled back or never touched); only the
         /// app's start command is left to run.
@@ -31,6 +35,10 @@ struct RestoreJournal: Codable, Sendable {
     var appStopped: Bool? = nil
     /// The app's start command, for recovery to run when the restore died before it did.
     var startCommand: String? = nil
+    /// This transaction puts the kept `_Replaced` store back (an undo); nil: a restore.
+    var undo: Bool? = nil
+    /// A restore's commit keeps `_Old` as `_Replaced` until then; nil drops it.
+    var keepReplacedUntil: Date? = nil
     var pid: Int32 = getpid()
     var updatedAt = Date()
 

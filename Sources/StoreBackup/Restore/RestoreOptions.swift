@@ -1,3 +1,5 @@
+import Foundation
+
 /// How ``StoreHelper/restore(_:options:hooks:progress:)`` may treat the backup and the live
 /// store. The defaults are the safe ones: refuse what cannot be checked, refuse a store other
 /// processes hold.
@@ -28,11 +30,24 @@ public struct RestoreOptions: Sendable {
     /// closes another process's connections. Skipped when ``appCommands`` stop the app.
     public var checkStoreInUseEarly = true
 
+    /// Seconds the store a restore replaces is kept beside it as `<store>_Replaced`, for
+    /// ``StoreHelper/undoRestore(options:hooks:)``; 0 removes it at the commit. It is
+    /// renamed, not copied (no extra downtime), but holds its disk space until the next
+    /// committed restore replaces it or the first command on the store after this time
+    /// removes it. It is not kept when that would leave less free space than a restore of a
+    /// store of the restored one's size needs (the result's ``RestoreResult/keepWarning`` says so).
+    public var keepReplaced: TimeInterval = RestoreOptions.defaultKeepReplaced
+
+    /// How long a replaced store is kept when nothing else is said: 7 days.
+    public static let defaultKeepReplaced: TimeInterval = 7 * 86_400
+
     /// The safe defaults, or as given.
     public init(
         extraction: ExtractionOptions = ExtractionOptions(), appCommands: AppCommands? = nil, allowStoreInUse: Bool = false,
-        allowUnseenProcesses: Bool = false, checkStoreInUseEarly: Bool = true
+        allowUnseenProcesses: Bool = false, checkStoreInUseEarly: Bool = true,
+        keepReplaced: TimeInterval = RestoreOptions.defaultKeepReplaced
     ) {
+        self.keepReplaced = keepReplaced
         self.extraction = extraction
         self.appCommands = appCommands
         self.allowStoreInUse = allowStoreInUse

@@ -5,7 +5,7 @@ extension RestoreTransaction {
     /// Brings the store back to a whole state after a restore was killed, reading what it
     /// was doing from its journal. Callers hold the store's lock. Safe to run again after
     /// a crash part-way through.
-    static func recover(_ layout: StoreLayout) throws -> RecoveryOutcome {
+    static func recover(_ layout: StoreLayout, now: Date = Date()) throws -> RecoveryOutcome {
         let swapper = StoreSwapper(layout: layout)
         guard let journal = RestoreJournal.load(from: layout.journal) else {
             // A journal that cannot be read is left alone only if nothing is mid-way.
@@ -18,6 +18,7 @@ extension RestoreTransaction {
             return .nothingToDo
         }
         let name = journal.backupName
+        if journal.undo == true { return try recoverUndo(layout, journal) }
         switch journal.phase {
         case .extracting:
             try swapper.removeNew()
@@ -36,7 +37,9 @@ extension RestoreTransaction {
             RestoreJournal.remove(at: layout.journal)
             return .completedRestore(backup: name)
         case .committing:
-            try swapper.removeOld()
+            // A store dropped here for want of space is not reported: status shows none kept.
+            _ = try ReplacedStoreKeeper(layout: layout).commitRestore(
+                backupName: name, hadLiveStore: journal.hadLiveStore, keepUntil: journal.keepReplacedUntil, now: now)
             RestoreJournal.remove(at: layout.journal)
             return .finishedCleanup(backup: name)
         case .startingApp:

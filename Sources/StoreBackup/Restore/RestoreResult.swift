@@ -27,4 +27,10 @@ public struct RestoreResult: Sendable {
     public var storeInUseWarning: String? = nil
     /// How long the app was stopped, when ``RestoreOptions/appCommands`` stopped and started it.
     public var appDowntime: AppDowntime? = nil
+    /// The store this restore replaced, kept for ``StoreHelper/undoRestore(options:hooks:)``
+    /// until ``ReplacedStore/keptUntil``; nil when none is (no store was there,
+    /// ``RestoreOptions/keepReplaced`` was 0, or there was too little disk space).
+    public var replacedStore: ReplacedStore? = nil
+    /// Why the replaced store was not kept although it was to be (disk space); nil otherwise.
+    public var keepWarning: String? = nil
 }

@@ -25,9 +25,11 @@ struct RestoreTransaction {
     let logger: Logger
     /// What the restore may let through and how it treats the live store.
     var options = RestoreOptions()
-    private var appCommands: AppCommands? { options.appCommands }
+    /// The clock that dates a kept store's expiry and decides when it is up (tests step it).
+    var now: @Sendable () -> Date = { Date() }
+    var appCommands: AppCommands? { options.appCommands }
 
-    private var swapper: StoreSwapper { StoreSwapper(layout: layout) }
+    var swapper: StoreSwapper { StoreSwapper(layout: layout) }
 
     /// Restores `nameOrLatest` (a backup's name, or `latest`) into the live stores directory.
     func run(_ nameOrLatest: String, progress: ProgressHandler?) async throws -> RestoreResult {
@@ -42,7 +44,7 @@ struct RestoreTransaction {
         defer { withExtendedLifetime(lock) {} }
         // Before anything that can fail for outside reasons (the destination), so a store left
         // mid-swap is whole again even when this restore goes no further.
-        _ = try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start)
+        _ = try layout.recoverIfNeeded(logger: logger, startCommand: appCommands?.start, now: now())
         // Fail fast: the app must be stopped before minutes of downloading, not after.
         // (When allowed anyway, the check before the swap gives the one warning.)
         if appCommands == nil && options.checkStoreInUseEarly && !options.allowStoreInUse { _ = try checkNotInUse(afterStop: false) }
@@ -146,54 +148,56 @@ struct RestoreTransaction {
             throw error
         }
 
-        let unpacked = Unpacked(
-            backupName: backupName, hadLiveStore: hadLiveStore, databases: extracted.databases,
-            files: extracted.files, unverified: extracted.unverified, damaged: extracted.damaged, verdicts: extracted.verdicts)
+        let plan = SwapPlan(
+            backupName: backupName, hadLiveStore: hadLiveStore,
+            keepReplaced: options.keepReplaced > 0 ? options.keepReplaced : nil)
         // Last point where cancelling is honoured before the app is stopped.
-        if Task.isCancelled { discardExtracted(unpacked, appStopped: false); throw StoreBackupError.cancelled }
+        if Task.isCancelled { discardBeforeSwap(plan, appStopped: false); throw StoreBackupError.cancelled }
         throttle.report(BackupProgress(phase: .swapping), force: true)
-        guard let commands = appCommands else {
-            return try await swapAndReload(unpacked, appStopped: false, throttle: throttle)
-        }
-        return try await withAppStopped(commands, unpacked) {
-            try await swapAndReload(unpacked, appStopped: true, throttle: throttle)
-        }
+        let outcome = try await swapWithApp(plan, throttle: throttle)
+        let verdicts = extracted.verdicts
+        var result = RestoreResult(
+            backupName: backupName, storesDirectory: layout.live,
+            databasesChecked: extracted.databases.filter { verdicts[$0] != .proven },
+            databasesProven: extracted.databases.filter { verdicts[$0] == .proven },
+            checkReasons: verdicts.compactMapValues { if case .checked(let reason) = $0 { reason } else { nil } },
+            fileCount: extracted.files, warning: extracted.unverified ? ExtractionPlan.unverifiedWarning : nil,
+            damagedDatabases: extracted.damaged, storeInUseWarning: outcome.inUseWarning)
+        result.appDowntime = outcome.downtime
+        result.replacedStore = outcome.kept?.kept
+        result.keepWarning = outcome.kept?.warning
+        return result
     }
 
-    /// What step 1 unpacked into `_New`.
-    private struct Unpacked: Sendable {
-        var backupName: String
-        var hadLiveStore: Bool
-        var databases: [String]
-        var files: Int
-        var unverified: Bool
-        /// Databases damaged at the source, restored because they were accepted.
-        var damaged: [String]
-        /// Proven or checked, and why, by database.
-        var verdicts: [String: DatabaseVerdict]
+    /// Swaps `plan` in, with the app stopped around it when ``appCommands`` say how.
+    func swapWithApp(_ plan: SwapPlan, throttle: ProgressThrottle) async throws -> SwapOutcome {
+        guard let commands = appCommands else {
+            return try await swapAndReload(plan, appStopped: false, throttle: throttle)
+        }
+        return try await withAppStopped(commands, plan) {
+            try await swapAndReload(plan, appStopped: true, throttle: throttle)
+        }
     }
 
     /// Runs the stop command, then `body` (the swap) if it succeeded, then the start command
     /// whatever happened: after a commit, a rollback, a failure or a cancellation; then a
-    /// committed restore's `_Old` goes. The journal says the app is stopped from before the
-    /// stop runs until the start has run.
+    /// committed transaction's `_Old` is kept or goes. The journal says the app is stopped
+    /// from before the stop runs until the start has run.
     private func withAppStopped(
-        _ commands: AppCommands, _ unpacked: Unpacked,
-        _ body: () async throws -> RestoreResult
-    ) async throws -> RestoreResult {
-        try RestoreJournal(
-            phase: .extracting, backupName: unpacked.backupName, hadLiveStore: unpacked.hadLiveStore,
-            appStopped: true, startCommand: commands.start
-        ).save(to: layout.journal)
+        _ commands: AppCommands, _ plan: SwapPlan,
+        _ body: () async throws -> SwapOutcome
+    ) async throws -> SwapOutcome {
+        try plan.journal(.extracting, appStopped: true, startCommand: commands.start).save(to: layout.journal)
+        TestPausePoint.reach("before-stop")
         let clock = ContinuousClock()
         let stopped = clock.now
         // The commands are not logged: they may carry credentials.
         logger.notice("stopping the app (stop command)")
         let stop = await Self.runShell(commands.stop, timeout: commands.timeout)
         let stopSeconds = (clock.now - stopped).inSeconds
-        var outcome: Result<RestoreResult, Error>
+        var outcome: Result<SwapOutcome, Error>
         if let failure = stop.failure {
-            discardExtracted(unpacked, appStopped: true)
+            discardBeforeSwap(plan, appStopped: true)
             outcome = .failure(
                 StoreBackupError.restoreRefused(
                     reason: "the stop command failed (\(failure)); nothing was swapped"))
@@ -201,6 +205,7 @@ struct RestoreTransaction {
             do { outcome = .success(try await body()) } catch { outcome = .failure(error) }
         }
         var downtime = AppDowntime(seconds: 0, stopSeconds: stopSeconds)
+        TestPausePoint.reach("before-start")
         if let start = commands.start {
             logger.notice("starting the app (start command)")
             let began = clock.now
@@ -209,10 +214,10 @@ struct RestoreTransaction {
             downtime.startFailure = started.failure.map { "the start command failed (\($0))" }
         }
         downtime.seconds = (clock.now - stopped).inSeconds
-        if case .success = outcome {
+        if case .success(var swapped) = outcome {
             do {
-                try swapper.removeOld()
-                RestoreJournal.remove(at: layout.journal)
+                swapped.kept = try commit(plan)
+                outcome = .success(swapped)
             } catch { outcome = .failure(error) }
         }
         if let left = RestoreJournal.load(from: layout.journal) {
@@ -229,7 +234,7 @@ struct RestoreTransaction {
         logger.notice("\(downtime.description)")
         if let failure = downtime.startFailure { logger.error("\(failure)") }
         var result = try outcome.get()
-        result.appDowntime = downtime
+        result.downtime = downtime
         return result
     }
 
@@ -241,19 +246,15 @@ struct RestoreTransaction {
     }
 
     /// 2. Swap, then let the app reload; roll back if it refuses the new store.
-    /// 3. Commit: `_Old` goes only once the journal says so.
-    private func swapAndReload(_ unpacked: Unpacked, appStopped: Bool, throttle: ProgressThrottle) async throws -> RestoreResult {
-        let backupName = unpacked.backupName, hadLiveStore = unpacked.hadLiveStore
-        let layout = self.layout
+    /// 3. Commit: `_Old` is kept or goes only once the journal says so.
+    private func swapAndReload(_ plan: SwapPlan, appStopped: Bool, throttle: ProgressThrottle) async throws -> SwapOutcome {
+        let hadLiveStore = plan.hadLiveStore
+        let layout = self.layout, start = appCommands?.start
         let journal = { (phase: RestoreJournal.Phase) throws -> Void in
-            try RestoreJournal(
-                phase: phase, backupName: backupName, hadLiveStore: hadLiveStore,
-                appStopped: appStopped ? true : nil, startCommand: appStopped ? appCommands?.start : nil
-            )
-            .save(to: layout.journal)
+            try plan.journal(phase, appStopped: appStopped, startCommand: start).save(to: layout.journal)
         }
         do { try await hooks.willSwap() } catch {
-            discardExtracted(unpacked, appStopped: appStopped)
+            discardBeforeSwap(plan, appStopped: appStopped)
             // The app may have paused half-way; let it resume on its untouched store.
             if hadLiveStore { try? await hooks.reload(layout.live) }
             throw StoreBackupError.restoreRefused(reason: "the app's willSwap hook failed (\(error)); the live store was not touched")
@@ -266,43 +267,53 @@ struct RestoreTransaction {
             // Cancelled while the app was stopping: nothing is swapped (the start still runs).
             if Task.isCancelled { throw StoreBackupError.cancelled }
         } catch {
-            discardExtracted(unpacked, appStopped: appStopped)
+            discardBeforeSwap(plan, appStopped: appStopped)
             if hadLiveStore && hooks.resumesApp { try? await hooks.reload(layout.live) }
             throw error
         }
         // The renames are durable before the journal says "reloading".
         try journal(.swapping)
         TestPausePoint.reach("before-swap")
-        try swapper.swapIn(hadLiveStore: hadLiveStore)
+        if plan.undo { try swapper.swapInReplaced(hadLiveStore: hadLiveStore) } else { try swapper.swapIn(hadLiveStore: hadLiveStore) }
         try journal(.reloading)
         TestPausePoint.reach("before-reload")
         throttle.report(BackupProgress(phase: .reloading), force: true)
         do {
             try await hooks.reload(layout.live)
         } catch {
-            throw await rollBack(after: error, backupName: backupName, hadLiveStore: hadLiveStore, appStopped: appStopped)
+            throw await rollBack(after: error, plan, appStopped: appStopped)
         }
 
-        try journal(.committing)
+        try plan.journal(.committing, appStopped: appStopped, startCommand: start, keepUntil: plan.keepReplaced.map { now() + $0 })
+            .save(to: layout.journal)
         TestPausePoint.reach("before-cleanup")
-        // With the app stopped, `_Old` goes after its start: removing a large store is not downtime.
-        if !appStopped {
-            try swapper.removeOld()
-            RestoreJournal.remove(at: layout.journal)
-        }
+        var outcome = SwapOutcome(inUseWarning: inUseWarning)
+        // With the app stopped, `_Old` is kept or goes after its start: that is not downtime.
+        if !appStopped { outcome.kept = try commit(plan) }
         throttle.report(BackupProgress(phase: .done), force: true)
-        return RestoreResult(
-            backupName: backupName, storesDirectory: layout.live,
-            databasesChecked: unpacked.databases.filter { unpacked.verdicts[$0] != .proven },
-            databasesProven: unpacked.databases.filter { unpacked.verdicts[$0] == .proven },
-            checkReasons: unpacked.verdicts.compactMapValues { if case .checked(let reason) = $0 { reason } else { nil } },
-            fileCount: unpacked.files, warning: unpacked.unverified ? ExtractionPlan.unverifiedWarning : nil,
-            damagedDatabases: unpacked.damaged, storeInUseWarning: inUseWarning)
+        return outcome
+    }
+
+    /// The committed transaction's last step, then its journal goes: a restore keeps the store
+    /// it replaced (or drops it), an undo drops the restored store. Returns what a restore kept.
+    private func commit(_ plan: SwapPlan) throws -> ReplacedStoreKeeper.Outcome? {
+        let keeper = ReplacedStoreKeeper(layout: layout)
+        var kept: ReplacedStoreKeeper.Outcome?
+        if plan.undo {
+            try keeper.commitUndo()
+        } else {
+            let keepUntil = RestoreJournal.load(from: layout.journal)?.keepReplacedUntil ?? plan.keepReplaced.map { now() + $0 }
+            kept = try keeper.commitRestore(
+                backupName: plan.backupName, hadLiveStore: plan.hadLiveStore, keepUntil: keepUntil, now: now())
+            if let warning = kept?.warning { logger.warning("\(warning)") }
+        }
+        RestoreJournal.remove(at: layout.journal)
+        return kept
     }
 
     /// Refuses when other processes have the live store open, or when the check could not
     /// see every process; with ``allowStoreInUse`` it warns instead (the warning is returned).
-    private func checkNotInUse(afterStop: Bool) throws -> String? {
+    func checkNotInUse(afterStop: Bool) throws -> String? {
         let clock = ContinuousClock()
         let began = clock.now
         let usage = StoreUsage.scan(storesDirectory: layout.live)
@@ -332,26 +343,26 @@ struct RestoreTransaction {
     }
 
     /// The store is whole: the journal goes, or, while the app is stopped, says only its start is left.
-    private func settleJournal(backupName: String, hadLiveStore: Bool, appStopped: Bool) {
+    private func settleJournal(_ plan: SwapPlan, appStopped: Bool) {
         guard appStopped else { return RestoreJournal.remove(at: layout.journal) }
-        let pending = RestoreJournal(
-            phase: .startingApp, backupName: backupName, hadLiveStore: hadLiveStore,
-            appStopped: true, startCommand: appCommands?.start)
+        let pending = plan.journal(.startingApp, appStopped: true, startCommand: appCommands?.start)
         if (try? pending.save(to: layout.journal)) == nil { RestoreJournal.remove(at: layout.journal) }
     }
 
     /// The app rejected the restored store: put the old one back, reload it, tell the app.
     /// Returns the error the restore throws.
-    private func rollBack(after reloadError: Error, backupName: String, hadLiveStore: Bool, appStopped: Bool) async -> Error {
+    private func rollBack(after reloadError: Error, _ plan: SwapPlan, appStopped: Bool) async -> Error {
+        let hadLiveStore = plan.hadLiveStore
         let report: SetAsideReport?
         do {
-            try RestoreJournal(
-                phase: .rollingBack, backupName: backupName, hadLiveStore: hadLiveStore,
-                appStopped: appStopped ? true : nil, startCommand: appStopped ? appCommands?.start : nil
-            )
-            .save(to: layout.journal)
-            report = try swapper.putBackOld(hadLiveStore: hadLiveStore, keepRejected: true)
-            settleJournal(backupName: backupName, hadLiveStore: hadLiveStore, appStopped: appStopped)
+            try plan.journal(.rollingBack, appStopped: appStopped, startCommand: appCommands?.start).save(to: layout.journal)
+            if plan.undo {
+                try swapper.putBackReplaced(hadLiveStore: hadLiveStore)
+                report = nil
+            } else {
+                report = try swapper.putBackOld(hadLiveStore: hadLiveStore, keepRejected: true)
+            }
+            settleJournal(plan, appStopped: appStopped)
         } catch {
             // The journal still says "rolling back": recovery (the next command) finishes it.
             // The old store is not live, so there is nothing to reload or report as rolled back.
@@ -360,6 +371,7 @@ struct RestoreTransaction {
         }
         var reason = "\(reloadError)"
         if let report { reason += "; " + report.description }
+        if plan.undo { reason += "; the undo is rolled back: the restored store is live and the replaced one is kept again" }
         if hadLiveStore {
             do { try await hooks.reload(layout.live) } catch {
                 reason += "; reloading the previous store also failed: \(error)"
@@ -375,8 +387,9 @@ struct RestoreTransaction {
         RestoreJournal.remove(at: layout.journal)
     }
 
-    private func discardExtracted(_ unpacked: Unpacked, appStopped: Bool) {
-        try? swapper.removeNew()
-        settleJournal(backupName: unpacked.backupName, hadLiveStore: unpacked.hadLiveStore, appStopped: appStopped)
+    /// Abandoned before the swap: a restore's unpacked copy goes (an undo moved nothing).
+    private func discardBeforeSwap(_ plan: SwapPlan, appStopped: Bool) {
+        if !plan.undo { try? swapper.removeNew() }
+        settleJournal(plan, appStopped: appStopped)
     }
 }

@@ -2,8 +2,9 @@ import Foundation
 
 /// The folders a restore works with, all beside the live stores directory so every
 /// step is a rename on one filesystem: `<name>_New` (the unpacked backup),
-/// `<name>_Old` (the previous store while the new one is tried) and
-/// `<name>_FailedRestore` (a restored store that failed to load).
+/// `<name>_Old` (the previous store while the new one is tried),
+/// `<name>_FailedRestore` (a restored store that failed to load) and `<name>_Replaced`
+/// (the store the last committed restore replaced, kept for an undo).
 package struct StoreLayout: Sendable {
     /// The live stores directory (absolute).
     package let live: String
@@ -17,7 +18,13 @@ package struct StoreLayout: Sendable {
     package var old: String { live + "_Old" }
     /// Where a restored store that the app rejected (its `reload` threw) is kept for inspection.
     package var failed: String { live + "_FailedRestore" }
+    /// Where the store the last committed restore replaced is kept until it expires, for
+    /// ``StoreHelper/undoRestore(options:hooks:)``.
+    package var replaced: String { live + "_Replaced" }
     var journal: String { parent + "/." + name + ".storebackup-restore.json" }
+    /// The record of the kept `_Replaced` store (which backup replaced it, when, until when
+    /// it is kept); beside it, not inside, so the kept tree stays exactly as it was.
+    var replacedRecord: String { parent + "/." + name + ".storebackup-replaced.json" }
 
     /// The layout around `storesDirectory` (made absolute).
     package init(storesDirectory: String) {

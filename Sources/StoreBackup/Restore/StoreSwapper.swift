@@ -15,6 +15,12 @@ public enum RecoveryOutcome: Sendable, Equatable {
     /// A restore had left the store whole (committed or rolled back) but died before it ran
     /// the app's start command.
     case appStartPending(backup: String)
+    /// An undo of the restore of `backup` stopped before its commit; the restored store is
+    /// live again and the replaced one kept, as before the undo.
+    case undoRolledBack(backup: String)
+    /// An undo of the restore of `backup` had put the replaced store back and only cleanup
+    /// was left; it is done.
+    case undoFinished(backup: String)
 
     /// One line for a log or terminal; nil when there was nothing to do.
     public var message: String? {
@@ -26,6 +32,11 @@ public enum RecoveryOutcome: Sendable, Equatable {
         case .finishedCleanup(let name): return "an interrupted restore of \"\(name)\" had succeeded; its cleanup is finished"
         case .appStartPending(let name):
             return "an interrupted restore of \"\(name)\" had left the store whole but not started the app again"
+        case .undoRolledBack(let name):
+            return
+                "an interrupted undo of the restore of \"\(name)\" was rolled back; the restored store is live and the replaced one is kept"
+        case .undoFinished(let name):
+            return "an interrupted undo of the restore of \"\(name)\" had put the replaced store back; its cleanup is finished"
         }
     }
 }

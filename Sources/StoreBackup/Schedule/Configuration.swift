@@ -25,6 +25,7 @@ import Yams
 ///     full-every: 7d                      # with incremental: the defaults shown
 ///     max-chain: 14
 ///     max-delta-share: 0.5
+///     keep-replaced: 7d                   # restore keeps the store it replaces this long, for undo (0: not at all)
 /// hooks:
 ///   on-failure: {url: "https://example.test/alert", timeout: 10s}
 /// metrics: {file: /var/lib/prometheus/node-exporter/storebackup.prom}
@@ -146,7 +147,7 @@ private struct ConfigurationReader {
     static let storeKeys: Set<String> = [
         "name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks",
         "verify", "verify-after-create", "stop-command", "start-command", "stop-timeout", "incremental", "full-every",
-        "max-chain", "max-delta-share",
+        "max-chain", "max-delta-share", "keep-replaced",
     ]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path", "stop-command", "start-command", "stop-timeout"]).union(
         [
@@ -330,6 +331,13 @@ private struct ConfigurationReader {
             }
         }
         job.incremental = try readIncremental(setting)
+        if let (node, key) = setting("keep-replaced") {
+            do { job.keepReplaced = try DurationText.parseSeconds(try string(node, at: key)) } catch StoreBackupError.invalidSchedule(
+                let reason)
+            {
+                throw fail(node, key, reason)
+            }
+        }
         return job
     }
 

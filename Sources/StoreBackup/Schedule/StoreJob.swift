@@ -37,6 +37,9 @@ public struct StoreJob: Sendable, Equatable {
     /// Backups in chains (`incremental: true`, with `full-every`, `max-chain`,
     /// `max-delta-share`): see ``CreateOptions/incremental``; nil: every backup a full one.
     public var incremental: IncrementalPolicy? = nil
+    /// How long `restore` keeps the store it replaces, for `undo` (`keep-replaced:`, seconds;
+    /// 0: not kept); nil: ``RestoreOptions/defaultKeepReplaced``.
+    public var keepReplaced: TimeInterval? = nil
 
     /// A job; a relative `storesDirectory` is made absolute. The settings not taken here
     /// (``mirrors``, ``threads``, ``verify`` and the rest) start at their defaults.
