@@ -6,6 +6,7 @@
 #include <malloc.h>
 #include <stdio.h>
 #include <unistd.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 
 /// rename() that fails with EEXIST instead of replacing the target (Linux renameat2).
@@ -52,6 +53,31 @@ static inline int sb_start_writeback(int fd, long long offset, long long count) 
 #else
     (void)fd; (void)offset; (void)count;
     return 0;
+#endif
+}
+
+/// Makes `target` share `source`'s blocks (FICLONE: btrfs, XFS, bcachefs): 0, or -1 with
+/// errno (EOPNOTSUPP, EXDEV, EINVAL where the file system cannot).
+static inline int sb_clone_file(int target, int source) {
+#ifdef __linux__
+    return ioctl(target, _IOW(0x94, 9, int), source);
+#else
+    (void)target; (void)source;
+    errno = EOPNOTSUPP;
+    return -1;
+#endif
+}
+
+/// copy_file_range(2) of `count` bytes at `offset` in both files: the bytes copied, or -1
+/// with errno (ENOSYS, EXDEV, EINVAL where the kernel or file system cannot).
+static inline long long sb_copy_range(int source, int target, long long offset, long long count) {
+#ifdef SYS_copy_file_range
+    long long in = offset, out = offset;
+    return (long long)syscall(SYS_copy_file_range, source, &in, target, &out, (size_t)count, 0u);
+#else
+    (void)source; (void)target; (void)offset; (void)count;
+    errno = ENOSYS;
+    return -1;
 #endif
 }
 

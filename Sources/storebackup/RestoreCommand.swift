@@ -93,6 +93,12 @@ struct RestoreCommand: AsyncParsableCommand {
     )
     var json = false
 
+    @Flag(
+        help: ArgumentHelp(
+            "Build the new store from the live one: copy the files and 1 MiB database blocks whose SHA-256 already matches the backup's, read only the rest from the backup (from a remote, only those bytes). Backups before format 4 compare databases whole."
+        ))
+    var delta = false
+
     @OptionGroup var configurationFile: ConfigurationOption
 
     func validate() throws {
@@ -131,7 +137,7 @@ struct RestoreCommand: AsyncParsableCommand {
                 allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, acceptDamagedDatabases: acceptDamagedDatabases,
                 proofKey: proofKey.keyForReading(), checkDatabases: checkDatabases),
             appCommands: app.appCommands(configured: configured?.appCommands), allowStoreInUse: force,
-            keepReplaced: keepReplacedSeconds(configured: configured))
+            keepReplaced: keepReplacedSeconds(configured: configured), delta: delta)
         if !yes {
             guard Terminal.standardInputIsTerminal else {
                 Terminal.fail(
@@ -164,6 +170,7 @@ struct RestoreCommand: AsyncParsableCommand {
             )
         }
         if let undo { Terminal.info("storebackup: \(undo.text)") }
+        if let delta = result.delta { Terminal.info("storebackup: \(Self.describe(delta))") }
         if json { try printJSON(result, undoCommand: undo?.command) }
         if let failure = result.appDowntime?.startFailure {
             Terminal.fail(StoreBackupError.restoreRefused(reason: "the store was restored, but \(failure); start the app"))
@@ -185,6 +192,20 @@ struct RestoreCommand: AsyncParsableCommand {
                 undo["keptUntil"] = kept.keptUntil.map { ISO8601DateFormatter().string(from: $0) }
                 return undo
             } ?? NSNull()
+        if let delta = result.delta {
+            var fields: [String: Any] = ["used": delta.used]
+            if let reason = delta.reason { fields["reason"] = reason }
+            if delta.used {
+                fields["bytesReused"] = delta.bytesReused
+                fields["bytesRead"] = delta.bytesRead
+                fields["filesReused"] = delta.filesReused
+                fields["filesRead"] = delta.filesRead
+                fields["blocksReused"] = delta.blocksReused
+                fields["blocksRead"] = delta.blocksRead
+            }
+            if let downloaded = delta.bytesDownloaded { fields["bytesDownloaded"] = downloaded }
+            summary["delta"] = fields
+        }
         if let downtime = result.appDowntime {
             var app: [String: Any] = ["downtimeSeconds": downtime.seconds, "stopSeconds": downtime.stopSeconds]
             if let start = downtime.startSeconds { app["startSeconds"] = start }
@@ -193,6 +214,15 @@ struct RestoreCommand: AsyncParsableCommand {
         }
         let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
         Terminal.output(String(decoding: data, as: UTF8.self))
+    }
+
+    /// The line that says what --delta reused and read, or why it made a full restore.
+    static func describe(_ delta: RestoreDelta) -> String {
+        guard delta.used else { return "delta: not used, full restore (\(delta.reason ?? "no reason given"))" }
+        var line =
+            "delta: reused \(ByteCountText.describe(delta.bytesReused)) from the live store (\(delta.filesReused) files, \(delta.blocksReused) database blocks), read \(ByteCountText.describe(delta.bytesRead)) from the backup (\(delta.filesRead) files, \(delta.blocksRead) database blocks)"
+        if let downloaded = delta.bytesDownloaded { line += ", \(ByteCountText.describe(downloaded)) downloaded" }
+        return line
     }
 
     /// With several --from: the first destination, in the order given, that answers and

@@ -173,12 +173,13 @@ final class ConfinedTree: Sendable {
         guard futimens(descriptor, &times) == 0 else { throw StoreBackupError.io(path: path, operation: "set time", errno: errno) }
     }
 
-    /// Opens the regular file `relative` for reading (it must not be a link).
+    /// Opens the regular file `relative` for reading (it must not be a link). Non-blocking, so
+    /// that a FIFO found there (a tree made by someone else) does not wait for a writer.
     func openFileForReading(_ relative: String) throws -> Int32 {
         let opened = try openParent(relative, create: false)
         defer { release(opened) }
         let (parent, leaf) = (opened.descriptor, opened.leaf)
-        let fd = EscapedName.withSystemPath(leaf) { openat(parent, $0, O_RDONLY | O_NOFOLLOW | O_CLOEXEC) }
+        let fd = EscapedName.withSystemPath(leaf) { openat(parent, $0, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) }
         guard fd >= 0 else { throw StoreBackupError.io(path: root + "/" + relative, operation: "open", errno: errno) }
         return fd
     }

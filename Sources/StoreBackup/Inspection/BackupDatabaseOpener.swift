@@ -91,43 +91,11 @@ struct BackupDatabaseOpener: Sendable {
 
     /// The reader of the entry that stores the database whole, its block hashes ready.
     private static func blockReader(of archive: Opened, row: Manifest.File, path: String, cacheBytes: Int) throws -> EntryBlockReader {
-        let reader = archive.reader
-        guard let entry = reader.entries.first(where: { $0.path == path && $0.kind == .file }) else {
+        guard let entry = archive.reader.entries.first(where: { $0.path == path && $0.kind == .file }) else {
             throw StoreBackupError.corruptArchive(name: archive.name, reason: "it has no entry for \(path)")
         }
-        guard let index = EntryBlockIndex.make(entry: entry, row: row) else {
-            throw StoreBackupError.corruptArchive(
-                name: archive.name, reason: "\(path) cannot be read block by block (use storebackup extract to take it out)")
-        }
-        try reader.checkLocalHeader(index: entry.index, exact: true)
-        let header = try archive.span.read(at: entry.archiveOffset, count: LocalHeader.fixedBytes, backupName: archive.name)
-        var dataOffset = try header.withUnsafeBytes {
-            entry.archiveOffset
-                + Int64(
-                    try LocalHeader.dataStart(
-                        $0, entry: entry, centralNameLength: reader.centralNameLength(of: entry), backupName: archive.name))
-        }
-        var key: [UInt8]?
-        if entry.isEncrypted {
-            guard let password = reader.password else { throw StoreBackupError.passwordRequired(name: archive.name) }
-            let salt = try archive.span.read(at: dataOffset, count: WinZipAES.headerLength, backupName: archive.name)
-            key = try WinZipPasswordCheck.keys(password: password, header: salt, backupName: archive.name).encryption
-            dataOffset += Int64(WinZipAES.headerLength)
-        }
-        // Format 4's block hashes; one block's hash is the entry's; else made by one checked pass.
-        var hashes = row.deflateBlockHashes ?? []
-        if hashes.isEmpty, index.blocks.count == 1, let whole = row.sha256.flatMap(RawSHA256.init(hex:)) { hashes = [whole] }
-        let blocks = EntryBlockReader(
-            index: index, hashes: hashes, span: archive.span, dataOffset: dataOffset, encryptionKey: key, cacheBytes: cacheBytes,
-            backupName: archive.name, databasePath: path)
-        if hashes.count != index.blocks.count {
-            guard row.deflateBlockHashes == nil else {
-                throw StoreBackupError.corruptArchive(
-                    name: archive.name, reason: "its manifest lists the wrong number of block hashes for \(path)")
-            }
-            try blocks.verifyWhole(sha256: row.sha256)
-        }
-        return blocks
+        // Never nil: the hashes are not required.
+        return try EntryBlockReader.open(reader: archive.reader, span: archive.span, entry: entry, row: row, cacheBytes: cacheBytes)!
     }
 
     /// Opens one backup's archive: in place, in ranges, or downloaded into `TMPDIR`.

@@ -41,13 +41,25 @@ public struct RestoreOptions: Sendable {
     /// How long a replaced store is kept when nothing else is said: 7 days.
     public static let defaultKeepReplaced: TimeInterval = 7 * 86_400
 
+    /// Build the new store from the live one and the backup: files and database blocks whose
+    /// SHA-256 already matches the manifest's are copied from the live store, and only the
+    /// rest is read from the backup (from a remote destination that serves byte ranges, only
+    /// those bytes are fetched). Databases are compared per 1 MiB block where the backup lists
+    /// block hashes (format 4), else whole. The result is checked and swapped in exactly as a
+    /// full restore's. A full restore is made instead, and said in ``RestoreResult/delta``,
+    /// when there is no live store, it cannot be read, the backup has no manifest, or it is
+    /// incremental (restored from its chain). Off by default: see docs/delta-restore.md for
+    /// when it is faster.
+    public var delta = false
+
     /// The safe defaults, or as given.
     public init(
         extraction: ExtractionOptions = ExtractionOptions(), appCommands: AppCommands? = nil, allowStoreInUse: Bool = false,
         allowUnseenProcesses: Bool = false, checkStoreInUseEarly: Bool = true,
-        keepReplaced: TimeInterval = RestoreOptions.defaultKeepReplaced
+        keepReplaced: TimeInterval = RestoreOptions.defaultKeepReplaced, delta: Bool = false
     ) {
         self.keepReplaced = keepReplaced
+        self.delta = delta
         self.extraction = extraction
         self.appCommands = appCommands
         self.allowStoreInUse = allowStoreInUse

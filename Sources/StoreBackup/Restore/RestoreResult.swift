@@ -33,4 +33,7 @@ public struct RestoreResult: Sendable {
     public var replacedStore: ReplacedStore? = nil
     /// Why the replaced store was not kept although it was to be (disk space); nil otherwise.
     public var keepWarning: String? = nil
+    /// What ``RestoreOptions/delta`` reused and read, or why it made a full restore; nil when
+    /// delta was not asked for.
+    public var delta: RestoreDelta? = nil
 }

@@ -30,6 +30,8 @@ struct RestoreTransaction {
     var appCommands: AppCommands? { options.appCommands }
 
     var swapper: StoreSwapper { StoreSwapper(layout: layout) }
+    /// What ``RestoreOptions/delta`` did, for the result.
+    let deltaOutcome = Locked<RestoreDelta?>(nil)
 
     /// Restores `nameOrLatest` (a backup's name, or `latest`) into the live stores directory.
     func run(_ nameOrLatest: String, progress: ProgressHandler?) async throws -> RestoreResult {
@@ -54,12 +56,13 @@ struct RestoreTransaction {
             throw StoreBackupError.restoreRefused(
                 reason: "\(layout.new) already exists and is not from an interrupted restore; move it away first")
         }
-        if let streamed = try await restoreWhileDownloading(backup, progress: progress) { return streamed }
+        if let delta = try await restoreDelta(backup, progress: progress) { return delta }
+        if let streamed = try await restoreWhileDownloading(backup, progress: progress) { return reportingDelta(streamed) }
         let staged = try await stage(backup.name, progress: progress)
         defer { if staged.downloaded { unlink(staged.path) } }
         let chain = try await fetchChain(newest: backup.name, staged: staged, progress: progress)
         defer { chain.removeDownloads() }
-        return try await install(chain: chain, throttle: ProgressThrottle(progress))
+        return reportingDelta(try await install(chain: chain, throttle: ProgressThrottle(progress)))
     }
 
     /// Opens the staged backup and, when it is incremental, fetches and checks its chain
@@ -123,6 +126,13 @@ struct RestoreTransaction {
                         databases, reader.manifest?.files.count ?? 0, false, applier.damagedDatabases.current.keys.sorted(),
                         applier.databaseVerdicts.current
                     )
+                }
+                if let delta = try unpackDelta(reader, hadLiveStore: hadLiveStore, cancel: cancel, throttle: throttle) {
+                    try whenUnpacked?(cancel)
+                    try cancel.throwIfCancelled()
+                    TestPausePoint.reach("synced")
+                    reader.release()
+                    return delta
                 }
                 let unpacking = RestoreUnpacking(
                     reader: reader,

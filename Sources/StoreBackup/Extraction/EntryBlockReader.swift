@@ -43,6 +43,15 @@ final class EntryBlockReader: @unchecked Sendable {
         cachedBlocks = max(2, cacheBytes / index.blockSize)
     }
 
+    /// Another reader of the same entry, with a cache and an inflater of its own: one per thread.
+    func sibling() -> EntryBlockReader {
+        lock.lock()
+        defer { lock.unlock() }
+        return EntryBlockReader(
+            index: index, hashes: hashes, span: span, dataOffset: dataOffset, encryptionKey: encryptionKey,
+            cacheBytes: cachedBlocks * index.blockSize, backupName: backupName, databasePath: databasePath)
+    }
+
     /// Blocks read from the archive so far and their compressed bytes, and the bytes a
     /// remote archive fetched (nil for a local one).
     var statistics: (blocks: Int, compressedBytes: Int64, fetchedBytes: Int64?) {
