@@ -101,7 +101,7 @@ struct DeltaUnpacking {
             case .ranged(let archive): .ranged(archive)
             default: reader.localFile.map { .local($0) }
             }
-        if let span, expected.deflateBlockHashes != nil,
+        if let span, let hashes = expected.deflateBlockHashes, try Self.mostlyUnchanged(liveDatabase, hashes: hashes, size: entry.size),
             let first = try EntryBlockReader.open(
                 reader: reader, span: span, entry: entry, row: expected, cacheBytes: 0, hashesRequired: true)
         {
@@ -112,7 +112,7 @@ struct DeltaUnpacking {
             do {
                 let readers = [first] + (1..<max(1, workers)).map { _ in first.sibling() }
                 built = try DeltaDatabase(
-                    entry: entry, hashes: expected.deflateBlockHashes ?? [], readers: readers, live: liveDatabase, cancel: cancel
+                    entry: entry, hashes: hashes, readers: readers, live: liveDatabase, cancel: cancel
                 )
                 .build(into: fd, path: path, unpacking: unpacking) { onBytes($0, entry.path) }
                 liveDatabase.finish()
@@ -160,6 +160,37 @@ struct DeltaUnpacking {
         checks.submit(DeltaCheck { try judge.check(IntegrityCheckJob(path: path, entryPath: entry.path, unpacking: nil)) })
         return true
     }
+
+    /// Whether enough of a sample of the live database's blocks (evenly spaced) match the
+    /// backup's for a block-by-block build to pay: each block read from the backup alone
+    /// costs more than its share of the whole entry read at once, and every live block is
+    /// hashed besides. Random updates change nearly every 1 MiB block; the whole entry is
+    /// then read as a full restore reads it.
+    static func mostlyUnchanged(_ live: LiveDatabase, hashes: [RawSHA256], size: Int64) throws -> Bool {
+        let blockSize = CompressionPipeline.blockSize
+        let samples = min(hashes.count, Self.sampledBlocks)
+        guard samples > 0 else { return false }
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: blockSize, alignment: 16)
+        defer { buffer.deallocate() }
+        var matched = 0
+        for sample in 0..<samples {
+            let number = sample * hashes.count / samples
+            let offset = Int64(number) * Int64(blockSize)
+            let block = UnsafeMutableRawBufferPointer(rebasing: buffer[0..<Int(min(Int64(blockSize), size - offset))])
+            guard try live.read(into: block, at: offset) else { continue }
+            var hasher = SHA256()
+            hasher.update(bufferPointer: UnsafeRawBufferPointer(block))
+            if RawSHA256(bytes: hasher.finalize()) == hashes[number] { matched += 1 }
+        }
+        return matched * Self.requiredShareOfSamples.denominator >= samples * Self.requiredShareOfSamples.numerator
+    }
+
+    /// Blocks hashed to decide whether a database is built block by block.
+    static let sampledBlocks = 16
+    /// The share of them that must match: below it, the time the blocks that match save over
+    /// a remote link no longer pays for hashing the live database and building it block by
+    /// block (docs/delta-restore.md).
+    static let requiredShareOfSamples = (numerator: 1, denominator: 3)
 
     /// Copies each of `entries` whose live file has the manifest's size and, once copied,
     /// its SHA-256. Returns the indexes of the others, to be read from the backup.
