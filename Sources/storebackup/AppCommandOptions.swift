@@ -40,3 +40,13 @@ extension ConfigurationOption {
         return configuration?.stores.first { $0.storesDirectory == storesDirectory }
     }
 }
+
+extension AppDowntime {
+    /// The `app` object of `restore --json` and `undo --json`.
+    var jsonObject: [String: Any] {
+        var app: [String: Any] = ["downtimeSeconds": seconds, "stopSeconds": stopSeconds]
+        if let startSeconds { app["startSeconds"] = startSeconds }
+        if let startFailure { app["startFailure"] = startFailure }
+        return app
+    }
+}

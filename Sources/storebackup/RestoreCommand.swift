@@ -206,12 +206,7 @@ struct RestoreCommand: AsyncParsableCommand {
             if let downloaded = delta.bytesDownloaded { fields["bytesDownloaded"] = downloaded }
             summary["delta"] = fields
         }
-        if let downtime = result.appDowntime {
-            var app: [String: Any] = ["downtimeSeconds": downtime.seconds, "stopSeconds": downtime.stopSeconds]
-            if let start = downtime.startSeconds { app["startSeconds"] = start }
-            if let failure = downtime.startFailure { app["startFailure"] = failure }
-            summary["app"] = app
-        }
+        if let downtime = result.appDowntime { summary["app"] = downtime.jsonObject }
         let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
         Terminal.output(String(decoding: data, as: UTF8.self))
     }

@@ -70,12 +70,7 @@ struct UndoCommand: AsyncParsableCommand {
         summary["replacedBy"] = result.putBack.replacedBy ?? NSNull()
         summary["replacedAt"] = result.putBack.replacedAt.map(formatter.string(from:)) ?? NSNull()
         if let warning = result.storeInUseWarning { summary["storeInUseWarning"] = warning }
-        if let downtime = result.appDowntime {
-            var app: [String: Any] = ["downtimeSeconds": downtime.seconds, "stopSeconds": downtime.stopSeconds]
-            if let start = downtime.startSeconds { app["startSeconds"] = start }
-            if let failure = downtime.startFailure { app["startFailure"] = failure }
-            summary["app"] = app
-        }
+        if let downtime = result.appDowntime { summary["app"] = downtime.jsonObject }
         let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys])
         Terminal.output(String(decoding: data, as: UTF8.self))
     }
