@@ -85,6 +85,10 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
         return ReadStatistics(blocksRead: read.blocks, compressedBytesRead: read.compressedBytes, fetchedBytes: read.fetchedBytes)
     }
 
+    /// The reason behind the last failed read of this database's pages by any connection
+    /// (a damaged block, say), taken: SQLite itself reports only "disk I/O error".
+    func takeReadFailure() -> StoreBackupError? { file.takeFailure() }
+
     /// Closes the connection (and lets go of attached backups). Further queries throw.
     public func close() {
         lock.lock()
@@ -151,7 +155,7 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
     /// read-only); the attached database sees one committed state per statement.
     public func attach(liveDatabase path: String, as schema: String) throws {
         let defaultVFS = sqlite3_vfs_find(nil).map { String(cString: $0.pointee.zName) } ?? "unix"
-        try attach(uri: "file:\(Self.uriEscaped(path))?mode=ro&vfs=\(defaultVFS)", as: schema)
+        try attach(uri: "file:\(SQLiteConnection.uriEscaped(FileSystem.absolutePath(path)))?mode=ro&vfs=\(defaultVFS)", as: schema)
     }
 
     private func attach(uri: String, as schema: String) throws {
@@ -233,18 +237,5 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
             return .blob(Array(UnsafeRawBufferPointer(start: blob, count: count)))
         default: return .null
         }
-    }
-
-    private static func uriEscaped(_ path: String) -> String {
-        var result = ""
-        for byte in EscapedName.bytes(FileSystem.absolutePath(path)) {
-            let scalar = Unicode.Scalar(byte)
-            if byte < 0x80 && (scalar.properties.isAlphabetic || ("0"..."9").contains(scalar) || "-._~/".unicodeScalars.contains(scalar)) {
-                result.unicodeScalars.append(scalar)
-            } else {
-                result += String(format: "%%%02X", byte)
-            }
-        }
-        return result
     }
 }

@@ -17,8 +17,9 @@ final class RowDiffConnection {
     /// Kept alive while SQLite's progress handler looks at it.
     private var cancel: CancellationFlag?
 
-    /// `older` and `newer` are what ATTACH takes: a path, or a `file:` URI (see
-    /// ``DiffDatabaseSources``). A live database must be opened read-only by its URI.
+    /// `older` and `newer` are what ATTACH takes: a path, or a `file:` URI (a backup's
+    /// ``BackupDatabase/uri``, which must stay open until ``close()``). A live database must
+    /// be opened read-only by its URI.
     init(older: String, newer: String, cancel: CancellationFlag? = nil) throws {
         var db: OpaquePointer?
         let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX

@@ -39,9 +39,13 @@ public final class RowDiffer {
     /// Ends both read transactions and closes the connection (also done when released).
     public func close() { connection.close() }
 
-    /// A plain path as a read-only URI; a URI as given.
+    /// A plain path as a read-only URI; a URI read-only too (`mode=ro` unless it names a
+    /// mode): ATTACH opens with the connection's own flags otherwise, and the backup VFS
+    /// opens nothing for writing.
     static func readOnly(_ location: String) -> String {
-        location.hasPrefix("file:") ? location : "file:" + DiffDatabaseSources.uriPath(location) + "?mode=ro"
+        guard location.hasPrefix("file:") else { return "file:" + SQLiteConnection.uriEscaped(location) + "?mode=ro" }
+        guard !location.contains("?mode=") && !location.contains("&mode=") else { return location }
+        return location + (location.contains("?") ? "&" : "?") + "mode=ro"
     }
 
     /// Every table name on either side, sorted (views are schema objects, not tables here).

@@ -136,8 +136,9 @@ final class SQLiteConnection {
     }
 
     /// The path's bytes for a `file:` URI: unreserved ASCII and `/` as they are, every
-    /// other byte `%XX` (so the result is also its own escaped form).
-    private static func uriEscaped(_ path: String) -> String {
+    /// other byte `%XX` (so the result is also its own escaped form). `path` is in
+    /// ``EscapedName``'s form; its raw bytes are what SQLite opens.
+    static func uriEscaped(_ path: String) -> String {
         var result = ""
         for byte in EscapedName.bytes(path) {
             let scalar = Unicode.Scalar(byte)

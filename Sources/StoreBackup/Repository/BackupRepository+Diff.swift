@@ -7,9 +7,10 @@ extension BackupRepository {
     ///
     /// Files are compared by the SHA-256 each manifest records; a live file is hashed only
     /// when its size matches the backup's. Databases are compared row by row (see
-    /// ``RowDiffer``), a live one read-only as one committed state while its app may go on
-    /// writing; two backups' databases with the same SHA-256 are not opened. The store is
-    /// never locked or written.
+    /// ``RowDiffer``), each backup's read in place (``openDatabase(_:path:)``: no copy, only
+    /// the blocks the comparison reads), a live one read-only as one committed state while
+    /// its app may go on writing; two backups' databases with the same SHA-256 are not
+    /// opened. The store is never locked or written.
     ///
     /// - Parameters:
     ///   - older: A backup's name, or `latest`.
@@ -18,7 +19,8 @@ extension BackupRepository {
     ///   - onRow: Called with each changed row as it is found (database path, table name,
     ///     row), on a worker thread, for a listing that does not collect.
     /// - Throws: ``StoreBackupError/diffRefused(reason:)`` for an unknown database or table,
-    ///   the errors of ``contents(of:matching:)`` and ``extract(_:paths:into:options:progress:)``,
+    ///   the errors of ``contents(of:matching:)`` and ``openDatabase(_:path:)`` (a damaged block
+    ///   as ``StoreBackupError/damagedBlock(name:database:block:reason:)``),
     ///   ``StoreBackupError/sqlite(path:operation:message:)`` when a database cannot be read
     ///   or a `filter` is not valid SQL, ``StoreBackupError/cancelled``.
     public func diff(
@@ -56,18 +58,6 @@ extension BackupRepository {
             guard let before = olderSide.databases[path], let after = newerSide.databases[path] else { return false }
             return before == nil || after == nil || before != after
         }
-        let olderDatabases = try await DiffDatabaseSources.openBackup(self, name: olderContents.backupName, paths: toCompare)
-        defer { olderDatabases.close() }
-        let newerDatabases: (uris: [String: String], close: @Sendable () -> Void)
-        switch newer {
-        case .backup:
-            newerDatabases = try await DiffDatabaseSources.openBackup(self, name: newerName, paths: toCompare)
-        case .live(let directory):
-            let root = FileSystem.absolutePath(directory)
-            newerDatabases = (Dictionary(uniqueKeysWithValues: toCompare.map { ($0, DiffDatabaseSources.live(root + "/" + $0)) }), {})
-        }
-        defer { newerDatabases.close() }
-
         var databases: [DatabaseDiff] = []
         for path in paths {
             let inOlder = olderSide.databases[path] != nil, inNewer = newerSide.databases[path] != nil
@@ -75,12 +65,24 @@ extension BackupRepository {
                 databases.append(DatabaseDiff(path: path, presence: inOlder ? .removed : .added, tables: [], schemaChanges: []))
                 continue
             }
-            guard let olderURI = olderDatabases.uris[path], let newerURI = newerDatabases.uris[path] else {
+            guard toCompare.contains(path) else {
                 databases.append(DatabaseDiff(path: path, presence: .both, tables: [], schemaChanges: []))
                 continue
             }
-            databases.append(
-                try await Self.compareDatabase(path: path, older: olderURI, newer: newerURI, options: options, onRow: onRow))
+            // One database open at a time on each side, read in place, closed when compared.
+            let compared = try await DiffDatabaseSources.withBackup(self, name: olderContents.backupName, path: path) { older in
+                switch newer {
+                case .backup:
+                    return try await DiffDatabaseSources.withBackup(self, name: newerName, path: path) { newerDatabase in
+                        try await Self.compareDatabase(
+                            path: path, older: older, newer: .backup(newerDatabase), options: options, onRow: onRow)
+                    }
+                case .live(let directory):
+                    let live = FileSystem.absolutePath(directory) + "/" + path
+                    return try await Self.compareDatabase(path: path, older: older, newer: .live(live), options: options, onRow: onRow)
+                }
+            }
+            databases.append(compared)
         }
         let isLive = if case .live = newer { true } else { false }
         return StoreDiff(
@@ -88,18 +90,22 @@ extension BackupRepository {
             databases: databases, files: DiffFiles.changes(from: olderSide, to: newerSide))
     }
 
-    /// One database's row diff, on a worker thread.
+    /// One database's row diff, on a worker thread; both sides stay open until it returns.
     private static func compareDatabase(
-        path: String, older: String, newer: String, options: DiffOptions,
+        path: String, older: BackupDatabase, newer: DiffDatabaseSources.Newer, options: DiffOptions,
         onRow: (@Sendable (String, String, RowChange) -> Void)?
     ) async throws -> DatabaseDiff {
-        try await runDiffWork { cancel in
-            let differ = try RowDiffer(older: older, newer: newer, cancel: cancel)
-            defer { differ.close() }
-            let listen: ((String, RowChange) throws -> Void)? = onRow.map { onRow in { table, change in onRow(path, table, change) } }
-            return try differ.compare(
-                path: path, tables: options.tables, filter: options.filter, includeUnchanged: options.includeUnchanged,
-                keepRows: options.keepRows, onRow: listen)
+        do {
+            return try await runDiffWork { cancel in
+                let differ = try RowDiffer(older: older.uri, newer: newer.uri, cancel: cancel)
+                defer { differ.close() }
+                let listen: ((String, RowChange) throws -> Void)? = onRow.map { onRow in { table, change in onRow(path, table, change) } }
+                return try differ.compare(
+                    path: path, tables: options.tables, filter: options.filter, includeUnchanged: options.includeUnchanged,
+                    keepRows: options.keepRows, onRow: listen)
+            }
+        } catch {
+            throw DiffDatabaseSources.failure(error, older: older, newer: newer)
         }
     }
 
@@ -136,13 +142,16 @@ extension BackupRepository {
                     "\(live) is not a database in the live store; bring the whole file back with: storebackup extract \"\(contents.backupName)\" \"\(database)\" --into DIR"
             )
         }
-        let opened = try await DiffDatabaseSources.openBackup(self, name: contents.backupName, paths: [database])
-        defer { opened.close() }
-        let older = opened.uris[database]!
-        try await Self.runDiffWork { cancel in
-            let differ = try RowDiffer(older: older, newer: DiffDatabaseSources.live(live), cancel: cancel)
-            defer { differ.close() }
-            try differ.undoSQL(tables: tables, filter: filter, write: write)
+        try await DiffDatabaseSources.withBackup(self, name: contents.backupName, path: database) { older in
+            do {
+                try await Self.runDiffWork { cancel in
+                    let differ = try RowDiffer(older: older.uri, newer: DiffDatabaseSources.live(live), cancel: cancel)
+                    defer { differ.close() }
+                    try differ.undoSQL(tables: tables, filter: filter, write: write)
+                }
+            } catch {
+                throw DiffDatabaseSources.failure(error, older: older, newer: .live(live))
+            }
         }
         return contents.backupName
     }
