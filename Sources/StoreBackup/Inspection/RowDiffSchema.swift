@@ -101,9 +101,13 @@ struct RowDiffSchema {
 
     /// A rowid table's primary key may hold NULLs (an old SQLite quirk kept for
     /// compatibility), and then it does not name one row: such a table is matched by rowid.
+    /// An `INTEGER PRIMARY KEY` is the rowid itself and never NULL; any other key has its
+    /// own index (origin `pk`), through which the test is one seek, not a scan of the table.
     private static func holdsNull(_ connection: RowDiffConnection, schema: String, table: String, columns: [String]) throws
         -> Bool
     {
+        let keyIndex = try connection.scalar("SELECT 1 FROM pragma_index_list(?1, ?2) WHERE origin = 'pk'", [table, schema])
+        guard keyIndex != nil else { return false }
         let test = columns.map { "\(RowDiffSQL.identifier($0)) IS NULL" }.joined(separator: " OR ")
         return try connection.scalar("SELECT 1 FROM \(schema).\(RowDiffSQL.identifier(table)) WHERE \(test) LIMIT 1") != nil
     }
