@@ -89,6 +89,20 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
     /// (a damaged block, say), taken: SQLite itself reports only "disk I/O error".
     func takeReadFailure() -> StoreBackupError? { file.takeFailure() }
 
+    /// The database's bytes at `offset`, as SQLite reads them (`offset + count` at most ``size``).
+    func bytes(at offset: Int64, count: Int) throws -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        try bytes.withUnsafeMutableBytes { try file.read(into: $0, at: offset) }
+        return bytes
+    }
+
+    /// The pages that may differ between `older` and this database: those the page deltas
+    /// between them write. Nil unless `older` is an earlier point of this database's chain.
+    func pagesChanged(since older: BackupDatabase) -> Set<Int>? {
+        guard older.databasePath == databasePath else { return nil }
+        return file.lineage.pagesChanged(since: older.file.lineage)
+    }
+
     /// Closes the connection (and lets go of attached backups). Further queries throw.
     public func close() {
         lock.lock()

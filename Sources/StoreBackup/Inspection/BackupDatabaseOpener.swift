@@ -36,14 +36,20 @@ struct BackupDatabaseOpener: Sendable {
             }
             // Newest first: the backups whose page deltas change the database, down to the one that stores it whole.
             var deltas: [(reader: ArchiveReader, entry: ArchiveEntry, size: Int64)] = []
+            var deltaNames: [String] = []
+            var lineage = PageLineage(backups: [], writtenPages: [:])
             var current = newest
             var row = final
             while row.source != nil {
+                lineage.backups.append(current.name)
                 if row.source == "pages" {
                     guard let entry = current.reader.pageDeltas[path] else {
                         throw StoreBackupError.corruptArchive(name: current.name, reason: "it has no page delta of \(path)")
                     }
                     deltas.append((current.reader, entry, row.size))
+                    deltaNames.append(current.name)
+                } else if row.source == "base" {
+                    lineage.writtenPages[current.name] = []
                 }
                 guard opened.count < StagedChain.maxLength, let baseName = current.reader.manifest?.base?.name else {
                     throw StoreBackupError.brokenChain(name: current.name, reason: "its manifest names no base")
@@ -66,6 +72,8 @@ struct BackupDatabaseOpener: Sendable {
             }
             let whole = current
             let baseRow = row
+            lineage.backups.append(whole.name)
+            let found = lineage, names = deltaNames
             let pageSize = manifest.databases.first { $0.path == path }?.pageSize
             let changes = deltas
             let file = try await runBlocking(name: "storebackup-open-db") { _ in
@@ -77,7 +85,9 @@ struct BackupDatabaseOpener: Sendable {
                     }
                     chain = try ChainPages(deltas: changes.reversed(), pageSize: pageSize, backupName: backup.name, databasePath: path)
                 }
-                return try BackupPageFile(size: final.size, base: base, chain: chain)
+                var known = found
+                for (name, pages) in zip(names.reversed(), chain?.writtenPages ?? []) { known.writtenPages[name] = pages }
+                return try BackupPageFile(size: final.size, base: base, chain: chain, lineage: known)
             }
             // Only the base's bytes are read from now on: the other handles can go.
             for link in opened { link.reader.release() }

@@ -13,13 +13,16 @@ final class BackupPageFile: @unchecked Sendable {
     let size: Int64
     let base: EntryBlockReader
     let chain: ChainPages?
+    /// The backups its pages come from, for telling which pages two points share.
+    let lineage: PageLineage
     private let failure = Locked<StoreBackupError?>(nil)
     private var file: OpaquePointer?
 
-    init(size: Int64, base: EntryBlockReader, chain: ChainPages?) throws {
+    init(size: Int64, base: EntryBlockReader, chain: ChainPages?, lineage: PageLineage) throws {
         self.size = size
         self.base = base
         self.chain = chain
+        self.lineage = lineage
         let registered = sb_backup_register_vfs()
         guard registered == SQLITE_OK else {
             throw StoreBackupError.sqlite(path: base.databasePath, operation: "register the backup VFS", message: "result \(registered)")

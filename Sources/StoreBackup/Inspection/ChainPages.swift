@@ -14,6 +14,8 @@ final class ChainPages: @unchecked Sendable {
     let pageSize: Int
     /// The page count after the newest delta.
     let pages: Int
+    /// The page numbers each delta writes, in the order of `deltas`.
+    let writtenPages: [[Int32]]
     private let descriptor: Int32
     /// Page number (1-based) → where its bytes are in the scratch file.
     private let slots: [Int32: Int64]
@@ -32,8 +34,10 @@ final class ChainPages: @unchecked Sendable {
         var slots: [Int32: Int64] = [:]
         var end: Int64 = 0
         var pages = 0
+        var written: [[Int32]] = []
         do {
             for delta in deltas {
+                var numbers: [Int32] = []
                 let checker = PageDeltaReader(backupName: backupName, databasePath: databasePath)
                 let page = UnsafeMutableRawBufferPointer.allocate(byteCount: max(pageSize, PageDeltaReader.headerSize), alignment: 16)
                 defer { page.deallocate() }
@@ -60,6 +64,7 @@ final class ChainPages: @unchecked Sendable {
                         let number = Int(PageDeltaReader.uint32(UnsafeRawBufferPointer(page), at: 0))
                         try checker.checkRecord(number, after: previous, in: header)
                         previous = number
+                        numbers.append(Int32(number))
                         try readExactly(pageSize)
                         let slot = slots[Int32(number)] ?? end
                         try FileSystem.write(descriptor, UnsafeRawBufferPointer(rebasing: page[0..<pageSize]), at: slot, path: folder)
@@ -72,6 +77,7 @@ final class ChainPages: @unchecked Sendable {
                     }
                     pages = header.pages
                 }
+                written.append(numbers)
             }
         } catch {
             close(descriptor)
@@ -81,6 +87,7 @@ final class ChainPages: @unchecked Sendable {
         // A page beyond the newest count was cut off by a later backup.
         self.slots = slots.filter { Int($0.key) <= pages }
         self.pages = pages
+        writtenPages = written
     }
 
     deinit { close(descriptor) }

@@ -65,6 +65,25 @@ final class RowDiffConnection {
         }
     }
 
+    /// The table a scoped query joins to read only some rowids (see ``RowDiffQueries``).
+    static let scope = "main.storebackup_scope"
+
+    /// Makes ``scope`` hold `ranges` (disjoint), in the in-memory main database.
+    func setScope(_ ranges: [ClosedRange<Int64>]) throws {
+        try execute("CREATE TABLE IF NOT EXISTS \(Self.scope)(storebackup_low INTEGER NOT NULL, storebackup_high INTEGER NOT NULL)")
+        try execute("DELETE FROM \(Self.scope)")
+        let statement = try prepare("INSERT INTO \(Self.scope) VALUES (?1, ?2)")
+        defer { sqlite3_finalize(statement) }
+        for range in ranges {
+            sqlite3_bind_int64(statement, 1, range.lowerBound)
+            sqlite3_bind_int64(statement, 2, range.upperBound)
+            guard sqlite3_step(statement) == SQLITE_DONE else {
+                throw StoreBackupError.sqlite(path: "diff", operation: "scope", message: lastError)
+            }
+            sqlite3_reset(statement)
+        }
+    }
+
     var lastError: String { handle.map { String(cString: sqlite3_errmsg($0)) } ?? "closed" }
 
     func execute(_ sql: String) throws {

@@ -22,6 +22,10 @@ struct RowDiffQueries {
     var typeChecked: Set<String> = []
     /// `--where`: a boolean expression over the table's columns; nil for every row.
     let filter: String?
+    /// A rowid name: the scanned side reads only the rowid ranges in
+    /// ``RowDiffConnection/scope`` (rows outside them are the same on both sides); nil for
+    /// every row. Only for keyed comparisons: a set difference needs every row.
+    var scopeRowid: String? = nil
 
     private static let older = RowDiffConnection.older
     private static let newer = RowDiffConnection.newer
@@ -41,8 +45,19 @@ struct RowDiffQueries {
     private func onlyIn(_ schema: String, other: String, columns: [String]) -> String {
         let selected = (quoted(table, keys) + quoted(table, columns)).joined(separator: ", ")
         let absent = "NOT EXISTS (SELECT 1 FROM \(other).\(table) AS \(Self.olderRow) WHERE \(keyMatch(Self.olderRow, table)))"
-        let condition = filter.map { "(\($0)) AND \(absent)" } ?? absent
-        return "SELECT \(selected) FROM \(schema).\(table) WHERE \(condition)"
+        let condition = inScope(table) + (filter.map { "(\($0)) AND \(absent)" } ?? absent)
+        return "SELECT \(selected) FROM \(scanned("\(schema).\(table)")) WHERE \(condition)"
+    }
+
+    /// The scanned table, after the scope's ranges when scoped: CROSS JOIN keeps the
+    /// ranges outside, so each is one seek into the table's rowid b-tree.
+    private func scanned(_ from: String) -> String {
+        scopeRowid == nil ? from : "\(RowDiffConnection.scope) CROSS JOIN \(from)"
+    }
+
+    /// The scope's condition on the scanned table (named `alias`), with a trailing AND.
+    private func inScope(_ alias: String) -> String {
+        scopeRowid.map { "\(alias).\($0) BETWEEN storebackup_low AND storebackup_high AND " } ?? ""
     }
 
     /// Rows only in the older side (deleted), with the older side's columns.
@@ -61,7 +76,7 @@ struct RowDiffQueries {
             guard typeChecked.contains(column) else { return value }
             return value + " OR typeof(\(old).\(column)) IS NOT typeof(\(new).\(column))"
         }
-        var condition = "(" + (differs.isEmpty ? "0" : differs.joined(separator: " OR ")) + ")"
+        var condition = inScope(old) + "(" + (differs.isEmpty ? "0" : differs.joined(separator: " OR ")) + ")"
         if let filter {
             // The row is selected when either side's version matches; each EXISTS scans an
             // unaliased table, so the filter's bare names are that side's columns.
@@ -70,7 +85,7 @@ struct RowDiffQueries {
             }
             condition += " AND (\(either.joined(separator: " OR ")))"
         }
-        return "SELECT \(selected.joined(separator: ", ")) FROM \(Self.older).\(table) AS \(old) "
+        return "SELECT \(selected.joined(separator: ", ")) FROM \(scanned("\(Self.older).\(table) AS \(old)")) "
             + "JOIN \(Self.newer).\(table) AS \(new) ON \(keyMatch(new, old)) WHERE \(condition)"
     }
 

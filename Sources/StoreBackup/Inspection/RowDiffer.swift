@@ -72,11 +72,24 @@ public final class RowDiffer {
         path: String = "", tables: [String] = [], filter: String? = nil, includeUnchanged: Bool = false, keepRows: Int = 0,
         onRow: ((String, RowChange) throws -> Void)? = nil
     ) throws -> DatabaseDiff {
+        try compare(
+            path: path, tables: tables, filter: filter, includeUnchanged: includeUnchanged, keepRows: keepRows, scopes: [:],
+            onRow: onRow)
+    }
+
+    /// ``compare(path:tables:filter:includeUnchanged:keepRows:onRow:)`` that reads, of each
+    /// table in `scopes`, only the rows whose rowids are in its ranges (none: the table's
+    /// rows are the same on both sides), as ``ChangedRowids`` finds them.
+    func compare(
+        path: String, tables: [String], filter: String?, includeUnchanged: Bool, keepRows: Int,
+        scopes: [String: [ClosedRange<Int64>]], onRow: ((String, RowChange) throws -> Void)?
+    ) throws -> DatabaseDiff {
         let names = try selected(tables)
         var result = DatabaseDiff(path: path, presence: .both, tables: [], schemaChanges: schemaChanges(in: names))
         for name in names {
             var kept = 0
-            let table = try compareTable(name, filter: filter, listing: onRow != nil || keepRows > 0) { change, diff in
+            let listing = onRow != nil || keepRows > 0
+            let table = try compareTable(name, filter: filter, scope: scopes[name], listing: listing) { change, diff in
                 if kept < keepRows {
                     diff.rows.append(change)
                     kept += 1
@@ -126,7 +139,8 @@ public final class RowDiffer {
     }
 
     private func compareTable(
-        _ name: String, filter: String?, listing: Bool, _ found: (RowChange, inout TableDiff) throws -> Void
+        _ name: String, filter: String?, scope: [ClosedRange<Int64>]?, listing: Bool,
+        _ found: (RowChange, inout TableDiff) throws -> Void
     ) throws -> TableDiff {
         let quotedName = RowDiffSQL.identifier(name)
         let old = older.tables[name], new = newer.tables[name]
@@ -167,15 +181,18 @@ public final class RowDiffer {
         diff.columns = common
         let key = sharedKey(old, new)
         let (keys, keyNames) = key.map(Self.keyExpressions) ?? ([], [])
-        let queries = RowDiffQueries(
+        var queries = RowDiffQueries(
             table: quotedName, keys: keys, olderColumns: old.columns.map(RowDiffSQL.identifier),
             newerColumns: new.columns.map(RowDiffSQL.identifier), commonColumns: common.map(RowDiffSQL.identifier),
             typeChecked: Self.typeChecked(common, old, new), filter: filter)
+        // The same rows on both sides: nothing to read.
+        let same = scope?.isEmpty == true
         guard key != nil else {
             diff.comparison = .whole
             diff.note =
                 old.key == .none || new.key == .none
                 ? "no primary key and no usable rowid: compared whole" : "the key differs between the two sides: compared whole"
+            if same { return diff }
             diff.deleted = try stream(queries.wholeDeleted, listing: listing, keyCount: 0) { _, values in
                 try found(RowChange(kind: .deleted, key: [], keyColumns: [], before: values, after: nil, columns: common), &diff)
             }
@@ -188,6 +205,11 @@ public final class RowDiffer {
         diff.keyColumns = keyNames
         if case .rowid = key, old.key != key || new.key != key {
             diff.note = "the primary key holds NULL: matched by rowid"
+        }
+        if same { return diff }
+        if let scope, let rowid = old.rowidName, rowid == new.rowidName, !old.withoutRowid, !new.withoutRowid {
+            try connection.setScope(scope)
+            queries.scopeRowid = rowid
         }
         diff.deleted = try stream(queries.deleted, listing: listing, keyCount: keys.count) { key, values in
             try found(RowChange(kind: .deleted, key: key, keyColumns: keyNames, before: values, after: nil, columns: old.columns), &diff)

@@ -97,12 +97,17 @@ extension BackupRepository {
     ) async throws -> DatabaseDiff {
         do {
             return try await runDiffWork { cancel in
+                // Two points of one chain: only rows on pages that changed between them.
+                var scopes: [String: [ClosedRange<Int64>]] = [:]
+                if case .backup(let newerDatabase) = newer {
+                    scopes = try ChangedRowids.scopes(older: older, newer: newerDatabase) ?? [:]
+                }
                 let differ = try RowDiffer(older: older.uri, newer: newer.uri, cancel: cancel)
                 defer { differ.close() }
                 let listen: ((String, RowChange) throws -> Void)? = onRow.map { onRow in { table, change in onRow(path, table, change) } }
                 return try differ.compare(
                     path: path, tables: options.tables, filter: options.filter, includeUnchanged: options.includeUnchanged,
-                    keepRows: options.keepRows, onRow: listen)
+                    keepRows: options.keepRows, scopes: scopes, onRow: listen)
             }
         } catch {
             throw DiffDatabaseSources.failure(error, older: older, newer: newer)

@@ -1,0 +1,125 @@
+import Foundation
+import XCTest
+
+@testable import StoreBackup
+
+/// `diff` between two points of one incremental chain reads only the rows on pages that
+/// changed between them (``ChangedRowids``), and answers exactly as a diff of the two
+/// databases extracted whole.
+final class ChainDiffTests: XCTestCase {
+    var work = ""
+    var store: String { work + "/Stores" }
+    var local: String { work + "/local" }
+    static let rows = 40_000
+
+    override func setUpWithError() throws {
+        work = try TestEnvironment.temporaryDirectory("chain-diff")
+        try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+        try update(
+            """
+            PRAGMA journal_mode=wal;
+            CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT NOT NULL, body TEXT);
+            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < \(Self.rows))
+            INSERT INTO t SELECT x, 'name ' || x, hex(randomblob(60)) FROM c;
+            CREATE INDEX t_name ON t(name);
+            CREATE TABLE k(code TEXT PRIMARY KEY, value INTEGER);
+            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000)
+            INSERT INTO k SELECT 'code-' || x, x FROM c;
+            CREATE TABLE w(a INTEGER, b TEXT, PRIMARY KEY(a, b)) WITHOUT ROWID;
+            INSERT INTO w VALUES (1, 'x'), (2, 'y');
+            CREATE TABLE quiet(id INTEGER PRIMARY KEY, note TEXT);
+            INSERT INTO quiet VALUES (1, 'never changes');
+            CREATE TABLE big(id INTEGER PRIMARY KEY, blob BLOB);
+            INSERT INTO big VALUES (1, randomblob(20000));
+            """, create: true)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    private func update(_ sql: String, create: Bool = false) throws {
+        let db = try SQLiteConnection(path: store + "/App.sqlite", mode: create ? .create : .readWrite)
+        try db.execute(sql, operation: "update")
+        db.close()
+    }
+
+    private func backup() throws -> String {
+        // Names are by the second.
+        Thread.sleep(forTimeInterval: 1.1)
+        let created = try runStoreBackup(
+            ["create", store, "--to", local, "--incremental", "--max-delta-share", "1"], environment: ["HOME": work])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        return created.stdout.trimmingCharacters(in: .whitespacesAndNewlines).components(separatedBy: "\n").last ?? ""
+    }
+
+    private var repository: BackupRepository {
+        get throws { BackupRepository(destination: try DestinationResolver.resolve(local)) }
+    }
+
+    /// The diff of the two backups' databases extracted whole, by the same differ.
+    private func extractedDiff(_ older: String, _ newer: String) async throws -> DatabaseDiff {
+        var paths: [String] = []
+        for name in [older, newer] {
+            let folder = work + "/extract-\(paths.count)"
+            _ = try await repository.extract(name, paths: ["App.sqlite"], into: folder)
+            paths.append(folder + "/App.sqlite")
+        }
+        let differ = try RowDiffer(older: paths[0], newer: paths[1])
+        defer { differ.close() }
+        return try differ.compare(path: "App.sqlite", includeUnchanged: true, keepRows: 1_000_000)
+    }
+
+    private func chainDiff(_ older: String, _ newer: String) async throws -> DatabaseDiff {
+        let options = DiffOptions(database: "App.sqlite", keepRows: 1_000_000, includeUnchanged: true)
+        let diff = try await repository.diff(older, .backup(newer), options: options)
+        return try XCTUnwrap(diff.databases.first)
+    }
+
+    func testTwoPointsOfAChainDiffAsTheirExtractedDatabases() async throws {
+        let full = try backup()
+        try update(
+            """
+            UPDATE t SET name = name || '.' WHERE id % 997 = 3;
+            DELETE FROM t WHERE id BETWEEN 20000 AND 20100;
+            INSERT INTO t(name, body) VALUES ('new 1', 'b'), ('new 2', NULL);
+            UPDATE k SET value = -value WHERE code IN ('code-7', 'code-2500');
+            INSERT INTO w VALUES (3, 'z');
+            """)
+        let first = try backup()
+        try update(
+            """
+            UPDATE t SET body = NULL WHERE id = 5;
+            UPDATE big SET blob = randomblob(20000) WHERE id = 1;
+            """)
+        let second = try backup()
+        let listed = try await repository.list()
+        XCTAssertEqual(listed.filter { $0.name.contains("incremental") }.count, 2, "\(listed.map(\.name))")
+
+        // full -> first: narrowed to the changed rows' ranges.
+        let older = try await repository.openDatabase(full, path: "App.sqlite")
+        let newer = try await repository.openDatabase(first, path: "App.sqlite")
+        let scopes = try XCTUnwrap(try ChangedRowids.scopes(older: older, newer: newer))
+        older.close()
+        newer.close()
+        XCTAssertEqual(scopes["quiet"], [], "an unchanged table is not read")
+        let ranges = try XCTUnwrap(scopes["t"])
+        XCTAssertFalse(ranges.isEmpty)
+        XCTAssertFalse(ranges.contains { $0.contains(Int64(Self.rows / 2 - 500)) && $0.contains(Int64(Self.rows / 2 + 500)) })
+        XCTAssertNil(scopes["w"], "a WITHOUT ROWID table that changed is compared whole")
+        for (older, newer) in [(full, first), (first, second), (full, second)] {
+            let viaChain = try await chainDiff(older, newer)
+            let extracted = try await extractedDiff(older, newer)
+            XCTAssertEqual(viaChain, extracted, "\(older) -> \(newer)")
+            XCTAssertTrue(viaChain.hasChanges)
+            try? FileManager.default.removeItem(atPath: work + "/extract-0")
+            try? FileManager.default.removeItem(atPath: work + "/extract-1")
+        }
+        // first -> second rewrote a row's overflow pages behind an unchanged leaf: not narrowed.
+        let before = try await repository.openDatabase(first, path: "App.sqlite")
+        let after = try await repository.openDatabase(second, path: "App.sqlite")
+        XCTAssertNil(try ChangedRowids.scopes(older: before, newer: after))
+        before.close()
+        after.close()
+    }
+}
