@@ -96,6 +96,11 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
         return bytes
     }
 
+    /// The backup that stores this database whole (this one, or its chain's full), and
+    /// the reader of that entry's blocks.
+    var baseBackup: String? { file.lineage.backups.last }
+    var baseBlocks: EntryBlockReader { file.base }
+
     /// The pages that may differ between `older` and this database: those the page deltas
     /// between them write. Nil unless `older` is an earlier point of this database's chain.
     func pagesChanged(since older: BackupDatabase) -> Set<Int>? {

@@ -23,7 +23,9 @@ struct BackupDatabaseOpener: Sendable {
         let download: String?
     }
 
-    func open(_ nameOrLatest: String, path: String) async throws -> BackupDatabase {
+    /// `sharing`: a database of the same chain whose whole entry's blocks (and their
+    /// cache) this one reads too, when both take their pages from the same backup.
+    func open(_ nameOrLatest: String, path: String, sharing: BackupDatabase? = nil) async throws -> BackupDatabase {
         let backup = try await destination.resolve(nameOrLatest)
         let listings = try await destination.sortedBackups()
         var opened: [Opened] = []
@@ -74,10 +76,11 @@ struct BackupDatabaseOpener: Sendable {
             let baseRow = row
             lineage.backups.append(whole.name)
             let found = lineage, names = deltaNames
+            let shared = sharing.flatMap { $0.databasePath == path && $0.baseBackup == whole.name ? $0.baseBlocks : nil }
             let pageSize = manifest.databases.first { $0.path == path }?.pageSize
             let changes = deltas
             let file = try await runBlocking(name: "storebackup-open-db") { _ in
-                let base = try Self.blockReader(of: whole, row: baseRow, path: path, cacheBytes: cacheBytes)
+                let base = try shared ?? Self.blockReader(of: whole, row: baseRow, path: path, cacheBytes: cacheBytes)
                 var chain: ChainPages?
                 if !changes.isEmpty {
                     guard let pageSize else {

@@ -73,7 +73,7 @@ extension BackupRepository {
             let compared = try await DiffDatabaseSources.withBackup(self, name: olderContents.backupName, path: path) { older in
                 switch newer {
                 case .backup:
-                    return try await DiffDatabaseSources.withBackup(self, name: newerName, path: path) { newerDatabase in
+                    return try await DiffDatabaseSources.withBackup(self, name: newerName, path: path, sharing: older) { newerDatabase in
                         try await Self.compareDatabase(
                             path: path, older: older, newer: .backup(newerDatabase), options: options, onRow: onRow)
                     }

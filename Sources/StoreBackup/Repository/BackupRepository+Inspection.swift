@@ -22,8 +22,16 @@ extension BackupRepository {
     ///   ``StoreBackupError/brokenChain(name:reason:)``,
     ///   ``StoreBackupError/corruptArchive(name:reason:)``, or a destination's error.
     public func openDatabase(_ nameOrLatest: String, path: String) async throws -> BackupDatabase {
+        try await openDatabase(nameOrLatest, path: path, sharing: nil)
+    }
+
+    /// ``openDatabase(_:path:)`` that reads the blocks `sharing` reads through one cache
+    /// when both take pages from the same backup: two points of one chain, compared side by
+    /// side, then inflate each block of their full once instead of twice.
+    func openDatabase(_ nameOrLatest: String, path: String, sharing: BackupDatabase?) async throws -> BackupDatabase {
         do {
-            return try await BackupDatabaseOpener(destination: destination, passwords: passwords).open(nameOrLatest, path: path)
+            return try await BackupDatabaseOpener(destination: destination, passwords: passwords).open(
+                nameOrLatest, path: path, sharing: sharing)
         } catch is CancellationError {
             throw StoreBackupError.cancelled
         }

@@ -29,12 +29,14 @@ enum DiffDatabaseSources {
         "file:" + SQLiteConnection.uriEscaped(path) + "?mode=ro"
     }
 
-    /// Runs `body` with database `path` of backup `name` opened in place, and closes it
-    /// after `body` (and every connection it attached the database to) is done.
+    /// Runs `body` with database `path` of backup `name` opened in place (reading the
+    /// blocks `sharing` reads through one cache, when they are the same backup's), and
+    /// closes it after `body` (and every connection it attached the database to) is done.
     static func withBackup<T>(
-        _ repository: BackupRepository, name: String, path: String, _ body: (BackupDatabase) async throws -> T
+        _ repository: BackupRepository, name: String, path: String, sharing: BackupDatabase? = nil,
+        _ body: (BackupDatabase) async throws -> T
     ) async throws -> T {
-        let database = try await repository.openDatabase(name, path: path)
+        let database = try await repository.openDatabase(name, path: path, sharing: sharing)
         defer { database.close() }
         return try await body(database)
     }
