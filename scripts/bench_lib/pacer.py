@@ -3,10 +3,12 @@
 client) share one token bucket, so every connection through it together gets at most RATE
 bytes per second, as on a real link of that speed.
 
-    python3 pacer.py --upstream 127.0.0.1:PORT --rate 50M [--port N]
+    python3 pacer.py --upstream 127.0.0.1:PORT --rate 50M [--port N] [--count-file FILE]
 
 Prints one JSON line {"port": .., "pid": ..} once it listens on 127.0.0.1; SIGTERM ends it.
-Requests (client to server) are relayed unpaced: they are small. Standard library only.
+Requests (client to server) are relayed unpaced: they are small. With --count-file, FILE
+holds the bytes carried to clients so far (rewritten as they pass; delete it to start from
+0 again). Standard library only.
 """
 import argparse
 import json
@@ -41,6 +43,26 @@ class Bucket:
             time.sleep(wait)
 
 
+class Counter:
+    """Bytes carried to clients, kept in a file another process reads."""
+
+    def __init__(self, path):
+        self.path, self.total, self.lock = path, 0, threading.Lock()
+
+    def add(self, count):
+        with self.lock:
+            # A deleted file starts the count again.
+            if not os.path.exists(self.path):
+                self.total = 0
+            self.total += count
+            with open(self.path + ".tmp", "w") as f:
+                f.write(str(self.total))
+            os.replace(self.path + ".tmp", self.path)
+
+
+COUNTER = None
+
+
 def relay(source, sink, bucket):
     try:
         while True:
@@ -50,6 +72,8 @@ def relay(source, sink, bucket):
             if bucket:
                 bucket.take(len(data))
             sink.sendall(data)
+            if bucket and COUNTER:
+                COUNTER.add(len(data))
     except OSError:
         pass
     finally:
@@ -84,7 +108,11 @@ def main():
     parser.add_argument("--upstream", required=True, help="HOST:PORT on loopback")
     parser.add_argument("--rate", required=True, help="bytes per second, e.g. 50M (decimal)")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--count-file", help="keep the bytes carried to clients in this file")
     args = parser.parse_args()
+    global COUNTER
+    if args.count_file:
+        COUNTER = Counter(args.count_file)
     host, port = args.upstream.rsplit(":", 1)
     if host not in ("127.0.0.1", "localhost"):
         sys.exit("pacer: the upstream must be on loopback")
