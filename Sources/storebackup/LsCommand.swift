@@ -32,8 +32,10 @@ struct LsCommand: AsyncParsableCommand {
             [in <backup>]; a database rebuilt from page deltas is marked "patched".
             """)
 
-    @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
-    var name: String
+    @Argument(help: ArgumentHelp("The backup's name, or \"latest\" (left out with --at).", valueName: "name"))
+    var name: String?
+
+    @OptionGroup var at: AtOption
 
     @Argument(help: ArgumentHelp("Only these paths inside the backup (files, or folders with everything beneath them).", valueName: "path"))
     var paths: [String] = []
@@ -45,10 +47,21 @@ struct LsCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON (keys described above).")
     var json = false
 
+    func validate() throws {
+        if name == nil && at.at == nil { throw ValidationError("Missing expected argument '<name>'") }
+        try at.validate()
+    }
+
     func run() async throws {
         let backups = BackupRepository(destination: try destination.resolve(), passwords: password.provider(confirm: false))
-        let name = self.name, paths = self.paths
-        let contents = await Terminal.runCancellable { try await backups.contents(of: name, matching: paths) }
+        var name = self.name ?? "latest", paths = self.paths
+        if let moment = at.date() {
+            // With --at every argument is a path.
+            paths = (self.name.map { [$0] } ?? []) + paths
+            name = await Terminal.runCancellable { try await backups.backup(at: moment).name }
+        }
+        let chosen = name, wanted = paths
+        let contents = await Terminal.runCancellable { try await backups.contents(of: chosen, matching: wanted) }
         if !contents.hasManifest {
             Terminal.info(
                 "storebackup: warning: backup \"\(contents.backupName)\" has no manifest; listed from its ZIP directory (not verifiable)")

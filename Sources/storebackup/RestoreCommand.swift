@@ -37,11 +37,16 @@ struct RestoreCommand: AsyncParsableCommand {
             at once.
             """)
 
-    @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
-    var name: String
+    @Argument(help: ArgumentHelp("The backup's name, or \"latest\" (left out with --at).", valueName: "name"))
+    var givenName: String
 
     @Argument(help: ArgumentHelp("The stores directory to replace (or create).", valueName: "stores-dir"))
-    var storesDirectory: String
+    var givenStoresDirectory: String?
+
+    @OptionGroup var at: AtOption
+
+    /// With --at the one argument is the stores directory.
+    var storesDirectory: String { givenStoresDirectory ?? givenName }
 
     @OptionGroup var destination: DestinationOption
 
@@ -102,6 +107,9 @@ struct RestoreCommand: AsyncParsableCommand {
     @OptionGroup var configurationFile: ConfigurationOption
 
     func validate() throws {
+        if at.at != nil && givenStoresDirectory != nil { throw ValidationError("--at chooses the backup: give only the stores directory") }
+        if at.at == nil && givenStoresDirectory == nil { throw ValidationError("Missing expected argument '<stores-dir>'") }
+        try at.validate()
         if noKeep && keepReplaced != nil { throw ValidationError("--no-keep and --keep-replaced cannot be used together") }
         if let keepReplaced {
             do { _ = try DurationText.parseSeconds(keepReplaced) } catch { throw ValidationError("--keep-replaced: \(error)") }
@@ -119,14 +127,19 @@ struct RestoreCommand: AsyncParsableCommand {
     func run() async throws {
         let name: String
         let source: any BackupDestination
-        if destination.destinations.count > 1 {
-            let found = await Self.firstHolding(self.name, in: destination.connection.resolve(destination.destinations))
+        if let moment = at.date() {
+            source = try destination.resolve()
+            let repository = BackupRepository(destination: source, passwords: password.provider(confirm: false))
+            name = await Terminal.runCancellable { try await repository.backup(at: moment).name }
+            Terminal.info("storebackup: the newest backup made by \(at.at ?? ""): \"\(name)\"")
+        } else if destination.destinations.count > 1 {
+            let found = await Self.firstHolding(givenName, in: destination.connection.resolve(destination.destinations))
             source = found.destination
             name = found.backup.name
             Terminal.info("storebackup: restoring \"\(name)\" from \(source.displayName)")
         } else {
             source = try destination.resolve()
-            name = self.name
+            name = givenName
         }
         let helper = StoreHelper(
             storesDirectory: storesDirectory, destination: source,

@@ -66,8 +66,13 @@ struct VerifyCommand: AsyncParsableCommand {
 
     @OptionGroup var metrics: MetricsFileOption
 
+    @OptionGroup var at: AtOption
+
     func validate() throws {
         if all && name != nil { throw ValidationError("give a backup name or --all, not both") }
+        if at.at != nil && (all || name != nil || store != nil) {
+            throw ValidationError("--at chooses the backup: give no name, --all or --store")
+        }
         if store != nil && (all || name != nil) {
             throw ValidationError("--store runs the store's drill, which picks the backups itself; give no name and no --all")
         }
@@ -86,7 +91,9 @@ struct VerifyCommand: AsyncParsableCommand {
         let options = ExtractionOptions(
             allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, proofKey: proofKey.keyForReading(),
             checkDatabases: checkDatabases)
-        let selection: BackupSelection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
+        var chosen: BackupSelection = all ? .all : (name.map { $0 == "latest" ? .latest : .named($0) } ?? .latest)
+        if let moment = at.date() { chosen = .named(await Terminal.runCancellable { try await backups.backup(at: moment).name }) }
+        let selection = chosen
         let printer = ProgressPrinter.shared
         let metadataOnly = self.metadataOnly
         let results = await Terminal.runCancellable {
