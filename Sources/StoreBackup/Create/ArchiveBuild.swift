@@ -82,6 +82,7 @@ struct ArchiveBuild: Sendable {
     ) throws -> Manifest {
         let level = options.compressionLevel
         throttle.report(BackupProgress(phase: .scanning), force: true)
+        chain?.recordFingerprint(storesDirectory: storesDirectory)
         let scan = try StoreScanner.scan(storesDirectory: storesDirectory, sampleCompressibility: level > 0)
         var linkTargets: [String: String] = [:]
         for item in scan.items where item.kind == .symlink { linkTargets[item.relativePath] = item.linkTarget ?? "" }

@@ -9,6 +9,11 @@ struct ArchivePublishing: Sendable {
     let logger: Logger
     /// An incremental's base, which its name carries; nil for a full backup.
     let baseName: String?
+    /// The names at the destination as the chain state knows them (a point): used instead of
+    /// listing it to name the new backup.
+    var knownNames: [String]? = nil
+    /// The chain's points carry no lock (known from its first): none is asked for.
+    var pointsUnlocked = false
 
     /// Publishes `archive` to each of `destinations` (indices into `all`), the in-place host
     /// last. A destination's failure is its result; only cancellation throws.
@@ -58,7 +63,13 @@ struct ArchivePublishing: Sendable {
     ) async throws -> BackupResult {
         let clock = ContinuousClock()
         let uploadStarted = clock.now
-        let choice = await BackupNameDate.choose(clock: start ?? archive.createdAt, at: destination, base: baseName)
+        let clockDate = start ?? archive.createdAt
+        var choice: BackupNameDate.Choice
+        if let knownNames {
+            choice = BackupNameDate.choose(clock: clockDate, existing: knownNames, base: baseName)
+        } else {
+            choice = await BackupNameDate.choose(clock: clockDate, at: destination, base: baseName)
+        }
         if let warning = choice.warning { logger.warning("\(warning)", metadata: ["store": "\(storesDirectory)"]) }
         let first = choice.date
         // An incremental's name says which backup it applies onto.
@@ -77,12 +88,20 @@ struct ArchivePublishing: Sendable {
                 throw StoreBackupError.cancelled
             }
         }
-        // S3 Object Lock: an incremental's chain stays locked as long as the incremental.
-        try await destination.extendChainRetention(of: name)
+        // S3 Object Lock: an incremental's chain stays locked as long as the incremental. A
+        // chain whose first point came without a lock is not asked again at every point.
+        var unlocked: Bool?
+        if pointsUnlocked {
+            unlocked = true
+        } else if BackupName.isIncremental(name) {
+            unlocked = try await destination.retention(of: name) == nil
+            if unlocked == false { try await destination.extendChainRetention(of: name) }
+        }
         var result = BackupResult(
             name: name, size: archive.size, destination: destination.displayName, manifest: archive.manifest,
             archiveSeconds: archive.archiveSeconds, uploadSeconds: (clock.now - uploadStarted).inSeconds)
         result.nameWarning = choice.warning
+        result.chainUnlocked = unlocked
         return result
     }
 }

@@ -36,6 +36,11 @@ public struct BackupResult: Sendable {
     public var fullReason: String? = nil
     /// Set when the backup's name could not follow the destination's newest (see ``warnings``).
     var nameWarning: String? = nil
+    /// Hex SHA-256 of the archive as it was sent (incrementals): what the check after a
+    /// point compares the destination's copy with.
+    var sentSHA256: String? = nil
+    /// For a point: whether the destination said it carries no lock (nil: not asked).
+    var chainUnlocked: Bool? = nil
     /// One line per thing `create` warned about (the same lines went to the logger).
     public var warnings: [String] {
         var targets: [String: String] = [:]

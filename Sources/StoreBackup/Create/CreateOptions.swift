@@ -64,6 +64,11 @@ public struct CreateOptions: Sendable {
     /// its databases as without them.
     public var proofKey: ProofKey? = nil
 
+    /// For the scheduler's points: how long the chain's names cached in the chain state stand
+    /// for a listing of the destination (see ``IncrementalPolicy/fullScanEvery``); nil: the
+    /// destination is listed for every backup.
+    var trustChainCacheFor: TimeInterval? = nil
+
     /// The defaults, or as given.
     public init(
         compressionLevel: Int = CompressionLevel.default, encrypt: Bool = false, threads: Int? = nil,

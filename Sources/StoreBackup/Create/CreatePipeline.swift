@@ -39,10 +39,16 @@ struct CreatePipeline: Sendable {
                 storesDirectory: storesDirectory, options: options, password: try archivePassword(), logger: logger, now: now,
                 metricsStore: metricsStore)
             try build.requireStoresDirectory()
-            // Wrong credentials or an unreachable server fail now, not after minutes of archiving.
+            // A point on a chain this host published needs no listing (see ``cachedChain(for:)``).
+            let cached = cachedChain(for: destinations)
+            // Wrong credentials or an unreachable server fail now, not after minutes of archiving
+            // (a point is small: it fails at its upload instead, one request fewer).
             var reachable: [Int] = []
             for (index, target) in destinations.enumerated() {
-                do { try await target.preflight(); reachable.append(index) } catch {
+                do {
+                    if cached == nil { try await target.preflight() }
+                    reachable.append(index)
+                } catch {
                     outcomes[index].error = StoreBackupError.wrapping(error)
                 }
             }
@@ -64,13 +70,18 @@ struct CreatePipeline: Sendable {
             let archivePath =
                 host?.archivePath ?? ScratchFiles.path(in: ScratchFiles.temporaryDirectory, purpose: "archive", suffix: ".zip")
             // Chains: an incremental only when every reachable destination holds the base.
-            let chain = await chainBuild(for: reachable.map { destinations[$0] }, password: build.password)
+            let chain = await chainBuild(for: reachable.map { destinations[$0] }, password: build.password, cached: cached)
             defer { chain?.discard() }
             outcomes = try await build.run(at: archivePath, progress: progress, chain: chain) { archive in
                 if let reason = chain?.fullReason {
                     logger.info("a full backup: \(reason)", metadata: ["store": "\(storesDirectory)"])
                 }
-                let publishing = ArchivePublishing(storesDirectory: storesDirectory, logger: logger, baseName: chain?.baseName)
+                // Taken before publishing moves the archive (a local folder takes it by rename).
+                var sent: String?
+                if chain?.isIncremental == true { sent = try? FileDigest.sha256(file: archive.path, length: archive.size) }
+                var publishing = ArchivePublishing(storesDirectory: storesDirectory, logger: logger, baseName: chain?.baseName)
+                publishing.knownNames = cached?.listing.map(\.name)
+                publishing.pointsUnlocked = cached?.pointsUnlocked == true
                 let results = try await publishing.publish(
                     archive, to: reachable, of: destinations, host: host?.index, progress: progress)
                 var published = outcomes
@@ -78,10 +89,13 @@ struct CreatePipeline: Sendable {
                     switch result {
                     case .success(var backup):
                         backup.fullReason = chain?.fullReason
+                        backup.sentSHA256 = sent
                         published[index].backup = backup
                         BackupMetrics.recordBackup(
                             store: metricsStore, destination: backup.destination, size: backup.size,
                             seconds: backup.archiveSeconds + backup.uploadSeconds, at: Date(), kind: backup.kind)
+                        BackupMetrics.recordPoint(
+                            store: metricsStore, destination: backup.destination, createdAt: backup.manifest.createdAt)
                     case .failure(let error):
                         published[index].error = StoreBackupError.wrapping(error)
                     }
@@ -120,15 +134,47 @@ struct CreatePipeline: Sendable {
     /// `destinations` (the reachable ones; the first one's chain state decides, the others
     /// must hold the same). The base must be at each destination: listed now, checked
     /// against the state under the lock; any doubt makes a full backup.
-    private func chainBuild(for destinations: [any BackupDestination], password: BackupPassword?) async -> ChainBuild? {
+    private func chainBuild(
+        for destinations: [any BackupDestination], password: BackupPassword?, cached: CachedChain?
+    )
+        async -> ChainBuild?
+    {
         guard let policy = options.incremental, let first = destinations.first else { return nil }
         var listed: [(folder: ChainFolder, listing: [BackupListing]?)] = []
         for target in destinations {
-            listed.append((chainFolder(for: target.displayName), try? await target.sortedBackups()))
+            let listing = destinations.count == 1 && cached != nil ? cached?.listing : try? await target.sortedBackups()
+            listed.append((chainFolder(for: target.displayName), listing))
         }
-        return ChainBuild(
+        let build = ChainBuild(
             folder: chainFolder(for: first.displayName), policy: policy, password: password, listing: listed[0].listing,
             mirrors: Array(listed.dropFirst()), now: now())
+        build.listedAt = cached?.listedAt ?? now()
+        return build
+    }
+
+    /// The chain's backups as the state records them, when the one destination's next backup
+    /// will be a point on a chain this host published (the policy calls for no full) and the
+    /// destination was listed within ``CreateOptions/trustChainCacheFor``: create then neither
+    /// lists the destination nor preflights it. Another host deleting a link is seen at the
+    /// next listing (a full, or that long after the last), and by the restore drills.
+    private func cachedChain(for destinations: [any BackupDestination]) -> CachedChain? {
+        guard let policy = options.incremental, !policy.forceFull, destinations.count == 1, let trusted = options.trustChainCacheFor,
+            let state = chainFolder(for: destinations[0].displayName).peek(), let links = state.links,
+            links.last?.name == state.backupName, links.count == state.chainLength + 1,
+            state.chainLength + 1 <= policy.maxChainLength, now().timeIntervalSince(state.fullCreatedAt) < policy.fullEvery,
+            let listedAt = state.listedAt, now().timeIntervalSince(listedAt) < trusted
+        else { return nil }
+        let listing = links.map {
+            BackupListing(name: $0.name, size: $0.size, date: BackupName.date(of: $0.name) ?? .distantPast, modified: nil)
+        }
+        return CachedChain(listing: listing, pointsUnlocked: state.pointsUnlocked == true, listedAt: listedAt)
+    }
+
+    /// What the chain state knows of the destination (``cachedChain(for:)``).
+    struct CachedChain {
+        var listing: [BackupListing]
+        var pointsUnlocked: Bool
+        var listedAt: Date
     }
 
     /// Saves the chain state after a backup was published (at each destination it reached).
@@ -138,7 +184,7 @@ struct CreatePipeline: Sendable {
         guard let manifest = published.first?.manifest else { return }
         let folders = published.map { (folder: chainFolder(for: $0.destination), name: $0.name, size: $0.size) }
         do {
-            try build.commit(manifest: manifest, published: folders)
+            try build.commit(manifest: manifest, published: folders, unlocked: published.first?.chainUnlocked)
         } catch {
             for folder in folders { folder.folder.remove() }
             logger.warning(

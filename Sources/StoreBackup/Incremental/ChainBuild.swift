@@ -37,6 +37,10 @@ final class ChainBuild: @unchecked Sendable {
     private var patchedPaths: Set<String> = []
     /// The time the decision is made at (the helper's clock).
     let now: Date
+    /// When the destination was last listed for this chain: now, or the cached chain's time.
+    var listedAt: Date?
+    /// The store as it looked before it was scanned (``recordFingerprint(storesDirectory:)``).
+    private var fingerprint: StoreFingerprint?
 
     init(
         folder: ChainFolder, policy: IncrementalPolicy, password: BackupPassword?, listing: [BackupListing]?,
@@ -66,6 +70,14 @@ final class ChainBuild: @unchecked Sendable {
     var baseName: String? {
         if case .incremental(let state, _, _) = decision { return state.backupName }
         return nil
+    }
+
+    /// Takes the store's fingerprint before anything of it is read, with the databases the
+    /// chain knows: a change after this is either in the backup or shows in the next one.
+    /// Without one (it failed), the state keeps none and the next run makes a point.
+    func recordFingerprint(storesDirectory: String) {
+        let known = Set(folder.peek()?.databases.map(\.path) ?? [])
+        fingerprint = try? StoreFingerprint.take(storesDirectory: storesDirectory, databases: known)
     }
 
     func prepare(
@@ -235,19 +247,26 @@ final class ChainBuild: @unchecked Sendable {
 
     /// Saves the chain state at each destination the backup was published to (its name and
     /// size there); destinations it did not reach keep their state (their next backup is a full).
-    func commit(manifest: Manifest, published: [(folder: ChainFolder, name: String, size: Int64)]) throws {
+    func commit(manifest: Manifest, published: [(folder: ChainFolder, name: String, size: Int64)], unlocked: Bool? = nil) throws {
         guard let first = published.first else { return }
-        let saved = try commit(to: first.folder, name: first.name, manifest: manifest, archiveSize: first.size)
+        let saved = try commit(to: first.folder, name: first.name, manifest: manifest, archiveSize: first.size, unlocked: unlocked)
         for other in published.dropFirst() {
             try other.folder.saveCopy(of: saved, from: first.folder, name: other.name, size: other.size)
         }
     }
 
-    private func commit(to folder: ChainFolder, name: String, manifest: Manifest, archiveSize: Int64) throws -> ChainState {
+    private func commit(to folder: ChainFolder, name: String, manifest: Manifest, archiveSize: Int64, unlocked: Bool?) throws
+        -> ChainState
+    {
         let manifestBytes = try manifest.encoded()
         let manifestSHA256 = FileDigest.hex(SHA256.hash(data: manifestBytes))
         var fullCreatedAt = manifest.createdAt
-        if case .incremental(let state, _, _) = decision { fullCreatedAt = state.fullCreatedAt }
+        var links: [PublishedLink]? = []
+        if case .incremental(let state, _, _) = decision {
+            fullCreatedAt = state.fullCreatedAt
+            links = state.links
+        }
+        links?.append(PublishedLink(name: name, size: archiveSize))
         var files: [(path: String, record: FileRecord)] = []
         for file in manifest.files where file.type == "file" {
             guard let stat = stats[file.path], let sha256 = file.sha256 else { continue }
@@ -256,7 +275,8 @@ final class ChainBuild: @unchecked Sendable {
         let state = ChainState(
             destination: folder.destination, backupName: name, manifestSHA256: manifestSHA256, createdAt: manifest.createdAt,
             archiveSize: archiveSize, chainLength: manifest.chainLength ?? 0, fullCreatedAt: fullCreatedAt,
-            encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases)
+            encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases,
+            fingerprint: fingerprint, links: links, pointsUnlocked: isIncremental ? unlocked : nil, listedAt: listedAt)
         try folder.prepare()
         return try folder.save(state, files: files, maps: maps, manifest: manifestBytes)
     }

@@ -72,6 +72,20 @@ struct ChainFolder: Sendable {
         }
     }
 
+    /// Only `state.json`, checked against its own checksum (not the files it names): enough
+    /// to compare a fingerprint or read the chain's names, without reading the page maps.
+    func peek() -> ChainState? {
+        guard let data = try? Data(contentsOf: URL(fileURLWithPath: path + "/" + Self.stateFile)),
+            let json = Self.checkedBody(data)
+        else { return nil }
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .utcTimestamp
+        guard let state = try? decoder.decode(ChainState.self, from: json), state.version == ChainState.currentVersion,
+            state.destination == destination
+        else { return nil }
+        return state
+    }
+
     /// The copy of the last backup's manifest that `state` names, checked against the
     /// manifest SHA-256 the state (and every incremental on that backup) records.
     func baseManifest(of state: ChainState) throws -> Manifest {
@@ -172,6 +186,9 @@ struct ChainFolder: Sendable {
         copy.destination = destination
         copy.backupName = name
         copy.archiveSize = size
+        // Its earlier links may carry other names there: that destination is listed instead.
+        copy.links = nil
+        copy.pointsUnlocked = nil
         for file in [state.filesList, state.baseManifest] + state.databases.map(\.map) {
             let scratch = scratchPath(purpose: "copy")
             do {

@@ -53,6 +53,24 @@ struct ChainState: Codable, Sendable {
     /// SHA-256 is ``manifestSHA256``): what an incremental on it is proven against.
     var baseManifest: String = ""
     var databases: [Database]
+    /// The store as it looked just before this backup read it (nil: a state written before
+    /// fingerprints): the scheduler makes no point while the store still looks so.
+    var fingerprint: StoreFingerprint? = nil
+    /// The chain at the destination as this host published it, full first (nil: unknown): what
+    /// create needs to know of the destination for the next point without listing it; the
+    /// destination is listed again at each full.
+    var links: [PublishedLink]? = nil
+    /// The destination said the chain's first point carries no lock (S3 Object Lock): later
+    /// points need not ask it again. Nil: not known.
+    var pointsUnlocked: Bool? = nil
+    /// When the destination was last listed for this chain (``links`` are trusted only so long).
+    var listedAt: Date? = nil
+}
+
+/// One backup of a chain as it was published: its name and size at the destination.
+struct PublishedLink: Codable, Sendable, Equatable {
+    var name: String
+    var size: Int64
 }
 
 /// One regular file as the last backup held it.

@@ -12,6 +12,10 @@ public struct IncrementalPolicy: Sendable, Equatable {
     public var maxDeltaShare = 0.5
     /// Make a full backup now (it starts a new chain).
     public var forceFull = false
+    /// For ``BackupService``'s scheduled runs: a point at least this often even when the
+    /// store's fingerprint says nothing changed (the safety net of the change detection,
+    /// docs/incremental-backups.md); 0: a point at every run, as ``StoreHelper`` makes.
+    public var fullScanEvery: TimeInterval = 3600
 
     /// A policy; each parameter sets the property of the same name, and the defaults are
     /// those the configuration file uses.

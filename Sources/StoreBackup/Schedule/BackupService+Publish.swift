@@ -16,7 +16,7 @@ extension BackupService {
         }
         for (index, value) in job.allDestinations.enumerated() {
             do {
-                let destination = try DestinationResolver.resolve(value, options: destinationOptions(logging: log))
+                let destination = try resolveDestination(value, destinationOptions(logging: log))
                 resolved.append((index, destination))
                 published[index].destination = destination.displayName
             } catch {
@@ -48,9 +48,15 @@ extension BackupService {
             let checked = took.first(where: { $0.destination.localPath(of: published[$0.index].backup!.name) != nil }) ?? took.first
         {
             do {
-                if let failure = try await verifyJustMade(
-                    job, backup: published[checked.index].backup!.name, at: checked.destination, log: log)
-                {
+                let backup = published[checked.index].backup!
+                // A point is checked against what was sent; its chain is the drills' to read.
+                let check: StoreBackupError?
+                if backup.kind == "incremental" && backup.sentSHA256 != nil {
+                    check = try await verifyPointJustMade(job, backup: backup, at: checked.destination, log: log)
+                } else {
+                    check = try await verifyJustMade(job, backup: backup.name, at: checked.destination, log: log)
+                }
+                if let failure = check {
                     outcome.verificationFailed = true
                     outcome.error = failure
                 }
@@ -59,7 +65,9 @@ extension BackupService {
             }
         }
         // A backup that failed its check (or a cancelled check) must not push out a good older one.
-        if let policy = job.retention, outcome.error == nil {
+        // In chains, retention runs after each full: a point frees nothing it could delete.
+        let point = job.incremental != nil && outcome.backup?.kind == "incremental"
+        if let policy = job.retention, outcome.error == nil, !point {
             for slot in took {
                 let backup = published[slot.index].backup!
                 do {

@@ -114,7 +114,7 @@ extension BackupService {
         var place = DrillOutcome.AtDestination(
             destination: value.map(RemoteURL.redacted) ?? DestinationResolver.defaultFolder(environment: destinationOptions.environment))
         do {
-            let destination = try DestinationResolver.resolve(value, options: destinationOptions(logging: log))
+            let destination = try resolveDestination(value, destinationOptions(logging: log))
             place.destination = destination.displayName
             let picked = settings.select(from: try await backups(of: job, at: destination), at: date)
             guard !picked.isEmpty else { throw StoreBackupError.noBackups(destination: destination.displayName) }

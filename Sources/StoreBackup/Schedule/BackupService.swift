@@ -45,6 +45,14 @@ public final class BackupService: Service, Sendable {
     /// made by the first backup that needs it; nil: ``ProofKey/defaultPath(environment:)``.
     public let proofKeyFile: String?
     private let running = RunningStores()
+    /// The clock of scheduled runs, of the points they make and of the safety net: the
+    /// system's; tests step it to cover an hour in seconds.
+    let now: @Sendable () -> Date
+    /// How a job's destination value becomes a destination: ``DestinationResolver``; tests
+    /// wrap what it returns to count requests.
+    let resolveDestination: @Sendable (String?, DestinationOptions) throws -> any BackupDestination
+    /// How recent a change may be for a fingerprint to count as racy (see ``StoreFingerprint``).
+    let racyWindowNanoseconds: Int64
 
     /// - Parameters:
     ///   - jobs: the stores to back up; names must be unique.
@@ -54,10 +62,26 @@ public final class BackupService: Service, Sendable {
     ///   - logger: where the service logs each run, retention and hook outcome.
     ///   - proofKeyFile: the proof key file for unencrypted backups' database proofs (made by
     ///     the first backup); nil: ``ProofKey/defaultPath(environment:)``.
-    public init(
+    public convenience init(
         jobs: [StoreJob], stateStore: BackupStateStore = BackupStateStore(directory: BackupStateStore.defaultDirectory()),
         destinationOptions: DestinationOptions = DestinationOptions(), logger: Logger, proofKeyFile: String? = nil
     ) {
+        self.init(
+            jobs: jobs, stateStore: stateStore, destinationOptions: destinationOptions, logger: logger, proofKeyFile: proofKeyFile,
+            now: { Date() }, resolveDestination: { try DestinationResolver.resolve($0, options: $1) },
+            racyWindowNanoseconds: ChangeDetector.racyWindowNanoseconds)
+    }
+
+    /// The service with its clock, resolver and racy window given (tests).
+    init(
+        jobs: [StoreJob], stateStore: BackupStateStore, destinationOptions: DestinationOptions, logger: Logger, proofKeyFile: String?,
+        now: @escaping @Sendable () -> Date,
+        resolveDestination: @escaping @Sendable (String?, DestinationOptions) throws -> any BackupDestination,
+        racyWindowNanoseconds: Int64
+    ) {
+        self.now = now
+        self.resolveDestination = resolveDestination
+        self.racyWindowNanoseconds = racyWindowNanoseconds
         self.proofKeyFile = proofKeyFile
         self.jobs = jobs
         self.stateStore = stateStore
@@ -113,7 +137,7 @@ public final class BackupService: Service, Sendable {
             guard await sleep(until: next) else { break }
             let fired = Date()
             do {
-                _ = try await runOnce(job)
+                _ = try await runScheduled(job)
             } catch StoreBackupError.backupAlreadyRunning {
                 log.warning("the previous backup is still running; skipping this run")
             } catch {
@@ -172,11 +196,24 @@ public final class BackupService: Service, Sendable {
             schedule: job.schedule.description)
     }
 
-    private func runOnce(_ job: StoreJob) async throws -> BackupRunOutcome {
+    /// A scheduled run: no point when an incremental job's store looks as it did at its
+    /// last point (``pointNotNeeded(_:log:)``), else ``runOnce(_:)``.
+    func runScheduled(_ job: StoreJob) async throws -> BackupRunOutcome {
+        let log = logger.with(store: job.name)
+        if let last = pointNotNeeded(job, log: log) {
+            log.debug("the store is unchanged since \(last); no point")
+            var outcome = BackupRunOutcome(store: job.name, startedAt: now())
+            outcome.unchangedSince = last
+            return outcome
+        }
+        return try await runOnce(job)
+    }
+
+    func runOnce(_ job: StoreJob) async throws -> BackupRunOutcome {
         guard running.begin(job.name) else { throw StoreBackupError.backupAlreadyRunning(store: job.name) }
         defer { running.end(job.name) }
         let log = logger.with(store: job.name)
-        let started = Date()
+        let started = now()
         _ = try? stateStore.update(job.name, default: initialState(job)) {
             $0.lastStarted = started; $0.nextRun = nil
         }
@@ -191,9 +228,12 @@ public final class BackupService: Service, Sendable {
             storesDirectory: job.storesDirectory, destination: destination, passwords: job.passwordFile.map(PasswordProvider.file),
             logger: logger.with(store: job.name))
         helper.metricsName = job.name
+        helper.now = now
         var options = CreateOptions(
             compressionLevel: job.compressionLevel, encrypt: job.passwordFile != nil, threads: job.threads,
             incremental: job.incremental)
+        // Points a minute apart list the destination once per safety-net interval, not each time.
+        if let policy = job.incremental, policy.fullScanEvery > 0 { options.trustChainCacheFor = policy.fullScanEvery }
         if job.passwordFile == nil {
             // Without a key the backup is still made, unproven: restore then checks its databases.
             let path = proofKeyFile ?? ProofKey.defaultPath()
@@ -300,6 +340,9 @@ public struct BackupRunOutcome: Sendable {
     public var backup: BackupResult?
     /// Why the run failed.
     public var error: StoreBackupError?
+    /// The run made no point: the store looked as it did when this backup, its last point,
+    /// was made (scheduled runs of incremental jobs; see ``IncrementalPolicy/fullScanEvery``).
+    public internal(set) var unchangedSince: String?
     /// Backups deleted by retention after this one.
     public var pruned: [String] = []
     /// Retention failed after a successful backup (the backup stands).

@@ -25,6 +25,7 @@ import Yams
 ///     full-every: 7d                      # with incremental: the defaults shown
 ///     max-chain: 14
 ///     max-delta-share: 0.5
+///     full-scan-every: 1h                 # run: a point at least this often even when nothing looks changed
 ///     keep-replaced: 7d                   # restore keeps the store it replaces this long, for undo (0: not at all)
 /// hooks:
 ///   on-failure: {url: "https://example.test/alert", timeout: 10s}
@@ -147,7 +148,7 @@ private struct ConfigurationReader {
     static let storeKeys: Set<String> = [
         "name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks",
         "verify", "verify-after-create", "stop-command", "start-command", "stop-timeout", "incremental", "full-every",
-        "max-chain", "max-delta-share", "keep-replaced",
+        "max-chain", "max-delta-share", "full-scan-every", "keep-replaced",
     ]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path", "stop-command", "start-command", "stop-timeout"]).union(
         [
@@ -374,6 +375,16 @@ private struct ConfigurationReader {
                 throw fail(node, key, "must be a number from 0 to 1, e.g. 0.5")
             }
             policy.maxDeltaShare = value
+        }
+        if let (node, key) = setting("full-scan-every") {
+            policyKey = (node, key)
+            do {
+                policy.fullScanEvery = try DurationText.parseSeconds(try string(node, at: key))
+            } catch StoreBackupError
+                .invalidSchedule(let reason)
+            {
+                throw fail(node, key, reason)
+            }
         }
         if setting("incremental") == nil, let (node, key) = policyKey {
             throw fail(node, key, "is used only with incremental: true")

@@ -18,6 +18,7 @@ import Metrics
 /// | `storebackup_uploaded_bytes_by_kind_total` | counter, `kind` = full/incremental | the same, by kind of backup |
 /// | `storebackup_last_success_timestamp_seconds` | gauge | Unix time of the last successful backup |
 /// | `storebackup_last_failure_timestamp_seconds` | gauge | Unix time of the last failed backup |
+/// | `storebackup_last_point_timestamp_seconds` | gauge | the creation time (Unix) of the newest backup published: the moment a restore can reach |
 /// | `storebackup_retention_removed_total` | counter | backups removed by retention |
 /// | `storebackup_restores_total` | counter, `outcome` = success/failure | restores attempted |
 /// | `storebackup_verifies_total` | counter, `outcome`, `trigger` = drill/after-create | backups verified |
@@ -43,6 +44,10 @@ public enum BackupMetrics {
     public static let lastSuccess = "storebackup_last_success_timestamp_seconds"
     /// Unix time of the last failed backup.
     public static let lastFailure = "storebackup_last_failure_timestamp_seconds"
+    /// The creation time (Unix) of the newest backup published, full or point: what a restore
+    /// reaches. An idle store makes no point, so alert on it beyond
+    /// ``IncrementalPolicy/fullScanEvery``.
+    public static let lastPoint = "storebackup_last_point_timestamp_seconds"
     /// Backups removed by retention.
     public static let retentionRemoved = "storebackup_retention_removed_total"
     /// Restores attempted, with `outcome` success or failure.
@@ -73,6 +78,10 @@ public enum BackupMetrics {
             Gauge(label: lastVerifyFailure, dimensions: where_).record(date.timeIntervalSince1970)
             Counter(label: verifyFailures, dimensions: where_ + [("backup", backup)]).increment()
         }
+    }
+
+    static func recordPoint(store: String, destination: String, createdAt: Date) {
+        Gauge(label: lastPoint, dimensions: [("store", store), ("destination", destination)]).record(createdAt.timeIntervalSince1970)
     }
 
     static func recordBackup(store: String, destination: String, size: Int64?, seconds: Double, at date: Date, kind: String = "full") {
