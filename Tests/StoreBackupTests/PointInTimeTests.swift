@@ -45,4 +45,38 @@ final class PointInTimeTests: XCTestCase {
             XCTFail("nothing was made by 09:58")
         } catch StoreBackupError.backupNotFound {}
     }
+
+    /// `restore --at TIME DIR` (the one argument is the stores directory) and `ls --at TIME`.
+    func testCommandLineAtPicksTheBackupOfThatTime() async throws {
+        let work = try TestEnvironment.temporaryDirectory("at-cli")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        try StoreFixture.make(at: work + "/Stores", logRows: 10, blobCount: 1)
+        try FileManager.default.createDirectory(atPath: work + "/backups", withIntermediateDirectories: true)
+        let ten = Date(timeIntervalSince1970: 1_796_464_800)  // 2026-12-05 10:00 UTC
+        var helper = StoreHelper(storesDirectory: work + "/Stores", destination: LocalFolderDestination(folder: work + "/backups"))
+        helper.now = { ten }
+        let early = try await helper.createBackup()
+        let settings = try SQLiteConnection(path: work + "/Stores/Settings.sqlite", mode: .readWrite)
+        try settings.execute("UPDATE kv SET v = 'light'", operation: "test")
+        settings.close()
+        helper.now = { ten.addingTimeInterval(300) }
+        _ = try await helper.createBackup()
+
+        let environment = ["STOREBACKUP_STATE_DIR": work + "/state", "HOME": work]
+        let listed = try runTool(
+            TestEnvironment.binary, ["ls", "--at", "2026-12-05T10:03:00Z", "--from", work + "/backups", "Settings.sqlite"],
+            environment: environment)
+        XCTAssertEqual(listed.status, 0, listed.stderr)
+        XCTAssertTrue((listed.stdout + listed.stderr).contains(early.name), listed.stdout + listed.stderr)
+        let restored = try runTool(
+            TestEnvironment.binary,
+            ["restore", "--at", "2026-12-05T10:03:00Z", work + "/Restored", "--from", work + "/backups", "--yes"],
+            environment: environment)
+        XCTAssertEqual(restored.status, 0, restored.stderr)
+        XCTAssertEqual(try StoreFixture.query(work + "/Restored/Settings.sqlite", "SELECT v FROM kv"), "dark")
+        let refused = try runTool(
+            TestEnvironment.binary, ["restore", "--at", "soon", work + "/Restored", "--from", work + "/backups", "--yes"],
+            environment: environment)
+        XCTAssertNotEqual(refused.status, 0)
+    }
 }
