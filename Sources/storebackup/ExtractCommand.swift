@@ -34,8 +34,10 @@ struct ExtractCommand: AsyncParsableCommand {
             is downloaded to a temporary file there first).
             """)
 
-    @Argument(help: ArgumentHelp("The backup's name, or \"latest\".", valueName: "name"))
-    var name: String
+    @Argument(help: ArgumentHelp("The backup's name, or \"latest\" (left out with --at).", valueName: "name"))
+    var name: String?
+
+    @OptionGroup var at: AtOption
 
     @Argument(
         help: ArgumentHelp(
@@ -62,11 +64,22 @@ struct ExtractCommand: AsyncParsableCommand {
     )
     var allowOutsideLinks = false
 
+    func validate() throws {
+        if name == nil && at.at == nil { throw ValidationError("Missing expected argument '<name>'") }
+        try at.validate()
+    }
+
     func run() async throws {
         let backups = BackupRepository(destination: try destination.resolve(), passwords: password.provider(confirm: false))
         let options = ExtractionOptions(
             allowUnverified: allowUnverified, allowOutsideLinks: allowOutsideLinks, proofKey: proofKey.keyForReading())
-        let name = self.name, paths = self.paths, into = self.into
+        var chosenName = self.name ?? "latest", chosenPaths = self.paths
+        if let moment = at.date() {
+            // With --at every argument is a path.
+            chosenPaths = (self.name.map { [$0] } ?? []) + chosenPaths
+            chosenName = await Terminal.runCancellable { try await backups.backup(at: moment).name }
+        }
+        let name = chosenName, paths = chosenPaths, into = self.into
         let printer = ProgressPrinter.shared
         let result = await Terminal.runCancellable {
             try await backups.extract(name, paths: paths, into: into, options: options, progress: printer.handler())

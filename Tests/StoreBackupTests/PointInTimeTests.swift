@@ -46,7 +46,8 @@ final class PointInTimeTests: XCTestCase {
         } catch StoreBackupError.backupNotFound {}
     }
 
-    /// `restore --at TIME DIR` (the one argument is the stores directory) and `ls --at TIME`.
+    /// `restore --at TIME DIR` (the one argument is the stores directory), `ls --at TIME` and
+    /// `extract --at TIME PATH` (every argument a path).
     func testCommandLineAtPicksTheBackupOfThatTime() async throws {
         let work = try TestEnvironment.temporaryDirectory("at-cli")
         defer { try? FileManager.default.removeItem(atPath: work) }
@@ -74,6 +75,12 @@ final class PointInTimeTests: XCTestCase {
             environment: environment)
         XCTAssertEqual(restored.status, 0, restored.stderr)
         XCTAssertEqual(try StoreFixture.query(work + "/Restored/Settings.sqlite", "SELECT v FROM kv"), "dark")
+        let extracted = try runTool(
+            TestEnvironment.binary,
+            ["extract", "--at", "2026-12-05T10:03:00Z", "Settings.sqlite", "--into", work + "/Out", "--from", work + "/backups"],
+            environment: environment)
+        XCTAssertEqual(extracted.status, 0, extracted.stderr)
+        XCTAssertEqual(try StoreFixture.query(work + "/Out/Settings.sqlite", "SELECT v FROM kv"), "dark")
         let refused = try runTool(
             TestEnvironment.binary, ["restore", "--at", "soon", work + "/Restored", "--from", work + "/backups", "--yes"],
             environment: environment)
