@@ -529,9 +529,13 @@ def test_proxy_stamps_when_body_bytes_pass(servers):
         for e, way in ((paced_up, "up"), (paced_down, "down"), (fast, "up")):
             assert e[way + "_bytes"] >= size, e
             assert e.get("started", e[way + "_first"]) <= e[way + "_first"] <= e[way + "_last"] <= e["time"], e
+        # curl's --limit-rate keeps an average since the transfer began: a start delayed on a
+        # busy machine is caught up at full speed, so a paced body can pass in well under
+        # size/pace (seen: 46 % of it). A quarter still tells paced stamps from end-of-request
+        # ones, and the fast upload, unpaced, stays far below it.
         for e, way in ((paced_up, "up"), (paced_down, "down")):
-            assert e[way + "_last"] - e[way + "_first"] >= 0.5 * size / pace, e
-        assert fast["up_last"] - fast["up_first"] < 0.5 * size / pace, fast
+            assert e[way + "_last"] - e[way + "_first"] >= 0.25 * size / pace, e
+        assert fast["up_last"] - fast["up_first"] < 0.25 * size / pace, fast
 
 
 def test_proxy_keepalive_probability_and_control(servers):
