@@ -9,9 +9,10 @@ struct ArchivePublishing: Sendable {
     let logger: Logger
     /// An incremental's base, which its name carries; nil for a full backup.
     let baseName: String?
-    /// The names at the destination as the chain state knows them (a point): used instead of
-    /// listing it to name the new backup.
-    var knownNames: [String]? = nil
+    /// The chain's backups at the destination as the chain state knows them (a point): used
+    /// instead of listing it to name the new backup, and its base checked alone as it is
+    /// published (``BackupDestination/publishPoint(file:as:onto:progress:)``).
+    var knownBackups: [BackupListing]? = nil
     /// The chain's points carry no lock (known from its first): none is asked for.
     var pointsUnlocked = false
 
@@ -65,8 +66,8 @@ struct ArchivePublishing: Sendable {
         let uploadStarted = clock.now
         let clockDate = start ?? archive.createdAt
         var choice: BackupNameDate.Choice
-        if let knownNames {
-            choice = BackupNameDate.choose(clock: clockDate, existing: knownNames, base: baseName)
+        if let knownBackups {
+            choice = BackupNameDate.choose(clock: clockDate, existing: knownBackups.map(\.name), base: baseName)
         } else {
             choice = await BackupNameDate.choose(clock: clockDate, at: destination, base: baseName)
         }
@@ -80,7 +81,11 @@ struct ArchivePublishing: Sendable {
         for attempt in 1...10 {
             do {
                 try Task.checkCancellation()
-                try await destination.upload(file: archive.path, as: name, progress: progress)
+                if let base = knownBackups?.first(where: { $0.name == baseName }) {
+                    try await destination.publishPoint(file: archive.path, as: name, onto: base, progress: progress)
+                } else {
+                    try await destination.upload(file: archive.path, as: name, progress: progress)
+                }
                 break
             } catch StoreBackupError.backupExists where attempt < 10 {
                 name = nameAt(first.addingTimeInterval(TimeInterval(attempt)))

@@ -80,7 +80,7 @@ struct CreatePipeline: Sendable {
                 var sent: String?
                 if chain?.isIncremental == true { sent = try? FileDigest.sha256(file: archive.path, length: archive.size) }
                 var publishing = ArchivePublishing(storesDirectory: storesDirectory, logger: logger, baseName: chain?.baseName)
-                publishing.knownNames = cached?.listing.map(\.name)
+                publishing.knownBackups = cached?.listing
                 publishing.pointsUnlocked = cached?.pointsUnlocked == true
                 let results = try await publishing.publish(
                     archive, to: reachable, of: destinations, host: host?.index, progress: progress)
@@ -98,6 +98,9 @@ struct CreatePipeline: Sendable {
                             store: metricsStore, destination: backup.destination, createdAt: backup.manifest.createdAt)
                     case .failure(let error):
                         published[index].error = StoreBackupError.wrapping(error)
+                        if case StoreBackupError.chainBaseChanged = error {
+                            chainFolder(for: destinations[index].displayName).remove()
+                        }
                     }
                 }
                 if let chain {
@@ -155,8 +158,10 @@ struct CreatePipeline: Sendable {
     /// The chain's backups as the state records them, when the one destination's next backup
     /// will be a point on a chain this host published (the policy calls for no full) and the
     /// destination was listed within ``CreateOptions/trustChainCacheFor``: create then neither
-    /// lists the destination nor preflights it. Another host deleting a link is seen at the
-    /// next listing (a full, or that long after the last), and by the restore drills.
+    /// lists the destination nor preflights it. The point's base (the chain's newest backup)
+    /// is checked as the point is published, so a point never lands on a chain whose tip
+    /// another host deleted (storebackup deletes a chain newest first); a link deleted in the
+    /// middle by other means is seen at the next listing and by the restore drills.
     private func cachedChain(for destinations: [any BackupDestination]) -> CachedChain? {
         guard let policy = options.incremental, !policy.forceFull, destinations.count == 1, let trusted = options.trustChainCacheFor,
             let state = chainFolder(for: destinations[0].displayName).peek(), let links = state.links,

@@ -62,6 +62,20 @@ public protocol BackupDestination: Sendable {
     /// The local file may be moved away by this call.
     func upload(file: String, as name: String, progress: ProgressHandler?) async throws
 
+    /// Publishes a point (an incremental) named from the chain state rather than from a
+    /// listing: first checks, in one request, that `base` (the chain's newest backup, which
+    /// the point applies to) is still there with the size it was published with, then
+    /// publishes as ``upload(file:as:progress:)`` does. A destination may skip its own check
+    /// that `name` is free where the server refuses to overwrite by itself (S3's
+    /// `If-None-Match`). Throws `chainBaseChanged` when the base is gone or changed: nothing
+    /// was published. The default lists the destination, then uploads.
+    func publishPoint(file: String, as name: String, onto base: BackupListing, progress: ProgressHandler?) async throws
+
+    /// Whether an upload that returned was checked by the server against the bytes sent
+    /// (S3's `Content-MD5` and MD5 ETag), so reading the copy back proves nothing more.
+    /// False by default.
+    var checksUploadedBytes: Bool { get }
+
     /// Downloads `name` into the local path `file` (which does not exist yet).
     func download(_ name: String, to file: String, progress: ProgressHandler?) async throws
 
@@ -125,6 +139,30 @@ extension BackupDestination {
     /// Cannot lock by default.
     public func extendRetention(of name: String, to retention: BackupRetention) async throws -> Bool {
         throw StoreBackupError.destination(destination: displayName, reason: "cannot lock backups (S3 Object Lock needs S3)")
+    }
+    /// Lists the destination to find the base, then uploads.
+    public func publishPoint(file: String, as name: String, onto base: BackupListing, progress: ProgressHandler?) async throws {
+        try PointBase.require(base, found: try await listBackups().first { $0.name == base.name }, at: displayName)
+        try await upload(file: file, as: name, progress: progress)
+    }
+    /// Uploads are read back to be checked, by default.
+    public var checksUploadedBytes: Bool { false }
+}
+
+/// The check a point's publishing makes of its base (``BackupDestination/publishPoint(file:as:onto:progress:)``).
+enum PointBase {
+    /// Throws unless `found` (what the destination holds under the base's name, nil when
+    /// nothing) is the base as it was published: another host may have deleted or replaced it
+    /// since this host listed the chain, and a point on it would not restore.
+    static func require(_ base: BackupListing, found: BackupListing?, at destination: String) throws {
+        guard let found else {
+            throw StoreBackupError.chainBaseChanged(base: base.name, destination: destination, problem: "is no longer there")
+        }
+        guard found.size == base.size else {
+            throw StoreBackupError.chainBaseChanged(
+                base: base.name, destination: destination,
+                problem: "holds \(found.size) bytes, not the \(base.size) it was published with")
+        }
     }
 }
 

@@ -77,6 +77,16 @@ public struct LocalFolderDestination: BackupDestination {
         }
     }
 
+    /// Checks the base with one `stat`, then publishes as ``upload(file:as:progress:)``.
+    public func publishPoint(file: String, as name: String, onto base: BackupListing, progress: ProgressHandler?) async throws {
+        var info = stat()
+        let found =
+            stat(folder + "/" + base.name, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
+            ? BackupListing(name: base.name, size: Int64(info.st_size), date: base.date, modified: nil) : nil
+        try PointBase.require(base, found: found, at: folder)
+        try await upload(file: file, as: name, progress: progress)
+    }
+
     /// Copies the backup `name` to `file`; throws `backupNotFound` when the folder has no such
     /// backup. Restore reads a local backup in place instead (``localPath(of:)``).
     public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {

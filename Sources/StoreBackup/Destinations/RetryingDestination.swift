@@ -34,6 +34,11 @@ public struct RetryingDestination: WrappingDestination {
         try await retrying { try await base.upload(file: file, as: name, progress: progress) }
     }
 
+    /// Publishes a point through the base (its base checked each time), within the budget.
+    public func publishPoint(file: String, as name: String, onto base: BackupListing, progress: ProgressHandler?) async throws {
+        try await retrying { try await self.base.publishPoint(file: file, as: name, onto: base, progress: progress) }
+    }
+
     /// A partly downloaded file is kept between attempts: backends resume from its size.
     public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
         try await retrying { try await base.download(name, to: file, progress: progress) }

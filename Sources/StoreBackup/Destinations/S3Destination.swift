@@ -114,15 +114,51 @@ struct S3Destination: BlockingDestination {
     // MARK: upload
 
     func upload(file: String, as name: String, progress: ProgressHandler?, cancel: CancellationFlag) throws {
+        try upload(file: file, as: name, progress: progress, cancel: cancel, nameChosenFree: false)
+    }
+
+    /// The server checks each upload's `Content-MD5` (see ``putWhole(file:size:name:ifAbsent:cancel:progress:)``).
+    var checksUploadedBytes: Bool { true }
+
+    /// Two requests for a point: a HEAD of its base, then its PUT, made conditional
+    /// (`If-None-Match: *`) instead of preceded by a HEAD of its own name.
+    func publishPoint(file: String, as name: String, onto base: BackupListing, progress: ProgressHandler?) async throws {
+        try await runBlocking(name: threadName + "-upload") { cancel in
+            let found = try head(key: key(base.name), cancel: cancel).map {
+                BackupListing(name: base.name, size: $0.size, date: base.date, modified: nil)
+            }
+            try PointBase.require(base, found: found, at: displayName)
+            try upload(file: file, as: name, progress: progress, cancel: cancel, nameChosenFree: true)
+        }
+    }
+
+    /// `nameChosenFree`: the caller chose `name` against what it knows of the destination, so
+    /// a single PUT goes without a HEAD of the name first, conditional on there being no such
+    /// object. A server that honours the condition (S3, moto) never overwrites; one that
+    /// ignores it (rclone) could only overwrite an object another writer gave the very same
+    /// name in the meantime.
+    private func upload(file: String, as name: String, progress: ProgressHandler?, cancel: CancellationFlag, nameChosenFree: Bool)
+        throws
+    {
         try BackupName.validate(name)
         let size = Int64(try FileSystem.lstatInfo(file).st_size)
+        if nameChosenFree && size <= Self.multipartThreshold {
+            if try putWhole(file: file, size: size, name: name, ifAbsent: true, cancel: cancel, progress: progress) { return }
+            // The name was taken: by an earlier attempt whose answer was lost, or by another writer.
+            if let existing = try head(key: key(name), cancel: cancel),
+                try existing.matches(file: file, size: size, partSize: partSize(for: size))
+            {
+                return
+            }
+            throw StoreBackupError.backupExists(name: name, destination: displayName)
+        }
         if let existing = try head(key: key(name), cancel: cancel) {
             // An earlier attempt whose answer was lost may have published exactly this file.
             if try existing.matches(file: file, size: size, partSize: partSize(for: size)) { return }
             throw StoreBackupError.backupExists(name: name, destination: displayName)
         }
         if size <= Self.multipartThreshold {
-            try putWhole(file: file, size: size, name: name, cancel: cancel, progress: progress)
+            _ = try putWhole(file: file, size: size, name: name, ifAbsent: false, cancel: cancel, progress: progress)
         } else {
             try MultipartUpload(destination: self, key: key(name), file: file, size: size, cancel: cancel, progress: progress).run()
         }
@@ -130,11 +166,16 @@ struct S3Destination: BlockingDestination {
 
     /// One PUT with `Content-MD5`, which the server checks (a flipped byte is refused with
     /// 400 BadDigest and sent again); the returned ETag is compared too where it is an MD5.
-    private func putWhole(file: String, size: Int64, name: String, cancel: CancellationFlag, progress: ProgressHandler?) throws {
+    /// `ifAbsent`: only where no object has the name (`If-None-Match: *`); returns false when
+    /// the server refused because one has (412).
+    private func putWhole(
+        file: String, size: Int64, name: String, ifAbsent: Bool, cancel: CancellationFlag, progress: ProgressHandler?
+    ) throws -> Bool {
         let digest = try FileDigest.md5(file: file, length: size)
         var put = request("PUT", url(key: key(name)), label: "\(displayName)/\(name)")
         put.body = .file(path: file, offset: 0, length: size)
         put.headers.append(("Content-MD5", FileDigest.base64(digest)))
+        if ifAbsent { put.headers.append(("If-None-Match", "*")) }
         put.headers += objectLock?.headers() ?? []
         put.isTransientAnswer = { Self.isBadDigest($0) }
         let response = try perform(put, cancel: cancel) { sent, _ in
@@ -144,6 +185,7 @@ struct S3Destination: BlockingDestination {
             throw StoreBackupError.transferFailed(
                 .transient, label: displayName, "upload \(name): the server kept receiving different bytes")
         }
+        if ifAbsent && response.status == 412 { return false }
         try check(response, expecting: [200], context: "upload \(name)")
         // Where the ETag is an MD5, it must be this file's: else remove it and try again.
         if let etag = Self.md5ETag(response.header("etag")), etag != FileDigest.hex(digest) {
@@ -151,6 +193,7 @@ struct S3Destination: BlockingDestination {
             throw StoreBackupError.transferFailed(
                 .transient, label: displayName, "upload \(name): the server stored different bytes (ETag \(etag)); trying again")
         }
+        return true
     }
 
     /// The server refused a body whose `Content-MD5` did not match: it was damaged on the way.

@@ -25,6 +25,12 @@ extension WrappingDestination {
         try await base.upload(file: file, as: name, progress: progress)
     }
     /// Forwarded to ``base``.
+    public func publishPoint(file: String, as name: String, onto base: BackupListing, progress: ProgressHandler?) async throws {
+        try await self.base.publishPoint(file: file, as: name, onto: base, progress: progress)
+    }
+    /// Forwarded to ``base``.
+    public var checksUploadedBytes: Bool { base.checksUploadedBytes }
+    /// Forwarded to ``base``.
     public func download(_ name: String, to file: String, progress: ProgressHandler?) async throws {
         try await base.download(name, to: file, progress: progress)
     }

@@ -8,8 +8,11 @@ import Glibc
 extension BackupService {
     /// The check after a point (an incremental): the destination's copy of the archive just
     /// uploaded, read back alone (in place for a local folder), must have the SHA-256 of the
-    /// archive that was sent, which create proved against its base before publishing. Nothing
-    /// of the chain is read: the full check of a chain is the restore drills' (`verify:`).
+    /// archive that was sent, which create proved against its base before publishing. Where
+    /// the server checked the upload against the bytes sent
+    /// (``BackupDestination/checksUploadedBytes``, S3's `Content-MD5`), that check stands and
+    /// nothing is read back. Nothing of the chain is read: the full check of a chain is the
+    /// restore drills' (`verify:`).
     /// Records the outcome as ``verifyJustMade(_:backup:at:log:)`` does; a failure discards
     /// the chain state for `destination`.
     func verifyPointJustMade(_ job: StoreJob, backup: BackupResult, at destination: any BackupDestination, log: Logger)
@@ -17,7 +20,9 @@ extension BackupService {
     {
         let problem: String?
         do {
-            let found = try await Self.sha256(of: backup.name, size: backup.size, at: destination)
+            let serverChecked =
+                backup.sentSHA256 != nil && destination.localPath(of: backup.name) == nil && destination.checksUploadedBytes
+            let found = serverChecked ? backup.sentSHA256 : try await Self.sha256(of: backup.name, size: backup.size, at: destination)
             problem = found == backup.sentSHA256 ? nil : "the copy at the destination differs from the archive that was sent"
         } catch let error as StoreBackupError where error == .cancelled {
             throw error

@@ -114,6 +114,10 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     /// could no longer be restored without it; nothing was deleted. Deleting them too is
     /// ``BackupRepository/delete(_:withDependents:)`` with `withDependents`.
     case backupHasDependents(name: String, destination: String, dependents: [String])
+    /// A point was not published: the chain's newest backup `base`, which it applies to, is
+    /// no longer at the destination as it was published (`problem` says how; another host
+    /// deleted or replaced it). The chain state is dropped, so the next backup is a full one.
+    case chainBaseChanged(base: String, destination: String, problem: String)
     /// An extract was refused before anything was written; `reason` says why (e.g. the
     /// target folder exists and is not empty).
     case extractRefused(reason: String)
@@ -277,6 +281,9 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             let count = dependents.count == 1 ? "1 incremental backup" : "\(dependents.count) incremental backups"
             return
                 "backup \"\(name)\" at \(destination) is the base of \(count) (\(shown)\(more)), which cannot be restored without it; nothing was deleted"
+        case .chainBaseChanged(let base, let destination, let problem):
+            return
+                "backup \"\(base)\" at \(destination), the newest of the chain, \(problem); the new point was not published, and the next backup will be a full one"
         case .extractRefused(let reason):
             return reason
         case .diffRefused(let reason):

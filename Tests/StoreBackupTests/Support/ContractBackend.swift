@@ -204,6 +204,12 @@ struct ContractProxy {
     let port: Int
     let logFile: String
 
+    /// A proxy already started, by its port and log file.
+    init(port: Int, logFile: String) {
+        self.port = port
+        self.logFile = logFile
+    }
+
     init(servers: TestServers, backend: ContractBackend, rules: [[String: Any]], work: String) throws {
         let plan = work + "/plan-\(UUID().uuidString.prefix(8)).json"
         try JSONSerialization.data(withJSONObject: ["seed": 1, "rules": rules]).write(to: URL(fileURLWithPath: plan))

@@ -24,7 +24,8 @@ struct S3RawRequest {
             "-sS", "-K", "-", "--aws-sigv4", "aws:amz:us-east-1:s3", "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
             "-X", method, "-w", "\n%{http_code}",
         ]
-        if let bodyFile { arguments += ["--data-binary", "@" + bodyFile] }
+        // curl would call the body a form, which moto then reads as one (and stores nothing).
+        if let bodyFile { arguments += ["--data-binary", "@" + bodyFile, "-H", "Content-Type: application/octet-stream"] }
         arguments.append(endpoint + "/" + bucket + path)
         let result = try runTool("/usr/bin/curl", arguments, stdin: "user = \"\(accessKey):\(secretKey)\"\n")
         guard result.status == 0, let newline = result.stdout.lastIndex(of: "\n") else {
