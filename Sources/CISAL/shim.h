@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <isa-l/igzip_lib.h>
 #include <isa-l/crc.h>
+#include <isa-l/crc64.h>
 
 /// Bytes of the level buffer ISA-L needs for `level` (1-3); 0 for other levels.
 static inline uint32_t sb_isal_level_buffer_size(int level) {

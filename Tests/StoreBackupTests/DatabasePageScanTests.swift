@@ -41,6 +41,7 @@ final class DatabasePageScanTests: XCTestCase {
             db.commit()
             """)
         let baseMap = work + "/base.map"
+        let baseQuick = work + "/base.quick"
         let baseCopy = work + "/base.sqlite"
         try FileManager.default.copyItem(atPath: database, toPath: baseCopy)
         do {
@@ -48,8 +49,9 @@ final class DatabasePageScanTests: XCTestCase {
             defer { snapshot.finish() }
             XCTAssertGreaterThan(snapshot.size, 4 << 21, "the database must span more batches than the ring holds")
             let result = try DatabasePageScan(hasher: .plain, workers: 2, cancel: CancellationFlag())
-                .scan(snapshot, mapPath: baseMap, delta: nil, wholeFileSHA256: false)
+                .scan(snapshot, mapPath: baseMap, delta: nil, wholeFileSHA256: false, quick: .init(base: nil, outputPath: baseQuick))
             XCTAssertEqual(result.changedPages, snapshot.pageCount)
+            XCTAssertEqual(result.pagesHashed, snapshot.pageCount)
             XCTAssertNil(result.sha256)
         }
 
@@ -78,15 +80,25 @@ final class DatabasePageScanTests: XCTestCase {
         ).split(separator: " ").map(String.init)
         XCTAssertEqual(expected.count, 3)
 
-        for workers in [1, 2, 4] {
+        // Each thread count, hashing every page, then with the base's quick map: the same
+        // results, with only the changed (and new) pages hashed.
+        for (workers, withQuick) in [(1, false), (2, false), (4, false), (1, true), (2, true), (3, true)] {
             let snapshot = try DatabaseSnapshot(path: database, relativePath: "App.sqlite", scratchDirectory: work)
             defer { snapshot.finish() }
+            let run = "\(workers)\(withQuick ? "-quick" : "")"
+            let base = try PageMapFile(path: baseMap)
             let output = DatabasePageScan.DeltaOutput(
-                base: try PageMapFile(path: baseMap), deltaPath: work + "/delta-\(workers)",
-                changedMapPath: work + "/changed-\(workers)")
-            let mapPath = work + "/map-\(workers)"
+                base: base, deltaPath: work + "/delta-\(run)", changedMapPath: work + "/changed-\(run)")
+            let mapPath = work + "/map-\(run)"
+            let quick = DatabasePageScan.QuickScan(
+                base: withQuick ? (try QuickPageMapFile(path: baseQuick), base) : nil, outputPath: work + "/quick-\(run)")
             let result = try DatabasePageScan(hasher: .plain, workers: workers, cancel: CancellationFlag())
-                .scan(snapshot, mapPath: mapPath, delta: output, wholeFileSHA256: true)
+                .scan(snapshot, mapPath: mapPath, delta: output, wholeFileSHA256: true, quick: quick)
+            XCTAssertEqual(
+                String(result.pagesHashed), withQuick ? expected[1] : String(snapshot.pageCount), "pages hashed, \(run)")
+            let quickMap = try QuickPageMapFile(path: work + "/quick-\(run)")
+            XCTAssertEqual(quickMap.pages, snapshot.pageCount)
+            let workers = run
             XCTAssertEqual(result.sha256, expected[0], "whole-file SHA-256, \(workers) workers")
             XCTAssertEqual(String(result.changedPages), expected[1], "changed pages, \(workers) workers")
             let map = try Data(contentsOf: URL(fileURLWithPath: mapPath))

@@ -136,6 +136,51 @@ final class PointRequestTests: XCTestCase {
         XCTAssertEqual(try S3RawRequest(server: server).get("taken/" + taken), foreign, "the other writer's object is intact")
     }
 
+    /// A point hashes with SHA-256 only the pages whose quick value changed, and runs no
+    /// integrity_check (its databases carry no proof; the full's do); once `full-scan-every`
+    /// has passed since every page was hashed, the next point hashes them all again.
+    func testAPointHashesOnlyChangedPagesAndRunsNoIntegrityCheck() async throws {
+        let destination = try DestinationResolver.resolve(work + "/backups")
+        let (service, job, clock) = try pointService(to: destination)
+        let app = try SQLiteConnection(path: job.storesDirectory + "/App.sqlite", mode: .readWrite)
+        defer { app.close() }
+        let folder = ChainFolder(storesDirectory: job.storesDirectory, destination: destination.displayName)
+        func appState() throws -> ChainState.Database {
+            try XCTUnwrap(folder.peek()?.databases.first { $0.path == "App.sqlite" })
+        }
+        func step(minutes: Double) async throws -> BackupResult {
+            try app.execute("UPDATE accounts SET balance = balance + 1 WHERE id = 1", operation: "writer")
+            let at: Date = clock.withLock {
+                $0 = $0.addingTimeInterval(minutes * 60)
+                return $0
+            }
+            usleep(60_000)  // past the racy window, as a minute would be
+            let outcome = try await service.runScheduled(job)
+            XCTAssertNil(outcome.error)
+            let backup = try XCTUnwrap(outcome.backup)
+            XCTAssertEqual(backup.manifest.createdAt, at)
+            return backup
+        }
+        let full = try await step(minutes: 1)
+        XCTAssertEqual(full.kind, "full")
+        XCTAssertNotNil(full.manifest.databases.first { $0.path == "App.sqlite" }?.proof, "a full is checked and proven")
+        let fullHashed = try XCTUnwrap(try appState().pagesHashedAt)
+        XCTAssertEqual(fullHashed, full.manifest.createdAt)
+        XCTAssertNotNil(try appState().quickMap)
+
+        let point = try await step(minutes: 1)
+        XCTAssertEqual(point.kind, "incremental")
+        XCTAssertNil(point.manifest.databases.first { $0.path == "App.sqlite" }?.proof, "a point runs no integrity_check")
+        XCTAssertEqual(try appState().pagesHashedAt, fullHashed, "unchanged pages kept the full's hashes")
+
+        let later = try await step(minutes: 61)
+        XCTAssertEqual(later.kind, "incremental")
+        XCTAssertEqual(try appState().pagesHashedAt, later.manifest.createdAt, "every page hashed again after full-scan-every")
+        let verified = try await BackupRepository(destination: destination).verify(.all)
+        XCTAssertEqual(verified.count, 3)
+        for result in verified { XCTAssertTrue(result.ok, "\(result.name): \(result.problem ?? "")") }
+    }
+
     /// A scheduler with one incremental job on a small store, every minute, its clock injected.
     private func pointService(to destination: any BackupDestination) throws -> (BackupService, StoreJob, Locked<Date>) {
         let store = work + "/Stores"

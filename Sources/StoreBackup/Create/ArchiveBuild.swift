@@ -119,7 +119,8 @@ struct ArchiveBuild: Sendable {
             }
         }
         TestPausePoint.reach("snapshots-held")
-        if options.checkDatabases {
+        try chain?.decide()
+        if options.checkDatabases && (options.checkDatabasesOfPoints || chain?.isIncremental != true) {
             prover = SnapshotProver.start(scan.items.compactMap { $0.kind == .database ? snapshots[$0.relativePath] : nil })
         }
         var settings = ArchiveWriter.Settings(

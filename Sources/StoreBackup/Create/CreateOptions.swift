@@ -59,6 +59,12 @@ public struct CreateOptions: Sendable {
     /// SHA-256 but skip its `integrity_check` (docs/FORMAT.md, "Database proofs").
     public var checkDatabases = true
 
+    /// With ``checkDatabases``: check the databases of incremental backups too. The
+    /// scheduler's points leave it off (docs/incremental-backups.md, "What a point costs"): a
+    /// point is proven against its base by its manifest before it is published, and a
+    /// restore of it checks its databases, which carry no proof.
+    public var checkDatabasesOfPoints = true
+
     /// The key that authenticates the proofs of an unencrypted backup (encrypted backups key
     /// them with their password). Nil: an unencrypted backup gets no proofs, and restore checks
     /// its databases as without them.

@@ -26,6 +26,8 @@ final class ChainBuild: @unchecked Sendable {
     /// Set by ``prepare``: the new complete page maps (scratch files in the state folder)
     /// by database path, the files' stats, the chain fields, the scratch files to remove.
     private var maps: [String: String] = [:]
+    /// The quick maps written, by database path (scratch files in the state folder).
+    private var quickMaps: [String: String] = [:]
     private var databases: [ChainState.Database] = []
     private var stats: [String: FileStat] = [:]
     private var scratch: [String] = []
@@ -54,7 +56,7 @@ final class ChainBuild: @unchecked Sendable {
         self.listing = listing
     }
 
-    /// Whether the backup being built is an incremental one (known after ``prepare``).
+    /// Whether the backup being built is an incremental one (known after ``decide()``).
     var isIncremental: Bool {
         if case .incremental = decision { return true }
         return false
@@ -84,6 +86,21 @@ final class ChainBuild: @unchecked Sendable {
         items: [StoreItem], snapshots: [String: DatabaseSnapshot], scratchDirectory: String, workers: Int,
         cancel: CancellationFlag
     ) throws -> ArchiveChainParts {
+        if !decided { try decide() }
+        let parts = try buildParts(
+            items: items, snapshots: snapshots, scratchDirectory: scratchDirectory, workers: workers, cancel: cancel)
+        TestPausePoint.reach("chain-scanned")
+        return parts
+    }
+
+    private var decided = false
+
+    /// Decides, from the chain state, the policy and the listings, whether this backup is an
+    /// incremental (and on which base) before the store is read, so create knows what it
+    /// makes (``isIncremental``). ``prepare(items:snapshots:scratchDirectory:workers:cancel:)``
+    /// may still turn it into a full when the changes are too large.
+    func decide() throws {
+        decided = true
         try folder.prepare()
         decision = IncrementalPlan.decide(policy: policy, loaded: folder.load(), password: password, listing: listing, now: now)
         if case .incremental(let state, _, _) = decision {
@@ -113,10 +130,6 @@ final class ChainBuild: @unchecked Sendable {
                 }
             }
         }
-        let parts = try buildParts(
-            items: items, snapshots: snapshots, scratchDirectory: scratchDirectory, workers: workers, cancel: cancel)
-        TestPausePoint.reach("chain-scanned")
-        return parts
     }
 
     private func buildParts(
@@ -168,7 +181,14 @@ final class ChainBuild: @unchecked Sendable {
             let mapPath = folder.scratchPath(purpose: "pagemap")
             maps[item.relativePath] = mapPath
             scratch.append(mapPath)
-            databases.append(.init(path: item.relativePath, pageSize: snapshot.pageSize, pages: snapshot.pageCount, map: ""))
+            databases.append(
+                .init(path: item.relativePath, pageSize: snapshot.pageSize, pages: snapshot.pageCount, map: "", pagesHashedAt: now))
+            // Plain chains keep a quick map: a keyed chain's maps say nothing about the pages.
+            let quickPath = hasher.kind == .sha256 ? folder.scratchPath(purpose: "quickmap") : nil
+            if let quickPath {
+                quickMaps[item.relativePath] = quickPath
+                scratch.append(quickPath)
+            }
             let entryName = ArchiveChainParts.entryName(for: item.relativePath)
             // Patched only when the base's manifest holds this database with the same page size.
             let inBase =
@@ -180,7 +200,9 @@ final class ChainBuild: @unchecked Sendable {
             let baseMap = previous.flatMap { try? PageMapFile(path: folder.path + "/" + $0.map) }
             guard let baseMap, baseMap.hashKind == hasher.kind, baseMap.pageSize == snapshot.pageSize else {
                 // A full, or a database new to the chain or with a new page size: stored whole.
-                _ = try scan.scan(snapshot, mapPath: mapPath, delta: nil, wholeFileSHA256: false)
+                _ = try scan.scan(
+                    snapshot, mapPath: mapPath, delta: nil, wholeFileSHA256: false,
+                    quick: quickPath.map { .init(base: nil, outputPath: $0) })
                 deltaBytes += snapshot.size
                 let size = try FileSystem.lstatInfo(mapPath).st_size
                 fullMaps.append(.init(name: Self.pageMapPrefix + entryName, path: mapPath, size: Int64(size)))
@@ -190,9 +212,16 @@ final class ChainBuild: @unchecked Sendable {
             let deltaPath = ScratchFiles.path(in: scratchDirectory, purpose: "pages")
             let changedMapPath = ScratchFiles.path(in: scratchDirectory, purpose: "pagemap")
             scratch += [deltaPath, changedMapPath]
+            let quickBase =
+                quickPath == nil ? nil : trustedQuickMap(previous, pageSize: snapshot.pageSize).map { (quick: $0, map: baseMap) }
             let result = try scan.scan(
                 snapshot, mapPath: mapPath,
-                delta: .init(base: baseMap, deltaPath: deltaPath, changedMapPath: changedMapPath), wholeFileSHA256: true)
+                delta: .init(base: baseMap, deltaPath: deltaPath, changedMapPath: changedMapPath), wholeFileSHA256: true,
+                quick: quickPath.map { .init(base: quickBase, outputPath: $0) })
+            if quickBase != nil, result.pagesHashed < snapshot.pageCount {
+                // Some hashes were carried over: every page was last hashed when the base's were.
+                databases[databases.count - 1].pagesHashedAt = previous?.pagesHashedAt
+            }
             patched.append(snapshot)
             deltaBytes += result.deltaSize ?? 0
             parts.notStored[item.relativePath] = .init(size: snapshot.size, sha256: result.sha256 ?? "", source: "pages")
@@ -212,6 +241,7 @@ final class ChainBuild: @unchecked Sendable {
                 // A full starts a chain with its own salt: the maps must be hashed again.
                 discard()
                 maps = [:]
+                quickMaps = [:]
                 databases = []
                 return try buildParts(
                     items: items, snapshots: snapshots, scratchDirectory: scratchDirectory, workers: workers, cancel: cancel)
@@ -239,6 +269,18 @@ final class ChainBuild: @unchecked Sendable {
             parts.notStored = [:]
         }
         return parts
+    }
+
+    /// The base's quick map of a database, when it may stand in for hashing its pages: it
+    /// matched its checksum, has the page size, and every page was hashed with SHA-256
+    /// within the policy's `full-scan-every` (``ChainState/Database/pagesHashedAt``).
+    private func trustedQuickMap(_ previous: ChainState.Database?, pageSize: Int) -> QuickPageMapFile? {
+        guard let previous, let name = previous.quickMap, let hashedAt = previous.pagesHashedAt,
+            now.timeIntervalSince(hashedAt) < policy.fullScanEvery, now >= hashedAt,
+            let quick = try? QuickPageMapFile(path: folder.path + "/" + name),
+            quick.pageSize == pageSize, quick.pages == previous.pages
+        else { return nil }
+        return quick
     }
 
     // The names readers expect (ArchiveNames), as bytes to prefix raw entry names with.
@@ -278,7 +320,7 @@ final class ChainBuild: @unchecked Sendable {
             encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases,
             fingerprint: fingerprint, links: links, pointsUnlocked: isIncremental ? unlocked : nil, listedAt: listedAt)
         try folder.prepare()
-        return try folder.save(state, files: files, maps: maps, manifest: manifestBytes)
+        return try folder.save(state, files: files, maps: maps, quickMaps: quickMaps, manifest: manifestBytes)
     }
 
     /// Proves an incremental before it is published, by the rules verify and restore apply to

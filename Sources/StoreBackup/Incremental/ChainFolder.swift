@@ -57,7 +57,8 @@ struct ChainFolder: Sendable {
                 return .none(reason: "the file list of the chain state at \(path) fails its checksum")
             }
             let files = try Self.readFilesList(path + "/" + state.filesList)
-            for database in state.databases {
+            var checked = state
+            for (index, database) in state.databases.enumerated() {
                 guard try fileSHA256(database.map) == database.mapSHA256 else {
                     return .none(reason: "the page map of \(database.path) in \(path) fails its checksum")
                 }
@@ -65,8 +66,12 @@ struct ChainFolder: Sendable {
                 guard map.pageSize == database.pageSize, map.pages == database.pages else {
                     return .none(reason: "the page map of \(database.path) in \(path) does not match the state")
                 }
+                // A quick map in doubt only costs its speed: every page is hashed instead.
+                if let quick = database.quickMap, (try? fileSHA256(quick)) != database.quickMapSHA256 {
+                    checked.databases[index].quickMap = nil
+                }
             }
-            return .state(state, files: files)
+            return .state(checked, files: files)
         } catch {
             return .none(reason: "the chain state at \(path) is unreadable (\(error))")
         }
@@ -142,12 +147,13 @@ struct ChainFolder: Sendable {
     /// A scratch path in the folder (renamed into place by ``save(_:files:maps:manifest:)``).
     func scratchPath(purpose: String) -> String { ScratchFiles.path(in: path, purpose: purpose) }
 
-    /// Writes the new state: the file list, the page maps (scratch files in this folder,
-    /// fsynced, by database path), the manifest's bytes, and last `state.json`; then removes
-    /// the old state's files.
+    /// Writes the new state: the file list, the page maps and quick maps (scratch files in
+    /// this folder, fsynced, by database path), the manifest's bytes, and last `state.json`;
+    /// then removes the old state's files.
     @discardableResult
     func save(
-        _ state: ChainState, files: [(path: String, record: FileRecord)], maps: [String: String], manifest: Data
+        _ state: ChainState, files: [(path: String, record: FileRecord)], maps: [String: String],
+        quickMaps: [String: String] = [:], manifest: Data
     ) throws -> ChainState {
         var state = state
         let generation = UUID().uuidString.prefix(8).lowercased()
@@ -173,6 +179,14 @@ struct ChainFolder: Sendable {
             state.databases[index].map = "map-\(generation)-\(index).bin"
             try FileSystem.rename(from: scratch, to: path + "/" + state.databases[index].map)
             state.databases[index].mapSHA256 = try fileSHA256(state.databases[index].map)
+            if let quick = quickMaps[state.databases[index].path] {
+                let name = "quick-\(generation)-\(index).bin"
+                try FileSystem.rename(from: quick, to: path + "/" + name)
+                state.databases[index].quickMap = name
+                state.databases[index].quickMapSHA256 = try fileSHA256(name)
+            } else {
+                state.databases[index].quickMap = nil
+            }
         }
         try writeStateFile(state)
         return state
@@ -189,7 +203,7 @@ struct ChainFolder: Sendable {
         // Its earlier links may carry other names there: that destination is listed instead.
         copy.links = nil
         copy.pointsUnlocked = nil
-        for file in [state.filesList, state.baseManifest] + state.databases.map(\.map) {
+        for file in [state.filesList, state.baseManifest] + Self.mapFiles(of: state) {
             let scratch = scratchPath(purpose: "copy")
             do {
                 guard let input = FileHandle(forReadingAtPath: source.path + "/" + file) else {
@@ -237,11 +251,16 @@ struct ChainFolder: Sendable {
         data.append(contentsOf: Array(("\n" + FileDigest.hex(SHA256.hash(data: data)) + "\n").utf8))
         try DurableFile.write(data, to: path + "/" + Self.stateFile, mode: 0o600)
         // The old state's files: nothing refers to them any more.
-        let keep = Set([Self.stateFile, state.filesList, state.baseManifest] + state.databases.map(\.map))
+        let keep = Set([Self.stateFile, state.filesList, state.baseManifest] + Self.mapFiles(of: state))
         for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? []
-        where !keep.contains(name) && (name.hasPrefix("files-") || name.hasPrefix("map-") || name.hasPrefix("manifest-")) {
+        where !keep.contains(name) && ["files-", "map-", "quick-", "manifest-"].contains(where: { name.hasPrefix($0) }) {
             unlink(path + "/" + name)
         }
+    }
+
+    /// The page maps and quick maps a state names.
+    private static func mapFiles(of state: ChainState) -> [String] {
+        state.databases.flatMap { [$0.map] + ($0.quickMap.map { [$0] } ?? []) }
     }
 
     /// Forgets the chain (the next backup is a full one).

@@ -21,6 +21,14 @@ struct ChainState: Codable, Sendable {
         var map: String
         /// Hex SHA-256 of the page map file.
         var mapSHA256: String = ""
+        /// The quick map's file name in the state folder (``QuickPageMap``); nil: none (an
+        /// encrypted chain, or a state written before quick maps).
+        var quickMap: String? = nil
+        /// Hex SHA-256 of the quick map file.
+        var quickMapSHA256: String? = nil
+        /// When every page of the database was last hashed with the page hasher (none taken
+        /// over by its quick value): the quick map is trusted only within `full-scan-every` of it.
+        var pagesHashedAt: Date? = nil
     }
 
     /// Version 2 added the checksums and the manifest copy: a version-1 state (which had

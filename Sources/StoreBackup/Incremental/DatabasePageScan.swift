@@ -1,9 +1,10 @@
 import Crypto
 import Foundation
 
-/// Reads one database snapshot once, hashing every page (on the worker pool) and, when
-/// asked, the whole file; writes the snapshot's complete page map, and, against the base's
-/// map, the page delta and the map of changed pages.
+/// Reads one database snapshot once, hashing every page (on the worker pool; with a quick
+/// map, only the pages whose quick value changed) and, when asked, the whole file; writes
+/// the snapshot's complete page map (and quick map), and, against the base's map, the page
+/// delta and the map of changed pages.
 struct DatabasePageScan {
     /// What the scan wrote and found.
     struct Result {
@@ -15,6 +16,17 @@ struct DatabasePageScan {
         var deltaSize: Int64?
         /// Bytes of the changed-pages map, when one was written.
         var changedMapSize: Int64?
+        /// Pages hashed with the page hasher; the others took the base's hash by their quick value.
+        var pagesHashed: Int
+    }
+
+    /// The quick page map a scan writes (``QuickPageMap``), and the base's it may trust.
+    struct QuickScan {
+        /// The base's quick map and complete page map (same page size as the snapshot): a
+        /// page whose quick value is the base's takes the base's hash without being hashed.
+        /// Nil: every page is hashed.
+        var base: (quick: QuickPageMapFile, map: PageMapFile)?
+        var outputPath: String
     }
 
     /// Where a scan against a base writes.
@@ -36,12 +48,13 @@ struct DatabasePageScan {
     /// Scans `snapshot`; writes its complete map to `mapPath`, and with `delta` the changed
     /// pages and their map. `wholeFileSHA256`: also hash the whole file (an incremental's
     /// database never goes through the compression pipeline, which would do it otherwise).
+    /// `quick`: also write the quick map, and skip hashing the pages it shows unchanged.
     ///
     /// One thread reads the snapshot into a ring of batches, `workers` threads hash them
     /// (one of them the whole file, which is sequential, the others the pages), and this
     /// thread compares each batch's hashes with the base's and writes the delta.
     func scan(
-        _ snapshot: DatabaseSnapshot, mapPath: String, delta: DeltaOutput?, wholeFileSHA256: Bool
+        _ snapshot: DatabaseSnapshot, mapPath: String, delta: DeltaOutput?, wholeFileSHA256: Bool, quick: QuickScan? = nil
     ) throws -> Result {
         let pageSize = snapshot.pageSize
         let pages = snapshot.pageCount
@@ -58,12 +71,17 @@ struct DatabasePageScan {
         let batches = (pages + pagesPerBatch - 1) / pagesPerBatch
         // The whole-file hash takes one thread for itself; the pages share the others.
         let pageHashers = max(1, min(wholeFileSHA256 ? workers - 1 : workers, WorkerPool.maximumWidth - 2))
+        let quickWriter = try quick.map { try QuickPageMapWriter(path: $0.outputPath, pageSize: pageSize, pages: pages) }
+        let quickBase = quick?.base
         let ring = PageBatchRing(
             slots: Self.ringSlots, slotBytes: pagesPerBatch * pageSize, hashBytesPerSlot: pagesPerBatch * PageMapFormat.hashSize,
-            pageHashers: pageHashers, hashesWholeFile: wholeFileSHA256)
+            quickBytesPerSlot: quick == nil ? 0 : pagesPerBatch * QuickPageMap.valueSize, pageHashers: pageHashers,
+            hashesWholeFile: wholeFileSHA256)
         let fileHasher = RunningSHA256()
         let pageHasher = self.hasher
         let cancel = self.cancel
+        let pagesHashed = Locked(0)
+        let computesQuick = quick != nil
         @Sendable func pageCount(of batch: Int) -> Int { min(pagesPerBatch, pages - batch * pagesPerBatch) }
 
         let threads = WorkerPool.start(name: "storebackup-pagescan", width: 1 + (wholeFileSHA256 ? 1 : 0) + pageHashers) {
@@ -79,6 +97,13 @@ struct DatabasePageScan {
                             into: ring.pages(of: batch).baseAddress!, count: bytes, offset: Int64(batch * pagesPerBatch) * Int64(pageSize))
                         guard got == bytes else {
                             throw StoreBackupError.sqlite(path: snapshot.path, operation: "read snapshot", message: "short read")
+                        }
+                        if let quickBase {
+                            let first = batch * pagesPerBatch + 1
+                            let slots = ring.base(of: batch)
+                            let values = try quickBase.quick.readValues(from: first, count: pageCount(of: batch), into: slots.quick)
+                            let hashes = try quickBase.map.readHashes(from: first, count: pageCount(of: batch), into: slots.hashes)
+                            ring.setBaseKnown(batch, min(values, hashes))
                         }
                         ring.markRead(batch)
                     }
@@ -98,12 +123,28 @@ struct DatabasePageScan {
                     guard ring.waitForRead(batch) else { return }
                     let pages = UnsafeRawBufferPointer(ring.pages(of: batch))
                     let hashes = ring.hashes(of: batch)
+                    let quickValues = ring.quickValues(of: batch)
+                    let base = ring.base(of: batch)
+                    let known = quickBase == nil ? 0 : ring.baseKnown(batch)
+                    var hashed = 0
                     for index in stride(from: hasherNumber, to: pageCount(of: batch), by: pageHashers) {
                         let page = UnsafeRawBufferPointer(rebasing: pages[(index * pageSize)..<((index + 1) * pageSize)])
-                        let slot = UnsafeMutableRawBufferPointer(
-                            rebasing: hashes[(index * PageMapFormat.hashSize)..<((index + 1) * PageMapFormat.hashSize)])
+                        let hashRange = (index * PageMapFormat.hashSize)..<((index + 1) * PageMapFormat.hashSize)
+                        let slot = UnsafeMutableRawBufferPointer(rebasing: hashes[hashRange])
+                        if computesQuick {
+                            let value = QuickPageMap.hash(page).littleEndian
+                            quickValues.storeBytes(of: value, toByteOffset: index * QuickPageMap.valueSize, as: UInt64.self)
+                            if index < known,
+                                base.quick.load(fromByteOffset: index * QuickPageMap.valueSize, as: UInt64.self) == value
+                            {
+                                slot.copyMemory(from: UnsafeRawBufferPointer(rebasing: base.hashes[hashRange]))
+                                continue
+                            }
+                        }
                         pageHasher.hash(page, into: slot)
+                        hashed += 1
                     }
+                    pagesHashed.withLock { $0 += hashed }
                     ring.markPagesHashed(batch)
                 }
             }
@@ -122,6 +163,8 @@ struct DatabasePageScan {
             let pageBytes = UnsafeRawBufferPointer(ring.pages(of: batch))
             let hashes = UnsafeRawBufferPointer(ring.hashes(of: batch))
             do {
+                try quickWriter?.add(
+                    UnsafeRawBufferPointer(rebasing: ring.quickValues(of: batch).prefix(count * QuickPageMap.valueSize)))
                 let known = try delta?.base.readHashes(from: first, count: count, into: &oldHashes) ?? 0
                 for index in 0..<count {
                     let hash = UnsafeRawBufferPointer(
@@ -149,11 +192,13 @@ struct DatabasePageScan {
             guard ring.waitForFileHash(batches) else { throw ring.error ?? StoreBackupError.cancelled }
         }
         _ = try map.finish()
+        try quickWriter?.finish()
         return Result(
             changedPages: changed,
             sha256: wholeFileSHA256 ? FileDigest.hex(fileHasher.hasher.finalize()) : nil,
             deltaSize: try deltaWriter?.finish(),
-            changedMapSize: try changedMap?.finish())
+            changedMapSize: try changedMap?.finish(),
+            pagesHashed: pagesHashed.withLock { $0 })
     }
 }
 

@@ -14,8 +14,15 @@ final class PageBatchRing: @unchecked Sendable {
     let slots: Int
     let slotBytes: Int
     let hashBytesPerSlot: Int
+    /// Bytes of quick-map values per slot (``QuickPageMap``): the batch's own, and the base's.
+    let quickBytesPerSlot: Int
     private let buffers: UnsafeMutableRawBufferPointer
     private let hashes: UnsafeMutableRawBufferPointer
+    private let quick: UnsafeMutableRawBufferPointer
+    private let baseQuick: UnsafeMutableRawBufferPointer
+    private let baseHashes: UnsafeMutableRawBufferPointer
+    /// Per slot: how many of the batch's first pages have base values (set by the reader).
+    private var baseKnown: [Int]
     private let pageHashers: Int
     private let hashesWholeFile: Bool
 
@@ -27,20 +34,28 @@ final class PageBatchRing: @unchecked Sendable {
     private var stopped = false
     private var failure: Error?
 
-    init(slots: Int, slotBytes: Int, hashBytesPerSlot: Int, pageHashers: Int, hashesWholeFile: Bool) {
+    init(slots: Int, slotBytes: Int, hashBytesPerSlot: Int, quickBytesPerSlot: Int, pageHashers: Int, hashesWholeFile: Bool) {
         self.slots = slots
         self.slotBytes = slotBytes
         self.hashBytesPerSlot = hashBytesPerSlot
+        self.quickBytesPerSlot = quickBytesPerSlot
         self.pageHashers = pageHashers
         self.hashesWholeFile = hashesWholeFile
         buffers = .allocate(byteCount: slots * slotBytes, alignment: 4096)
         hashes = .allocate(byteCount: slots * hashBytesPerSlot, alignment: 16)
+        quick = .allocate(byteCount: max(1, slots * quickBytesPerSlot), alignment: 16)
+        baseQuick = .allocate(byteCount: max(1, slots * quickBytesPerSlot), alignment: 16)
+        baseHashes = .allocate(byteCount: slots * hashBytesPerSlot, alignment: 16)
         pageHashersDone = Array(repeating: 0, count: slots)
+        baseKnown = Array(repeating: 0, count: slots)
     }
 
     deinit {
         buffers.deallocate()
         hashes.deallocate()
+        quick.deallocate()
+        baseQuick.deallocate()
+        baseHashes.deallocate()
     }
 
     /// Batch `batch`'s page bytes (the whole slot).
@@ -52,6 +67,30 @@ final class PageBatchRing: @unchecked Sendable {
     func hashes(of batch: Int) -> UnsafeMutableRawBufferPointer {
         let start = batch % slots * hashBytesPerSlot
         return UnsafeMutableRawBufferPointer(rebasing: hashes[start..<(start + hashBytesPerSlot)])
+    }
+
+    /// Batch `batch`'s quick values (the whole slot).
+    func quickValues(of batch: Int) -> UnsafeMutableRawBufferPointer { slice(quick, quickBytesPerSlot, batch) }
+
+    /// The base's quick values and page hashes for batch `batch` (the whole slots), which the
+    /// reader fills for the first ``baseKnown(_:)`` pages.
+    func base(of batch: Int) -> (quick: UnsafeMutableRawBufferPointer, hashes: UnsafeMutableRawBufferPointer) {
+        (slice(baseQuick, quickBytesPerSlot, batch), slice(baseHashes, hashBytesPerSlot, batch))
+    }
+
+    /// The reader: the first `count` pages of batch `batch` have base values (before ``markRead(_:)``).
+    func setBaseKnown(_ batch: Int, _ count: Int) { update { $0.baseKnown[batch % $0.slots] = count } }
+
+    /// How many of batch `batch`'s first pages have base values (after ``waitForRead(_:)``).
+    func baseKnown(_ batch: Int) -> Int {
+        condition.lock()
+        defer { condition.unlock() }
+        return baseKnown[batch % slots]
+    }
+
+    private func slice(_ buffer: UnsafeMutableRawBufferPointer, _ bytes: Int, _ batch: Int) -> UnsafeMutableRawBufferPointer {
+        let start = batch % slots * bytes
+        return UnsafeMutableRawBufferPointer(rebasing: buffer[start..<(start + bytes)])
     }
 
     /// The reader: waits until batch `batch`'s slot is free. False: the scan stopped.

@@ -29,7 +29,8 @@ enum PageMapFormat {
 
 /// A complete page map on disk, read a range of pages at a time with pread: the map of a
 /// large database is never held whole.
-final class PageMapFile {
+// Unchecked: immutable after init; reads are pread calls on one descriptor.
+final class PageMapFile: @unchecked Sendable {
     let path: String
     let hashKind: PageHashKind
     let pageSize: Int
@@ -39,14 +40,9 @@ final class PageMapFile {
     /// Opens and checks a complete map; throws when it is missing, short or not one.
     init(path: String) throws {
         self.path = path
-        descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard descriptor >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
-        var header = [UInt8](repeating: 0, count: PageMapFormat.headerSize)
-        var info = stat()
-        let headerBytes = header.withUnsafeMutableBytes { [descriptor, path] in
-            (try? PositionedRead.fill(descriptor, into: $0, at: 0, path: path)) ?? 0
-        }
-        guard headerBytes == header.count, fstat(descriptor, &info) == 0,
+        let (descriptor, header, size) = try PositionedRead.openWithHeader(path, headerSize: PageMapFormat.headerSize)
+        self.descriptor = descriptor
+        guard header.count == PageMapFormat.headerSize,
             Array(header[0..<4]) == PageMapFormat.magic, header[4] == PageMapFormat.version,
             header[5] == PageMapFormat.Kind.complete.rawValue, let kind = PageHashKind(rawValue: header[6])
         else {
@@ -56,7 +52,7 @@ final class PageMapFile {
         hashKind = kind
         pageSize = Int(Self.uint32(header, at: 8))
         pages = Int(Self.uint32(header, at: 12))
-        guard Int64(info.st_size) == Int64(PageMapFormat.headerSize + pages * PageMapFormat.hashSize) else {
+        guard size == Int64(PageMapFormat.headerSize + pages * PageMapFormat.hashSize) else {
             close(descriptor)
             throw StoreBackupError.corruptArchive(name: path, reason: "page map size does not match its page count")
         }
@@ -67,15 +63,19 @@ final class PageMapFile {
     /// The hashes of pages `first ..< first + count` (1-based; pages past the map's end are
     /// left out), 16 bytes each, into `buffer`; returns how many pages were read.
     func readHashes(from first: Int, count: Int, into buffer: inout [UInt8]) throws -> Int {
+        let wanted = max(0, min(count, pages - first + 1)) * PageMapFormat.hashSize
+        if buffer.count < wanted { buffer = [UInt8](repeating: 0, count: wanted) }
+        return try buffer.withUnsafeMutableBytes { try readHashes(from: first, count: count, into: $0) }
+    }
+
+    /// As ``readHashes(from:count:into:)-([UInt8])``, into memory of at least `count` hashes.
+    func readHashes(from first: Int, count: Int, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         let available = max(0, min(count, pages - first + 1))
         guard available > 0 else { return 0 }
         let bytes = available * PageMapFormat.hashSize
-        if buffer.count < bytes { buffer = [UInt8](repeating: 0, count: bytes) }
         let offset = off_t(PageMapFormat.headerSize + (first - 1) * PageMapFormat.hashSize)
-        try buffer.withUnsafeMutableBytes {
-            try PositionedRead.exactly(
-                descriptor, into: UnsafeMutableRawBufferPointer(rebasing: $0[0..<bytes]), at: Int64(offset), path: path)
-        }
+        try PositionedRead.exactly(
+            descriptor, into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<bytes]), at: Int64(offset), path: path)
         return available
     }
 

@@ -232,8 +232,12 @@ public final class BackupService: Service, Sendable {
         var options = CreateOptions(
             compressionLevel: job.compressionLevel, encrypt: job.passwordFile != nil, threads: job.threads,
             incremental: job.incremental)
-        // Points a minute apart list the destination once per safety-net interval, not each time.
-        if let policy = job.incremental, policy.fullScanEvery > 0 { options.trustChainCacheFor = policy.fullScanEvery }
+        // Points a minute apart list the destination once per safety-net interval, not each time,
+        // and run no integrity_check (fulls do).
+        if let policy = job.incremental, policy.fullScanEvery > 0 {
+            options.trustChainCacheFor = policy.fullScanEvery
+            options.checkDatabasesOfPoints = false
+        }
         if job.passwordFile == nil {
             // Without a key the backup is still made, unproven: restore then checks its databases.
             let path = proofKeyFile ?? ProofKey.defaultPath()

@@ -37,6 +37,23 @@ enum PositionedRead {
         return done
     }
 
+    /// Opens `path` for reading (not through a link) and reads its first `headerSize` bytes:
+    /// the descriptor (the caller closes it), the bytes read (fewer when the file is shorter)
+    /// and the file's size.
+    static func openWithHeader(_ path: String, headerSize: Int) throws -> (descriptor: Int32, header: [UInt8], size: Int64) {
+        let descriptor = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard descriptor >= 0 else { throw StoreBackupError.io(path: path, operation: "open", errno: errno) }
+        var header = [UInt8](repeating: 0, count: headerSize)
+        var info = stat()
+        let got = header.withUnsafeMutableBytes { (try? fill(descriptor, into: $0, at: 0, path: path)) ?? 0 }
+        guard fstat(descriptor, &info) == 0 else {
+            let code = errno
+            close(descriptor)
+            throw StoreBackupError.io(path: path, operation: "stat", errno: code)
+        }
+        return (descriptor, Array(header.prefix(got)), Int64(info.st_size))
+    }
+
     /// Reads exactly `buffer.count` bytes; a file that ends first is an I/O error (EIO).
     static func exactly(
         _ descriptor: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, path: String,
