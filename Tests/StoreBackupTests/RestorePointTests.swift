@@ -170,9 +170,15 @@ final class RestorePointTests: XCTestCase {
             XCTFail("no point was made by the start")
         } catch StoreBackupError.backupNotFound {}
 
-        // The safety net: two idle hours later a point is made without any change.
-        clock.withLock { $0 = start.addingTimeInterval(3 * 3600) }
+        // The safety net: two idle hours later the store is read again (full-scan-every), found
+        // as the newest point holds it, and no point is published.
+        let scanTime = start.addingTimeInterval(3 * 3600)
+        clock.withLock { $0 = scanTime }
         let late = try await service.runScheduled(job)
-        XCTAssertNotNil(late.backup, "full-scan-every makes a point on an unchanged store")
+        XCTAssertNil(late.error)
+        XCTAssertNil(late.backup, "nothing changed: no point")
+        XCTAssertEqual(late.unchangedSince, points.last?.name)
+        let state = ChainFolder(storesDirectory: store, destination: LocalFolderDestination(folder: backups).displayName).peek()
+        XCTAssertEqual(state?.scannedAt, scanTime, "the store was read, not only its fingerprint compared")
     }
 }

@@ -57,9 +57,12 @@ public struct PublishOutcome: Sendable {
     public var backup: BackupResult?
     /// Why it failed there; nil when it succeeded.
     public var error: StoreBackupError?
+    /// A scheduled point that was not published because the store is exactly as this backup
+    /// (the chain's newest) holds it, but for times SQLite and folders move on their own.
+    public var unchangedSince: String?
 
-    /// True when the backup was published at this destination.
-    public var succeeded: Bool { backup != nil }
+    /// True when the backup was published at this destination, or needed not be.
+    public var succeeded: Bool { backup != nil || unchangedSince != nil }
 }
 
 /// The warnings of a backup that is good but not restored exactly by default.

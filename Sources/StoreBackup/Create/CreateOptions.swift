@@ -75,6 +75,10 @@ public struct CreateOptions: Sendable {
     /// destination is listed for every backup.
     var trustChainCacheFor: TimeInterval? = nil
 
+    /// For the scheduler's runs: a point that would record the store exactly as the chain's
+    /// newest backup does is not published (docs/incremental-backups.md).
+    var skipsUnchangedPoint = false
+
     /// The defaults, or as given.
     public init(
         compressionLevel: Int = CompressionLevel.default, encrypt: Bool = false, threads: Int? = nil,

@@ -76,6 +76,19 @@ struct CreatePipeline: Sendable {
                 if let reason = chain?.fullReason {
                     logger.info("a full backup: \(reason)", metadata: ["store": "\(storesDirectory)"])
                 }
+                // A scheduled point that would hold nothing new is not published.
+                if options.skipsUnchangedPoint, let chain, let base = chain.baseName, chain.isUnchanged(archive.manifest) {
+                    do {
+                        try chain.recordUnchanged()
+                        return outcomes.map {
+                            var outcome = $0
+                            outcome.unchangedSince = base
+                            return outcome
+                        }
+                    } catch {
+                        logger.warning("cannot record the unchanged scan (\(error)); publishing the point")
+                    }
+                }
                 // Taken before publishing moves the archive (a local folder takes it by rename).
                 var sent: String?
                 if chain?.isIncremental == true { sent = try? FileDigest.sha256(file: archive.path, length: archive.size) }

@@ -271,6 +271,32 @@ final class ChainBuild: @unchecked Sendable {
         return parts
     }
 
+    /// Whether the incremental just built (`manifest`) records the store exactly as its base
+    /// does, but for the times that move without a change of content: a database's mtime (a
+    /// checkpoint writes the file) and folders' times (a `-wal` comes and goes), which the
+    /// store's fingerprint leaves out as well.
+    func isUnchanged(_ manifest: Manifest) -> Bool {
+        guard isIncremental, let base = baseManifest, manifest.files.count == base.files.count,
+            manifest.rootMode == base.rootMode
+        else { return false }
+        var baseFiles: [String: Manifest.File] = [:]
+        for file in base.files { baseFiles[file.path] = file }
+        for file in manifest.files {
+            guard let old = baseFiles[file.path], old.type == file.type, old.mode == file.mode, old.size == file.size,
+                old.sha256 == file.sha256, old.linkTarget == file.linkTarget
+            else { return false }
+            if file.type != "database" && file.type != "directory" && old.mtime != file.mtime { return false }
+        }
+        return true
+    }
+
+    /// Records in the state, instead of a backup, that this run read the store and found it
+    /// unchanged (``isUnchanged(_:)``): its fingerprint and time, so the next run trusts them.
+    func recordUnchanged() throws {
+        guard case .incremental(let state, _, _) = decision else { return }
+        try folder.recordScan(of: state, fingerprint: fingerprint, at: now)
+    }
+
     /// The base's quick map of a database, when it may stand in for hashing its pages: it
     /// matched its checksum, has the page size, and every page was hashed with SHA-256
     /// within the policy's `full-scan-every` (``ChainState/Database/pagesHashedAt``).

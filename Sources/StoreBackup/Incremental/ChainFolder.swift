@@ -263,6 +263,15 @@ struct ChainFolder: Sendable {
         state.databases.flatMap { [$0.map] + ($0.quickMap.map { [$0] } ?? []) }
     }
 
+    /// Keeps `state` (as loaded) with a new fingerprint and scan time: the store was read and
+    /// found as the state's backup holds it, and no backup was made.
+    func recordScan(of state: ChainState, fingerprint: StoreFingerprint?, at time: Date) throws {
+        var updated = state
+        updated.fingerprint = fingerprint
+        updated.scannedAt = time
+        try writeStateFile(updated)
+    }
+
     /// Forgets the chain (the next backup is a full one).
     func remove() { try? FileSystem.removeTree(path) }
 

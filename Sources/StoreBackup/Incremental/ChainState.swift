@@ -73,6 +73,9 @@ struct ChainState: Codable, Sendable {
     var pointsUnlocked: Bool? = nil
     /// When the destination was last listed for this chain (``links`` are trusted only so long).
     var listedAt: Date? = nil
+    /// When the store was last read for a point, published or found unchanged
+    /// (``ChainBuild/recordUnchanged()``); nil: at ``createdAt``.
+    var scannedAt: Date? = nil
 }
 
 /// One backup of a chain as it was published: its name and size at the destination.

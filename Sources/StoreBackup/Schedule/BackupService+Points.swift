@@ -13,7 +13,7 @@ extension BackupService {
             guard let destination = try? resolveDestination(value, destinationOptions(logging: log)),
                 let state = ChainFolder(storesDirectory: job.storesDirectory, destination: destination.displayName).peek(),
                 let fingerprint = state.fingerprint, !fingerprint.isRacy(windowNanoseconds: racyWindowNanoseconds),
-                now().timeIntervalSince(state.createdAt) < policy.fullScanEvery
+                now().timeIntervalSince(state.scannedAt ?? state.createdAt) < policy.fullScanEvery
             else { return nil }
             // Mirrors share one point; one that missed it needs a new one.
             if let last, last.fingerprint.digest != fingerprint.digest { return nil }

@@ -7,7 +7,7 @@ extension BackupService {
     /// asks), then retention runs at each destination that took it. The run counts as failed
     /// (state, hooks, exit status) when any destination failed: with one destination, its
     /// error; with several, an error naming those destinations.
-    func publish(_ job: StoreJob, outcome start: BackupRunOutcome, log: Logger) async -> BackupRunOutcome {
+    func publish(_ job: StoreJob, outcome start: BackupRunOutcome, scheduled: Bool, log: Logger) async -> BackupRunOutcome {
         var outcome = start
         var resolved: [(index: Int, destination: any BackupDestination)] = []
         var published: [PublishOutcome] = job.allDestinations.map {
@@ -25,7 +25,9 @@ extension BackupService {
             }
         }
         if let first = resolved.first {
-            let (helper, options) = makeHelper(for: job, destination: first.destination)
+            let (helper, made) = makeHelper(for: job, destination: first.destination)
+            var options = made
+            options.skipsUnchangedPoint = scheduled && options.trustChainCacheFor != nil
             do {
                 let results = try await helper.createBackup(options, alsoTo: resolved.dropFirst().map(\.destination))
                 for (slot, result) in zip(resolved, results) { published[slot.index] = result }
@@ -33,6 +35,11 @@ extension BackupService {
                 outcome.error = StoreBackupError.wrapping(error)  // nothing was built; every destination reports it
                 for slot in resolved { published[slot.index].error = StoreBackupError.wrapping(error) }
             }
+        }
+        if let same = published.first?.unchangedSince, published.allSatisfy({ $0.unchangedSince != nil }) {
+            log.debug("the store is as \(same) holds it; no point")
+            outcome.unchangedSince = same
+            return outcome
         }
         for slot in resolved {
             guard let backup = published[slot.index].backup else { continue }

@@ -197,7 +197,7 @@ public final class BackupService: Service, Sendable {
     }
 
     /// A scheduled run: no point when an incremental job's store looks as it did at its
-    /// last point (``pointNotNeeded(_:log:)``), else ``runOnce(_:)``.
+    /// last point (``pointNotNeeded(_:log:)``), else ``runOnce(_:scheduled:)``.
     func runScheduled(_ job: StoreJob) async throws -> BackupRunOutcome {
         let log = logger.with(store: job.name)
         if let last = pointNotNeeded(job, log: log) {
@@ -206,10 +206,12 @@ public final class BackupService: Service, Sendable {
             outcome.unchangedSince = last
             return outcome
         }
-        return try await runOnce(job)
+        return try await runOnce(job, scheduled: true)
     }
 
-    func runOnce(_ job: StoreJob) async throws -> BackupRunOutcome {
+    /// `scheduled`: a run of the schedule, whose point is not published when it would hold
+    /// nothing new (``CreateOptions/skipsUnchangedPoint``); a backup asked for now always is.
+    func runOnce(_ job: StoreJob, scheduled: Bool = false) async throws -> BackupRunOutcome {
         guard running.begin(job.name) else { throw StoreBackupError.backupAlreadyRunning(store: job.name) }
         defer { running.end(job.name) }
         let log = logger.with(store: job.name)
@@ -218,7 +220,7 @@ public final class BackupService: Service, Sendable {
             $0.lastStarted = started; $0.nextRun = nil
         }
         log.info("backup started")
-        return await publish(job, outcome: BackupRunOutcome(store: job.name, startedAt: started), log: log)
+        return await publish(job, outcome: BackupRunOutcome(store: job.name, startedAt: started), scheduled: scheduled, log: log)
     }
 
     /// The one place a job becomes a `StoreHelper` and its ``CreateOptions``.
