@@ -324,7 +324,7 @@ final class EmbeddingTests: XCTestCase {
         XCTAssertEqual(
             steps.entries,
             [
-                "create-locked", "snapshots-held", "extracting", "synced", "before-swap", "between-renames",
+                "create-locked", "snapshots-held", "archive-built", "extracting", "synced", "before-swap", "between-renames",
                 "before-reload", "before-cleanup", "keeping",
             ])
     }

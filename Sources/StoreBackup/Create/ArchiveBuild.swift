@@ -69,6 +69,7 @@ struct ArchiveBuild: Sendable {
         }
 
         defer { unlink(archivePath) }
+        TestPausePoint.reach("archive-built")
         let size = (try? FileSystem.lstatInfo(archivePath)).map { Int64($0.st_size) } ?? 0
         let archive = BuiltArchive(
             path: archivePath, manifest: manifest, createdAt: createdAt, size: size,

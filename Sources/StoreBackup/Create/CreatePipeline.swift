@@ -119,6 +119,7 @@ struct CreatePipeline: Sendable {
                 if let chain {
                     TestPausePoint.reach("chain-published")
                     saveChainState(chain, published: published.compactMap(\.backup))
+                    TestPausePoint.reach("chain-saved")
                 }
                 archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
                 return published
