@@ -181,17 +181,9 @@ final class PointRequestTests: XCTestCase {
         for result in verified { XCTAssertTrue(result.ok, "\(result.name): \(result.problem ?? "")") }
     }
 
-    /// A scheduler with one incremental job on a small store, every minute, its clock injected.
+    /// ``PointService`` to one destination.
     private func pointService(to destination: any BackupDestination) throws -> (BackupService, StoreJob, Locked<Date>) {
-        let store = work + "/Stores"
-        try StoreFixture.make(at: store, logRows: 50, blobCount: 1)
-        let clock = Locked(Date(timeIntervalSince1970: 1_796_464_800))
-        var job = StoreJob(name: "app", storesDirectory: store, destination: "s3", schedule: try Schedule.parse("every 1m"))
-        job.incremental = IncrementalPolicy()
-        let service = BackupService(
-            jobs: [job], stateStore: BackupStateStore(directory: work + "/state"), destinationOptions: DestinationOptions(),
-            logger: Logger(label: "points"), proofKeyFile: work + "/proof.key", now: { clock.withLock { $0 } },
-            resolveDestination: { _, _ in destination }, racyWindowNanoseconds: 50_000_000)
-        return (service, job, clock)
+        let points = try PointService(work: work) { destination }
+        return (points.service, points.job, points.clock)
     }
 }

@@ -60,6 +60,9 @@ public struct PublishOutcome: Sendable {
     /// A scheduled point that was not published because the store is exactly as this backup
     /// (the chain's newest) holds it, but for times SQLite and folders move on their own.
     public var unchangedSince: String?
+    /// A scheduled point that could not reach its destination and waits in the spool under
+    /// this name, to go out when the destination answers again (``error`` says why not now).
+    public var spooled: String?
 
     /// True when the backup was published at this destination, or needed not be.
     public var succeeded: Bool { backup != nil || unchangedSince != nil }

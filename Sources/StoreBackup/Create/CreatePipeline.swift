@@ -40,7 +40,13 @@ struct CreatePipeline: Sendable {
                 metricsStore: metricsStore)
             try build.requireStoresDirectory()
             // A point on a chain this host published needs no listing (see ``cachedChain(for:)``).
-            let cached = cachedChain(for: destinations)
+            var cached = cachedChain(for: destinations)
+            // Points that waited in the spool go out first; while they cannot, so does this one.
+            var away: StoreBackupError?
+            if let waiting = cached, !waiting.spooled.isEmpty {
+                away = try await drainSpool(waiting, to: destinations[0])
+                cached = cachedChain(for: destinations)
+            }
             // Wrong credentials or an unreachable server fail now, not after minutes of archiving
             // (a point is small: it fails at its upload instead, one request fewer).
             var reachable: [Int] = []
@@ -89,6 +95,9 @@ struct CreatePipeline: Sendable {
                         logger.warning("cannot record the unchanged scan (\(error)); publishing the point")
                     }
                 }
+                if let away, let cached, let chain, chain.isIncremental {
+                    return [spool(archive, chain: chain, cached: cached, to: destinations[0], because: away, outcome: outcomes[0])]
+                }
                 // Taken before publishing moves the archive (a local folder takes it by rename).
                 var sent: String?
                 if chain?.isIncremental == true { sent = try? FileDigest.sha256(file: archive.path, length: archive.size) }
@@ -115,6 +124,10 @@ struct CreatePipeline: Sendable {
                             chainFolder(for: destinations[index].displayName).remove()
                         }
                     }
+                }
+                if let cached, let chain, chain.isIncremental, let error = published[0].error, error.meansDestinationAway {
+                    // Published nowhere (the point's only destination): it waits in the spool.
+                    return [spool(archive, chain: chain, cached: cached, to: destinations[0], because: error, outcome: published[0])]
                 }
                 if let chain {
                     TestPausePoint.reach("chain-published")
@@ -143,7 +156,7 @@ struct CreatePipeline: Sendable {
     }
 
     /// The chain state folder of this store for `destination` (its display name).
-    private func chainFolder(for destination: String) -> ChainFolder {
+    func chainFolder(for destination: String) -> ChainFolder {
         ChainFolder(storesDirectory: storesDirectory, destination: destination)
     }
 
@@ -186,14 +199,18 @@ struct CreatePipeline: Sendable {
         let listing = links.map {
             BackupListing(name: $0.name, size: $0.size, date: BackupName.date(of: $0.name) ?? .distantPast, modified: nil)
         }
-        return CachedChain(listing: listing, pointsUnlocked: state.pointsUnlocked == true, listedAt: listedAt)
+        return CachedChain(
+            listing: listing, pointsUnlocked: state.pointsUnlocked == true, listedAt: listedAt, spooled: state.spooled ?? [])
     }
 
     /// What the chain state knows of the destination (``cachedChain(for:)``).
     struct CachedChain {
+        /// The chain's backups, full first, the spooled points included (the last ones).
         var listing: [BackupListing]
         var pointsUnlocked: Bool
         var listedAt: Date
+        /// The points waiting in the spool, oldest first.
+        var spooled: [PublishedLink]
     }
 
     /// Saves the chain state after a backup was published (at each destination it reached).

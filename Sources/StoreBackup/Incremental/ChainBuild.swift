@@ -315,26 +315,35 @@ final class ChainBuild: @unchecked Sendable {
 
     /// Saves the chain state at each destination the backup was published to (its name and
     /// size there); destinations it did not reach keep their state (their next backup is a full).
-    func commit(manifest: Manifest, published: [(folder: ChainFolder, name: String, size: Int64)], unlocked: Bool? = nil) throws {
+    /// `spooled`: the one destination could not be reached and the backup waits in the spool
+    /// (``ChainFolder/spool(file:as:)``) under `published[0].name`.
+    func commit(
+        manifest: Manifest, published: [(folder: ChainFolder, name: String, size: Int64)], unlocked: Bool? = nil,
+        spooled: Bool = false
+    ) throws {
         guard let first = published.first else { return }
-        let saved = try commit(to: first.folder, name: first.name, manifest: manifest, archiveSize: first.size, unlocked: unlocked)
+        let saved = try commit(
+            to: first.folder, name: first.name, manifest: manifest, archiveSize: first.size, unlocked: unlocked, spooled: spooled)
         for other in published.dropFirst() {
             try other.folder.saveCopy(of: saved, from: first.folder, name: other.name, size: other.size)
         }
     }
 
-    private func commit(to folder: ChainFolder, name: String, manifest: Manifest, archiveSize: Int64, unlocked: Bool?) throws
-        -> ChainState
-    {
+    private func commit(
+        to folder: ChainFolder, name: String, manifest: Manifest, archiveSize: Int64, unlocked: Bool?, spooled: Bool
+    ) throws -> ChainState {
         let manifestBytes = try manifest.encoded()
         let manifestSHA256 = FileDigest.hex(SHA256.hash(data: manifestBytes))
         var fullCreatedAt = manifest.createdAt
         var links: [PublishedLink]? = []
+        var waiting: [PublishedLink] = []
         if case .incremental(let state, _, _) = decision {
             fullCreatedAt = state.fullCreatedAt
             links = state.links
+            waiting = state.spooled ?? []
         }
         links?.append(PublishedLink(name: name, size: archiveSize))
+        if spooled { waiting.append(PublishedLink(name: name, size: archiveSize)) }
         var files: [(path: String, record: FileRecord)] = []
         for file in manifest.files where file.type == "file" {
             guard let stat = stats[file.path], let sha256 = file.sha256 else { continue }
@@ -344,7 +353,8 @@ final class ChainBuild: @unchecked Sendable {
             destination: folder.destination, backupName: name, manifestSHA256: manifestSHA256, createdAt: manifest.createdAt,
             archiveSize: archiveSize, chainLength: manifest.chainLength ?? 0, fullCreatedAt: fullCreatedAt,
             encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases,
-            fingerprint: fingerprint, links: links, pointsUnlocked: isIncremental ? unlocked : nil, listedAt: listedAt)
+            fingerprint: fingerprint, links: links, pointsUnlocked: isIncremental ? unlocked : nil, listedAt: listedAt,
+            spooled: waiting.isEmpty ? nil : waiting)
         try folder.prepare()
         return try folder.save(state, files: files, maps: maps, quickMaps: quickMaps, manifest: manifestBytes)
     }

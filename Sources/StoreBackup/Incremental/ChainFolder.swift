@@ -204,25 +204,30 @@ struct ChainFolder: Sendable {
         copy.links = nil
         copy.pointsUnlocked = nil
         for file in [state.filesList, state.baseManifest] + Self.mapFiles(of: state) {
-            let scratch = scratchPath(purpose: "copy")
-            do {
-                guard let input = FileHandle(forReadingAtPath: source.path + "/" + file) else {
-                    throw StoreBackupError.io(path: source.path + "/" + file, operation: "open", errno: errno)
-                }
-                defer { try? input.close() }
-                let writer = try BufferedFileWriter(path: scratch)
-                while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
-                    try chunk.withUnsafeBytes { try writer.write($0) }
-                }
-                _ = try writer.finish()
-                try FileSystem.rename(from: scratch, to: path + "/" + file)
-            } catch {
-                unlink(scratch)
-                throw error
-            }
+            try Self.copyDurably(source.path + "/" + file, to: path + "/" + file, scratch: scratchPath(purpose: "copy"))
         }
         // The copies' checksums are the source's; load() checks them against these files.
         try writeStateFile(copy)
+    }
+
+    /// Copies `file` to `target` through `scratch` (fsynced, then renamed); the caller fsyncs
+    /// the folder.
+    static func copyDurably(_ file: String, to target: String, scratch: String) throws {
+        do {
+            guard let input = FileHandle(forReadingAtPath: file) else {
+                throw StoreBackupError.io(path: file, operation: "open", errno: errno)
+            }
+            defer { try? input.close() }
+            let writer = try BufferedFileWriter(path: scratch)
+            while let chunk = try input.read(upToCount: 1 << 20), !chunk.isEmpty {
+                try chunk.withUnsafeBytes { try writer.write($0) }
+            }
+            _ = try writer.finish()
+            try FileSystem.rename(from: scratch, to: target)
+        } catch {
+            unlink(scratch)
+            throw error
+        }
     }
 
     /// A new file of the state, written to a scratch name, fsynced and renamed to `name`
@@ -242,7 +247,7 @@ struct ChainFolder: Sendable {
 
     /// fsyncs the folder (the new files' names), replaces `state.json` durably (its JSON,
     /// then its checksum line), then removes the files of the state it replaced.
-    private func writeStateFile(_ state: ChainState) throws {
+    func writeStateFile(_ state: ChainState) throws {
         try FileSystem.fsync(path: path)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]

@@ -73,6 +73,9 @@ struct ChainState: Codable, Sendable {
     var pointsUnlocked: Bool? = nil
     /// When the destination was last listed for this chain (``links`` are trusted only so long).
     var listedAt: Date? = nil
+    /// The chain's newest points that could not reach the destination and wait in the spool
+    /// (``ChainFolder/spoolPath(of:)``), oldest first; they are the last of ``links``.
+    var spooled: [PublishedLink]? = nil
     /// When the store was last read for a point, published or found unchanged
     /// (``ChainBuild/recordUnchanged()``); nil: at ``createdAt``.
     var scannedAt: Date? = nil

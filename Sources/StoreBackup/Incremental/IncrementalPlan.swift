@@ -16,6 +16,9 @@ public struct IncrementalPolicy: Sendable, Equatable {
     /// store's fingerprint says nothing changed (the safety net of the change detection,
     /// docs/incremental-backups.md); 0: a point at every run, as ``StoreHelper`` makes.
     public var fullScanEvery: TimeInterval = 3600
+    /// For ``BackupService``'s points: the bytes of points kept beside the store while their
+    /// destination cannot be reached (the spool, docs/incremental-backups.md); 0: none kept.
+    public var spoolLimit: Int64 = 256 << 20
 
     /// A policy; each parameter sets the property of the same name, and the defaults are
     /// those the configuration file uses.

@@ -12,7 +12,8 @@ extension BackupService {
         for value in job.allDestinations {
             guard let destination = try? resolveDestination(value, destinationOptions(logging: log)),
                 let state = ChainFolder(storesDirectory: job.storesDirectory, destination: destination.displayName).peek(),
-                let fingerprint = state.fingerprint, !fingerprint.isRacy(windowNanoseconds: racyWindowNanoseconds),
+                state.spooled == nil, let fingerprint = state.fingerprint,
+                !fingerprint.isRacy(windowNanoseconds: racyWindowNanoseconds),
                 now().timeIntervalSince(state.scannedAt ?? state.createdAt) < policy.fullScanEvery
             else { return nil }
             // Mirrors share one point; one that missed it needs a new one.
