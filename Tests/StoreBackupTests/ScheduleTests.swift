@@ -70,7 +70,19 @@ final class ScheduleTests: XCTestCase {
         XCTAssertEqual(every.nextFire(after: date("2026-03-10 10:00:00"), calendar: utc), date("2026-03-10 16:00:00"))
         XCTAssertTrue(every.missedRun(lastRun: date("2026-03-10 10:00:00"), now: date("2026-03-10 16:00:01"), calendar: utc))
         XCTAssertFalse(every.missedRun(lastRun: date("2026-03-10 10:00:00"), now: date("2026-03-10 15:59:59"), calendar: utc))
+        // After a run: from when it fired, not when it ended; firings a long run missed are skipped.
+        let minute = try Schedule.parse("every 1m")
+        let fired = date("2026-03-10 10:00:00")
+        XCTAssertEqual(
+            minute.nextFire(afterRunFiredAt: fired, endedAt: date("2026-03-10 10:00:20"), calendar: utc), date("2026-03-10 10:01:00"))
+        XCTAssertEqual(
+            minute.nextFire(afterRunFiredAt: fired, endedAt: date("2026-03-10 10:02:30"), calendar: utc), date("2026-03-10 10:03:00"))
+        XCTAssertEqual(
+            minute.nextFire(afterRunFiredAt: fired, endedAt: date("2026-03-10 10:01:00"), calendar: utc), date("2026-03-10 10:02:00"))
         let daily = try Schedule.parse("daily 02:30")
+        XCTAssertEqual(
+            daily.nextFire(afterRunFiredAt: date("2026-03-10 02:30:00"), endedAt: date("2026-03-10 02:40:00"), calendar: utc),
+            date("2026-03-11 02:30:00"))
         XCTAssertTrue(daily.missedRun(lastRun: date("2026-03-09 02:30:05"), now: date("2026-03-10 08:00:00"), calendar: utc))
         XCTAssertFalse(daily.missedRun(lastRun: date("2026-03-10 02:30:05"), now: date("2026-03-10 08:00:00"), calendar: utc))
     }

@@ -144,13 +144,15 @@ public final class BackupService: Service, Sendable {
                 log.error("run failed", metadata: ["error": "\(error)"])
             }
             if Task.isCancelled { break }
-            next = job.schedule.nextFire(after: max(fired, Date())) + randomJitter(job)
+            next = job.schedule.nextFire(afterRunFiredAt: fired, endedAt: Date()) + randomJitter(job)
         }
         // Stopped: no run is planned any more (status then shows when the schedule would fire).
         _ = try? stateStore.update(job.name, default: initialState(job)) { $0.nextRun = nil }
     }
 
-    /// The first run: now when one was missed, else the next scheduled time.
+    /// The first run: now when one was missed, or when an interval schedule has never run
+    /// (a store without a backup should not wait an interval for its first), else the next
+    /// scheduled time.
     func firstRun(of job: StoreJob, now: Date, log: Logger) -> Date {
         let state = stateStore.load(job.name)
         if let last = state?.lastSuccess?.at ?? state?.lastStarted {
@@ -159,6 +161,8 @@ public final class BackupService: Service, Sendable {
                 return now
             }
             if case .every = job.schedule { return job.schedule.nextFire(after: last) + randomJitter(job) }
+        } else if case .every = job.schedule {
+            return now
         }
         return job.schedule.nextFire(after: now) + randomJitter(job)
     }

@@ -63,6 +63,15 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The next firing after a run that fired at `fired` and ended at `now`. An interval
+    /// counts from when the run fired, not from when it ended, so points a minute apart stay a
+    /// minute apart however long each takes; firings missed during a long run are skipped.
+    public func nextFire(afterRunFiredAt fired: Date, endedAt now: Date, calendar: Calendar = .current) -> Date {
+        guard case .every(let seconds) = self, seconds > 0 else { return nextFire(after: max(fired, now), calendar: calendar) }
+        let missed = max(0, (now.timeIntervalSince(fired) / seconds).rounded(.down))
+        return fired.addingTimeInterval((missed + 1) * seconds)
+    }
+
     /// Whether a firing was due between `lastRun` and `now` and did not happen (the machine
     /// was off or the service stopped): the service then runs once at start-up.
     public func missedRun(lastRun: Date, now: Date, calendar: Calendar = .current) -> Bool {
