@@ -61,7 +61,7 @@ final class PointRequestTests: XCTestCase {
             let down = requests.reduce(0) { $0 + (($1["down_bytes"] as? Int) ?? 0) }
             let up = requests.reduce(0) { $0 + (($1["up_bytes"] as? Int) ?? 0) }
             print("minute \(minute): \(outcome.backup?.kind ?? "no point"): \(lines) up \(up) down \(down)")
-            if minute >= 2, minute < 5 { steady.append((lines, down, up)) }
+            if minute >= 1, minute < 5 { steady.append((lines, down, up)) }
             if minute >= 6 {
                 XCTAssertNil(outcome.backup, "idle")
                 XCTAssertEqual(lines, [], "an idle run asks nothing")

@@ -15,6 +15,9 @@ struct ArchivePublishing: Sendable {
     var knownBackups: [BackupListing]? = nil
     /// The chain's points carry no lock (known from its first): none is asked for.
     var pointsUnlocked = false
+    /// The backup is the full that starts a chain: whether it carries a lock is asked once
+    /// here, so that its points, locked or not alike, need not ask.
+    var startsChain = false
 
     /// Publishes `archive` to each of `destinations` (indices into `all`), the in-place host
     /// last. A destination's failure is its result; only cancellation throws.
@@ -106,10 +109,14 @@ struct ArchivePublishing: Sendable {
             }
         }
         // S3 Object Lock: an incremental's chain stays locked as long as the incremental. A
-        // chain whose first point came without a lock is not asked again at every point.
+        // chain whose full came without a lock is not asked again at every point (the same
+        // bucket default and options lock a full and its points alike).
         var unlocked: Bool?
         if pointsUnlocked {
             unlocked = true
+        } else if startsChain {
+            // Not knowing only costs the first point a request: the full stands published.
+            do { unlocked = try await destination.retention(of: name) == nil } catch { unlocked = nil }
         } else if BackupName.isIncremental(name) {
             unlocked = try await destination.retention(of: name) == nil
             if unlocked == false { try await destination.extendChainRetention(of: name) }

@@ -104,6 +104,7 @@ struct CreatePipeline: Sendable {
                 var publishing = ArchivePublishing(storesDirectory: storesDirectory, logger: logger, baseName: chain?.baseName)
                 publishing.knownBackups = cached?.listing
                 publishing.pointsUnlocked = cached?.pointsUnlocked == true
+                publishing.startsChain = chain != nil && chain?.isIncremental == false
                 let results = try await publishing.publish(
                     archive, to: reachable, of: destinations, host: host?.index, progress: progress)
                 var published = outcomes

@@ -353,7 +353,7 @@ final class ChainBuild: @unchecked Sendable {
             destination: folder.destination, backupName: name, manifestSHA256: manifestSHA256, createdAt: manifest.createdAt,
             archiveSize: archiveSize, chainLength: manifest.chainLength ?? 0, fullCreatedAt: fullCreatedAt,
             encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases,
-            fingerprint: fingerprint, links: links, pointsUnlocked: isIncremental ? unlocked : nil, listedAt: listedAt,
+            fingerprint: fingerprint, links: links, pointsUnlocked: unlocked, listedAt: listedAt,
             spooled: waiting.isEmpty ? nil : waiting)
         try folder.prepare()
         return try folder.save(state, files: files, maps: maps, quickMaps: quickMaps, manifest: manifestBytes)

@@ -68,8 +68,8 @@ struct ChainState: Codable, Sendable {
     /// create needs to know of the destination for the next point without listing it; the
     /// destination is listed again at each full.
     var links: [PublishedLink]? = nil
-    /// The destination said the chain's first point carries no lock (S3 Object Lock): later
-    /// points need not ask it again. Nil: not known.
+    /// The destination said the chain's full (or its first point) carries no lock (S3 Object
+    /// Lock): its points need not ask again. Nil: not known.
     var pointsUnlocked: Bool? = nil
     /// When the destination was last listed for this chain (``links`` are trusted only so long).
     var listedAt: Date? = nil
