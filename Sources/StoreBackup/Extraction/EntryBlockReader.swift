@@ -43,13 +43,14 @@ final class EntryBlockReader: @unchecked Sendable {
         cachedBlocks = max(2, cacheBytes / index.blockSize)
     }
 
-    /// Another reader of the same entry, with a cache and an inflater of its own: one per thread.
-    func sibling() -> EntryBlockReader {
+    /// Another reader of the same entry, with a cache (of `cacheBytes`, else as large as
+    /// this one's) and an inflater of its own: one per thread.
+    func sibling(cacheBytes: Int? = nil) -> EntryBlockReader {
         lock.lock()
         defer { lock.unlock() }
         return EntryBlockReader(
             index: index, hashes: hashes, span: span, dataOffset: dataOffset, encryptionKey: encryptionKey,
-            cacheBytes: cachedBlocks * index.blockSize, backupName: backupName, databasePath: databasePath)
+            cacheBytes: cacheBytes ?? cachedBlocks * index.blockSize, backupName: backupName, databasePath: databasePath)
     }
 
     /// Blocks read from the archive so far and their compressed bytes, and the bytes a

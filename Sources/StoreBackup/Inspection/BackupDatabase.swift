@@ -96,6 +96,13 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
         return bytes
     }
 
+    /// A reader of the database's bytes (as ``bytes(at:count:)`` reads them) for one more
+    /// thread, with its own inflater and a block cache of `cacheBytes`.
+    func threadReader(cacheBytes: Int) -> @Sendable (UnsafeMutableRawBufferPointer, Int64) throws -> Void {
+        let file = file, base = file.base.sibling(cacheBytes: cacheBytes)
+        return { buffer, offset in try file.read(into: buffer, at: offset, base: base) }
+    }
+
     /// The backup that stores this database whole (this one, or its chain's full), and
     /// the reader of that entry's blocks.
     var baseBackup: String? { file.lineage.backups.last }

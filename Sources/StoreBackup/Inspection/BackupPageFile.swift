@@ -66,7 +66,13 @@ final class BackupPageFile: @unchecked Sendable {
     /// The database's bytes at `offset` (within its size): each page from the newest delta
     /// that holds it, else from the base entry, else zeros (beyond the base's end).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws {
-        guard let chain else { return try readBase(into: buffer, at: offset) }
+        try read(into: buffer, at: offset, base: base)
+    }
+
+    /// ``read(into:at:)`` taking the base entry's blocks through `base` (a sibling of
+    /// ``base``, for another thread).
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, base: EntryBlockReader) throws {
+        guard let chain else { return try readBase(into: buffer, at: offset, base: base) }
         var done = 0
         while done < buffer.count {
             let position = offset + Int64(done)
@@ -74,12 +80,12 @@ final class BackupPageFile: @unchecked Sendable {
             let start = Int(position % Int64(chain.pageSize))
             let count = min(buffer.count - done, chain.pageSize - start)
             let piece = UnsafeMutableRawBufferPointer(rebasing: buffer[done..<done + count])
-            if try !chain.copy(page: page, from: start, into: piece) { try readBase(into: piece, at: position) }
+            if try !chain.copy(page: page, from: start, into: piece) { try readBase(into: piece, at: position, base: base) }
             done += count
         }
     }
 
-    private func readBase(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws {
+    private func readBase(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, base: EntryBlockReader) throws {
         let inBase = Int(max(0, min(Int64(buffer.count), base.index.size - offset)))
         if inBase > 0 { try base.read(into: UnsafeMutableRawBufferPointer(rebasing: buffer[0..<inBase]), at: offset) }
         if inBase < buffer.count {

@@ -16,7 +16,18 @@ enum ChangedRowids {
     /// full (its root or SQL differs, or it is keyed by something else and a page of it
     /// changed). Nil when the two are not points of one chain, or the pages cannot tell.
     static func scopes(older: BackupDatabase, newer: BackupDatabase) throws -> [String: [ClosedRange<Int64>]]? {
-        guard var changed = newer.pagesChanged(since: older), newer.size >= 100, older.size >= 100 else { return nil }
+        guard let changed = newer.pagesChanged(since: older) else { return nil }
+        return try scopes(older: older, newer: newer, changed: changed)
+    }
+
+    /// ``scopes(older:newer:)`` for any two copies of a database of which `changed` holds
+    /// every page (within both page counts) whose bytes may differ: from a chain's page
+    /// deltas, or from comparing the two copies page by page (``ScratchCopies``).
+    static func scopes(older: some ComparedDatabase, newer: some ComparedDatabase, changed: Set<Int>) throws -> [String:
+        [ClosedRange<Int64>]]?
+    {
+        var changed = changed
+        guard newer.size >= 100, older.size >= 100 else { return nil }
         let header = try newer.bytes(at: 0, count: 100)
         let declared = Int(header[16]) << 8 | Int(header[17])
         let pageSize = declared == 1 ? 65536 : declared
@@ -59,13 +70,13 @@ enum ChangedRowids {
 
     /// Pages that are the same in both points, read from the newer one; interior pages are
     /// kept, for the older point's walk reads them again.
-    private final class SharedPages {
-        let database: BackupDatabase
+    private final class SharedPages<Database: ComparedDatabase> {
+        let database: Database
         let pageSize: Int
         let changed: Set<Int>
         private var kept: [Int: [UInt8]] = [:]
 
-        init(database: BackupDatabase, pageSize: Int, changed: Set<Int>) {
+        init(database: Database, pageSize: Int, changed: Set<Int>) {
             self.database = database
             self.pageSize = pageSize
             self.changed = changed
@@ -87,10 +98,9 @@ enum ChangedRowids {
     }
 
     /// Every b-tree of one point by name (tables and indexes; not `sqlite_schema`).
-    private static func trees(of database: BackupDatabase) throws -> [String: Tree] {
+    private static func trees(of database: some ComparedDatabase) throws -> [String: Tree] {
         var trees: [String: Tree] = [:]
-        let rows = try database.query("SELECT type, name, rootpage, sql FROM sqlite_schema WHERE rootpage > 0").first?.rows ?? []
-        for row in rows {
+        for row in try database.schemaRows("SELECT type, name, rootpage, sql FROM sqlite_schema WHERE rootpage > 0") {
             guard case .text(let type) = row[0], case .text(let name) = row[1], case .integer(let root) = row[2] else { continue }
             let sql: String? = if case .text(let text) = row[3] { text } else { nil }
             trees[name] = Tree(root: Int(root), isTable: type == "table", sql: sql)

@@ -7,10 +7,12 @@ extension BackupRepository {
     ///
     /// Files are compared by the SHA-256 each manifest records; a live file is hashed only
     /// when its size matches the backup's. Databases are compared row by row (see
-    /// ``RowDiffer``), each backup's read in place (``openDatabase(_:path:)``: no copy, only
-    /// the blocks the comparison reads), a live one read-only as one committed state while
-    /// its app may go on writing; two backups' databases with the same SHA-256 are not
-    /// opened. The store is never locked or written.
+    /// ``RowDiffer``): a backup's small one read in place (``openDatabase(_:path:)``: only
+    /// the blocks the comparison reads), a larger one copied into `TMPDIR` first when it
+    /// has room (two backups' copies are compared page by page, and only
+    /// rows on pages that differ are read); a live one read-only as one committed state
+    /// while its app may go on writing; two backups' databases with the same SHA-256 are
+    /// not opened. The store is never locked or written.
     ///
     /// - Parameters:
     ///   - older: A backup's name, or `latest`.
@@ -74,12 +76,12 @@ extension BackupRepository {
                 switch newer {
                 case .backup:
                     return try await DiffDatabaseSources.withBackup(self, name: newerName, path: path, sharing: older) { newerDatabase in
-                        try await Self.compareDatabase(
+                        try await compareDatabase(
                             path: path, older: older, newer: .backup(newerDatabase), options: options, onRow: onRow)
                     }
                 case .live(let directory):
                     let live = FileSystem.absolutePath(directory) + "/" + path
-                    return try await Self.compareDatabase(path: path, older: older, newer: .live(live), options: options, onRow: onRow)
+                    return try await compareDatabase(path: path, older: older, newer: .live(live), options: options, onRow: onRow)
                 }
             }
             databases.append(compared)
@@ -91,18 +93,35 @@ extension BackupRepository {
     }
 
     /// One database's row diff, on a worker thread; both sides stay open until it returns.
-    private static func compareDatabase(
+    private func compareDatabase(
         path: String, older: BackupDatabase, newer: DiffDatabaseSources.Newer, options: DiffOptions,
         onRow: (@Sendable (String, String, RowChange) -> Void)?
     ) async throws -> DatabaseDiff {
+        let newerBackup: BackupDatabase? = if case .backup(let database) = newer { database } else { nil }
+        let chainPages = newerBackup.flatMap { $0.pagesChanged(since: older) }
+        let copying = chainPages == nil && shouldCopy(older, newerBackup)
         do {
-            return try await runDiffWork { cancel in
-                // Two points of one chain: only rows on pages that changed between them.
+            return try await Self.runDiffWork { cancel in
                 var scopes: [String: [ClosedRange<Int64>]] = [:]
-                if case .backup(let newerDatabase) = newer {
-                    scopes = try ChangedRowids.scopes(older: older, newer: newerDatabase) ?? [:]
+                var olderURI = older.uri, newerURI = newer.uri
+                var copies: ScratchCopies.Made?
+                defer { copies?.remove() }
+                if let newerBackup, let chainPages {
+                    // Two points of one chain: only rows on pages that changed between them.
+                    scopes = try ChangedRowids.scopes(older: older, newer: newerBackup, changed: chainPages) ?? [:]
+                } else if copying {
+                    let made = try ScratchCopies.make(older: older, newer: newerBackup, cancel: cancel)
+                    copies = made
+                    olderURI = made.older.uri
+                    if let newerCopy = made.newer {
+                        newerURI = newerCopy.uri
+                        // Only rows on pages whose bytes differ.
+                        if let changed = made.changedPages {
+                            scopes = try ChangedRowids.scopes(older: made.older, newer: newerCopy, changed: changed) ?? [:]
+                        }
+                    }
                 }
-                let differ = try RowDiffer(older: older.uri, newer: newer.uri, cancel: cancel)
+                let differ = try RowDiffer(older: olderURI, newer: newerURI, cancel: cancel)
                 defer { differ.close() }
                 let listen: ((String, RowChange) throws -> Void)? = onRow.map { onRow in { table, change in onRow(path, table, change) } }
                 return try differ.compare(
@@ -112,6 +131,20 @@ extension BackupRepository {
         } catch {
             throw DiffDatabaseSources.failure(error, older: older, newer: newer)
         }
+    }
+
+    /// Whether to copy the backups' databases into `TMPDIR` before comparing them: when one
+    /// is large enough that reading it in place would inflate blocks over and over, and
+    /// `TMPDIR` has room (else it is read in place, more slowly, and the log says why).
+    private func shouldCopy(_ older: BackupDatabase, _ newer: BackupDatabase?) -> Bool {
+        guard max(older.size, newer?.size ?? 0) >= diffCopyMinimumBytes else { return false }
+        let bytes = older.size + (newer?.size ?? 0)
+        if let lack = ScratchCopies.lackOfSpace(for: bytes) {
+            logger.warning(
+                "diff reads \(older.databasePath) in place, which is slower: \(lack); point TMPDIR at a folder with more room")
+            return false
+        }
+        return true
     }
 
     /// Writes the SQL that brings the selected rows of a live database back to their state
@@ -148,9 +181,12 @@ extension BackupRepository {
             )
         }
         try await DiffDatabaseSources.withBackup(self, name: contents.backupName, path: database) { older in
+            let copying = shouldCopy(older, nil)
             do {
                 try await Self.runDiffWork { cancel in
-                    let differ = try RowDiffer(older: older.uri, newer: DiffDatabaseSources.live(live), cancel: cancel)
+                    let copy = copying ? try ScratchCopies.make(older: older, newer: nil, cancel: cancel) : nil
+                    defer { copy?.remove() }
+                    let differ = try RowDiffer(older: copy?.older.uri ?? older.uri, newer: DiffDatabaseSources.live(live), cancel: cancel)
                     defer { differ.close() }
                     try differ.undoSQL(tables: tables, filter: filter, write: write)
                 }

@@ -20,6 +20,9 @@ public struct BackupRepository: Sendable {
     public var passwords: PasswordProvider?
     /// Where the repository says what it did besides its results; silent by default.
     public var logger: Logger
+    /// The size from which ``diff(_:_:options:onRow:)`` copies a backup's database into
+    /// `TMPDIR` rather than reading it in place (``ScratchCopies``).
+    var diffCopyMinimumBytes: Int64 = 16 << 20
 
     /// The backups at `destination`; `passwords` opens encrypted ones.
     public init(destination: any BackupDestination, passwords: PasswordProvider? = nil, logger: Logger = .disabled) {

@@ -1,0 +1,131 @@
+import Foundation
+
+/// Copies a diff's backup databases whole into scratch files (``ScratchDatabaseCopy``), each
+/// block read, checked and inflated once, in order, on every core: the diff then reads
+/// plain files instead of inflating a 1 MiB block for each page its rowid-ordered scans
+/// jump to. With two databases, the pages of both are compared as they are written: those
+/// that differ are what ``ChangedRowids`` narrows the comparison to.
+enum ScratchCopies {
+    /// What a copy made.
+    struct Made: Sendable {
+        let older: ScratchDatabaseCopy
+        let newer: ScratchDatabaseCopy?
+        /// The pages (1-based, within both page counts) whose bytes differ between the two;
+        /// nil with one database, or when the two have different page sizes.
+        let changedPages: Set<Int>?
+
+        /// Deletes the files.
+        func remove() {
+            older.remove()
+            newer?.remove()
+        }
+    }
+
+    /// Why `TMPDIR` has no room for copies of `bytes` (with the reserve restore keeps
+    /// free on a file system); nil when it has.
+    static func lackOfSpace(for bytes: Int64) -> String? {
+        let folder = ScratchFiles.temporaryDirectory
+        guard let (free, total) = try? FreeSpace.volume(of: folder) else { return "\(folder) cannot be examined" }
+        let reserve = FreeSpace.reserve(total: total)
+        guard bytes > free - reserve else { return nil }
+        return
+            "copying the databases needs \(FreeSpace.describe(bytes)) in \(folder), which has \(FreeSpace.describe(free)) free "
+            + "and \(FreeSpace.describe(reserve)) must stay free"
+    }
+
+    /// Copies `older` (and `newer`) into new scratch files, comparing their pages; the files
+    /// are deleted again when this throws.
+    static func make(older: BackupDatabase, newer: BackupDatabase?, cancel: CancellationFlag) throws -> Made {
+        ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
+        let olderCopy = try ScratchDatabaseCopy(size: older.size)
+        do {
+            let newerCopy = try newer.map { try ScratchDatabaseCopy(size: $0.size) }
+            do {
+                let changed = try copy(older: older, into: olderCopy, newer: newer.map { ($0, newerCopy!) }, cancel: cancel)
+                return Made(older: olderCopy, newer: newerCopy, changedPages: changed)
+            } catch {
+                newerCopy?.remove()
+                throw error
+            }
+        } catch {
+            olderCopy.remove()
+            throw error
+        }
+    }
+
+    /// Blocks copied at a time per thread: the entries' own block size, so that each
+    /// thread inflates each block it reads once.
+    private static let chunkBytes = CompressionPipeline.blockSize
+
+    private static func copy(
+        older: BackupDatabase, into olderCopy: ScratchDatabaseCopy, newer: (database: BackupDatabase, copy: ScratchDatabaseCopy)?,
+        cancel: CancellationFlag
+    ) throws -> Set<Int>? {
+        let pageSize = try newer.flatMap { try commonPageSize(older, $0.database) }
+        let largest = max(older.size, newer?.database.size ?? 0)
+        let chunks = Array(0..<Int((largest + Int64(chunkBytes) - 1) / Int64(chunkBytes)))
+        let changed = Locked(Set<Int>())
+        // A thread's readers keep only the block they are copying (the minimum cache).
+        let width = min(WorkerPool.cores, 4)
+        try WorkerPool.forEach(chunks, name: "storebackup-diff-copy", width: width, cancel: cancel) {
+            let readOlder = older.threadReader(cacheBytes: 0)
+            let readNewer = newer?.database.threadReader(cacheBytes: 0)
+            let buffers = ChunkBuffers(count: chunkBytes)
+            return { chunk in
+                let start = Int64(chunk) * Int64(chunkBytes)
+                let olderCount = Int(max(0, min(Int64(chunkBytes), older.size - start)))
+                if olderCount > 0 {
+                    let piece = UnsafeMutableRawBufferPointer(rebasing: buffers.older[0..<olderCount])
+                    try readOlder(piece, start)
+                    try olderCopy.write(UnsafeRawBufferPointer(piece), at: start)
+                }
+                guard let newer, let readNewer else { return }
+                let newerCount = Int(max(0, min(Int64(chunkBytes), newer.database.size - start)))
+                guard newerCount > 0 else { return }
+                let piece = UnsafeMutableRawBufferPointer(rebasing: buffers.newer[0..<newerCount])
+                try readNewer(piece, start)
+                try newer.copy.write(UnsafeRawBufferPointer(piece), at: start)
+                guard let pageSize else { return }
+                let differing = buffers.differingPages(count: min(olderCount, newerCount), pageSize: pageSize)
+                let first = Int(start / Int64(pageSize)) + 1
+                if !differing.isEmpty { changed.withLock { $0.formUnion(differing.map { first + $0 }) } }
+            }
+        }
+        return pageSize == nil ? nil : changed.current
+    }
+
+    /// The page size both databases' headers give; nil when they differ or are not valid.
+    private static func commonPageSize(_ older: BackupDatabase, _ newer: BackupDatabase) throws -> Int? {
+        guard older.size >= 100, newer.size >= 100 else { return nil }
+        let sizes = try [older, newer].map { database in
+            let header = try database.bytes(at: 0, count: 100)
+            let declared = Int(header[16]) << 8 | Int(header[17])
+            return declared == 1 ? 65536 : declared
+        }
+        guard sizes[0] == sizes[1], sizes[0] >= 512, sizes[0].nonzeroBitCount == 1, chunkBytes % sizes[0] == 0 else { return nil }
+        return sizes[0]
+    }
+
+    /// One thread's chunk of each side.
+    private final class ChunkBuffers {
+        let older: UnsafeMutableRawBufferPointer
+        let newer: UnsafeMutableRawBufferPointer
+
+        init(count: Int) {
+            older = .allocate(byteCount: count, alignment: 16)
+            newer = .allocate(byteCount: count, alignment: 16)
+        }
+
+        deinit {
+            older.deallocate()
+            newer.deallocate()
+        }
+
+        /// The indexes of the pages, among the first `count` bytes, that differ.
+        func differingPages(count: Int, pageSize: Int) -> [Int] {
+            stride(from: 0, to: count - pageSize + 1, by: pageSize).compactMap { offset in
+                memcmp(older.baseAddress! + offset, newer.baseAddress! + offset, pageSize) == 0 ? nil : offset / pageSize
+            }
+        }
+    }
+}

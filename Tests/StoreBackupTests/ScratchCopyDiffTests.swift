@@ -1,0 +1,151 @@
+import Foundation
+import XCTest
+
+@testable import StoreBackup
+
+/// `diff` of two backups that are not points of one chain copies both databases into
+/// `TMPDIR` (``ScratchCopies``), compares their pages and reads only the rows on pages that
+/// differ: it must answer exactly as a diff of the two databases extracted whole.
+final class ScratchCopyDiffTests: XCTestCase {
+    var work = ""
+    var store: String { work + "/Stores" }
+    var local: String { work + "/local" }
+    static let rows = 40_000
+
+    override func setUpWithError() throws {
+        work = try TestEnvironment.temporaryDirectory("scratch-diff")
+        try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
+        try update(
+            """
+            PRAGMA journal_mode=wal;
+            CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT NOT NULL, body TEXT);
+            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < \(Self.rows))
+            INSERT INTO t SELECT x, 'name ' || x, hex(randomblob(60)) FROM c;
+            CREATE INDEX t_name ON t(name);
+            CREATE TABLE k(code TEXT PRIMARY KEY, value INTEGER);
+            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000)
+            INSERT INTO k SELECT 'code-' || x, x FROM c;
+            CREATE TABLE w(a INTEGER, b TEXT, PRIMARY KEY(a, b)) WITHOUT ROWID;
+            INSERT INTO w VALUES (1, 'x'), (2, 'y');
+            CREATE TABLE quiet(id INTEGER PRIMARY KEY, note TEXT);
+            INSERT INTO quiet VALUES (1, 'never changes');
+            """, create: true)
+    }
+
+    override func tearDownWithError() throws {
+        try? FileManager.default.removeItem(atPath: work)
+    }
+
+    private func update(_ sql: String, create: Bool = false) throws {
+        let db = try SQLiteConnection(path: store + "/App.sqlite", mode: create ? .create : .readWrite)
+        try db.execute(sql, operation: "update")
+        db.close()
+    }
+
+    /// A plain full backup.
+    private func backup() throws -> String {
+        // Names are by the second.
+        Thread.sleep(forTimeInterval: 1.1)
+        let created = try runStoreBackup(["create", store, "--to", local], environment: ["HOME": work])
+        XCTAssertEqual(created.status, 0, created.stderr)
+        return created.stdout.trimmingCharacters(in: .whitespacesAndNewlines).components(separatedBy: "\n").last ?? ""
+    }
+
+    /// The repository, copying every database however small.
+    private var repository: BackupRepository {
+        get throws {
+            var repository = BackupRepository(destination: try DestinationResolver.resolve(local))
+            repository.diffCopyMinimumBytes = 0
+            return repository
+        }
+    }
+
+    /// The diff of the two backups' databases extracted whole, by the same differ.
+    private func extractedDiff(_ older: String, _ newer: String) async throws -> DatabaseDiff {
+        var paths: [String] = []
+        for name in [older, newer] {
+            let folder = work + "/extract-\(paths.count)"
+            _ = try await repository.extract(name, paths: ["App.sqlite"], into: folder)
+            paths.append(folder + "/App.sqlite")
+        }
+        defer { paths.forEach { try? FileManager.default.removeItem(atPath: ($0 as NSString).deletingLastPathComponent) } }
+        let differ = try RowDiffer(older: paths[0], newer: paths[1])
+        defer { differ.close() }
+        return try differ.compare(path: "App.sqlite", includeUnchanged: true, keepRows: 1_000_000)
+    }
+
+    /// This process's scratch files left in `TMPDIR`.
+    private var leftScratchFiles: [String] {
+        let mine = ScratchFiles.prefix + "\(getpid())-diff-"
+        return ((try? FileManager.default.contentsOfDirectory(atPath: ScratchFiles.temporaryDirectory)) ?? []).filter { $0.hasPrefix(mine) }
+    }
+
+    func testTwoFullsDiffAsTheirExtractedDatabases() async throws {
+        let first = try backup()
+        // Updates that lengthen rows all over the table (leaves split), deletes, inserts.
+        try update(
+            """
+            UPDATE t SET name = name || ' was renamed to something longer' WHERE id % 397 = 3;
+            UPDATE t SET body = NULL WHERE id % 1999 = 7;
+            DELETE FROM t WHERE id BETWEEN 20000 AND 20100 OR id % 4001 = 11;
+            INSERT INTO t(name, body) VALUES ('new 1', 'b'), ('new 2', NULL);
+            INSERT INTO t(id, name, body) VALUES (20050, 'back in a deleted range', 'x');
+            UPDATE k SET value = -value WHERE code IN ('code-7', 'code-2500');
+            INSERT INTO w VALUES (3, 'z');
+            """)
+        let second = try backup()
+
+        // The pages that differ narrow the comparison of t; quiet is not read at all.
+        let older = try await repository.openDatabase(first, path: "App.sqlite")
+        let newer = try await repository.openDatabase(second, path: "App.sqlite")
+        XCTAssertNil(newer.pagesChanged(since: older), "two fulls are not points of one chain")
+        let copies = try ScratchCopies.make(older: older, newer: newer, cancel: CancellationFlag())
+        XCTAssertEqual(leftScratchFiles.count, 2)
+        let changed = try XCTUnwrap(copies.changedPages)
+        let scopes = try XCTUnwrap(try ChangedRowids.scopes(older: copies.older, newer: try XCTUnwrap(copies.newer), changed: changed))
+        XCTAssertEqual(try copies.older.bytes(at: 0, count: 100), try older.bytes(at: 0, count: 100))
+        copies.remove()
+        older.close()
+        newer.close()
+        XCTAssertEqual(leftScratchFiles, [])
+        XCTAssertEqual(scopes["quiet"], [], "an unchanged table is not read")
+        let ranges = try XCTUnwrap(scopes["t"])
+        XCTAssertFalse(ranges.isEmpty)
+        XCTAssertNil(scopes["w"], "a WITHOUT ROWID table that changed is compared whole")
+
+        let options = DiffOptions(database: "App.sqlite", keepRows: 1_000_000, includeUnchanged: true)
+        let copiedDiff = try await repository.diff(first, .backup(second), options: options)
+        let copied = try XCTUnwrap(copiedDiff.databases.first)
+        let extracted = try await extractedDiff(first, second)
+        XCTAssertEqual(copied, extracted)
+        let t = try XCTUnwrap(copied.tables.first { $0.name == "t" })
+        XCTAssertGreaterThan(t.changed, 100)
+        XCTAssertEqual(t.inserted, 2, "id 20050 is deleted and inserted again: changed")
+        XCTAssertGreaterThan(t.deleted, 100)
+        XCTAssertEqual(leftScratchFiles, [], "the copies are removed")
+
+        // Read in place, the same answer.
+        var inPlace = try repository
+        inPlace.diffCopyMinimumBytes = .max
+        let readInPlace = try await inPlace.diff(first, .backup(second), options: options)
+        XCTAssertEqual(readInPlace.databases.first, copied)
+
+        // Against the live store (the backup's side copied): as read in place, SQL too.
+        try update("UPDATE t SET name = 'live' WHERE id = 9")
+        let live = DiffSide.live(storesDirectory: store)
+        let liveCopied = try await repository.diff(second, live, options: options)
+        let liveInPlace = try await inPlace.diff(second, live, options: options)
+        XCTAssertEqual(liveCopied, liveInPlace)
+        XCTAssertEqual(liveCopied.databases.first?.tables.first { $0.name == "t" }?.changed, 1)
+        let statements = Locked<[[String]]>([[], []])
+        let copying = try repository
+        for (index, repository) in [copying, inPlace].enumerated() {
+            try await repository.undoSQL(backup: second, storesDirectory: store, database: "App.sqlite", tables: ["t"]) { statement in
+                statements.withLock { $0[index].append(statement) }
+            }
+        }
+        XCTAssertEqual(statements.current[0], statements.current[1])
+        XCTAssertTrue(statements.current[0].contains { $0.contains("'name 9'") }, "\(statements.current[0])")
+        XCTAssertEqual(leftScratchFiles, [])
+    }
+}
