@@ -10,14 +10,22 @@ struct BTreeWalk {
     /// A page's bytes, by number (1-based).
     let read: (Int) throws -> [UInt8]
     /// Pages some tree or the freelist holds (a page held twice fails the walk).
-    private(set) var accounted = Set<Int>()
+    private(set) var accounted: PageSet
+
+    init(pageCount: Int, changed: Set<Int>, read: @escaping (Int) throws -> [UInt8]) {
+        self.pageCount = pageCount
+        self.changed = changed
+        self.read = read
+        accounted = PageSet(pageCount: pageCount)
+    }
 
     struct Found {
         /// Whether the tree is keyed by rowid (a table b-tree).
         var rowids: Bool
         /// Whether any page of the tree changed.
         var dirty: Bool
-        /// Its leaves, each with the rowids its place allows (a table b-tree's).
+        /// A table b-tree's leaves, each with the rowids its place allows (an index
+        /// b-tree's are only noted in ``accounted``).
         var leaves: [Leaf]
     }
 
@@ -51,7 +59,7 @@ struct BTreeWalk {
             guard depth < 64 else { return nil }
             var next: [Leaf] = []
             for node in level.sorted(by: { $0.page < $1.page }) {
-                guard accounted.insert(node.page).inserted,
+                guard accounted.insert(node.page),
                     let page = BTreePage.interior(try read(node.page), page: node.page, type: interior, rowids: rowids)
                 else { return nil }
                 dirty = dirty || changed.contains(node.page)
@@ -71,10 +79,10 @@ struct BTreeWalk {
             level = next
         }
         for node in level {
-            guard accounted.insert(node.page).inserted else { return nil }
+            guard accounted.insert(node.page) else { return nil }
             dirty = dirty || changed.contains(node.page)
         }
-        return Found(rowids: rowids, dirty: dirty, leaves: level)
+        return Found(rowids: rowids, dirty: dirty, leaves: rowids ? level : [])
     }
 
     /// Notes the freelist's trunk and leaf pages; false when it is not a freelist.
@@ -82,13 +90,13 @@ struct BTreeWalk {
         var trunk = Int(BTreePage.uint32(header, 32))
         var trunks = 0
         while trunk != 0 {
-            guard (1...pageCount).contains(trunk), trunks < pageCount, accounted.insert(trunk).inserted else { return false }
+            guard (1...pageCount).contains(trunk), trunks < pageCount, accounted.insert(trunk) else { return false }
             let bytes = try read(trunk)
             let count = Int(BTreePage.uint32(bytes, 4))
             guard 8 + 4 * count <= bytes.count else { return false }
             for index in 0..<count {
                 let leaf = Int(BTreePage.uint32(bytes, 8 + 4 * index))
-                guard (1...pageCount).contains(leaf), accounted.insert(leaf).inserted else { return false }
+                guard (1...pageCount).contains(leaf), accounted.insert(leaf) else { return false }
             }
             trunk = Int(BTreePage.uint32(bytes, 0))
             trunks += 1

@@ -60,16 +60,18 @@ enum ChangedRowids {
                 continue
             }
             guard newerTree.rowids, let olderTree = try olderWalk.tree(root: tree.root), olderTree.rowids else { continue }
-            let unchanged = { (leaf: BTreeWalk.Leaf) in !changed.contains(leaf.page) }
-            let inBoth = Set(olderTree.leaves.filter(unchanged).map(\.page)).intersection(newerTree.leaves.filter(unchanged).map(\.page))
-            let suspects = (olderTree.leaves + newerTree.leaves).filter { !inBoth.contains($0.page) }
+            var inNewer = PageSet(pageCount: newerPages)
+            for leaf in newerTree.leaves where !changed.contains(leaf.page) { inNewer.insert(leaf.page) }
+            var inBoth = PageSet(pageCount: newerPages)
+            for leaf in olderTree.leaves where !changed.contains(leaf.page) && inNewer.contains(leaf.page) { inBoth.insert(leaf.page) }
+            let suspects = [olderTree.leaves, newerTree.leaves].joined().filter { !inBoth.contains($0.page) }
             scopes[name] = merged(suspects.compactMap(\.rowids))
         }
         return scopes
     }
 
-    /// Pages that are the same in both points, read from the newer one; interior pages are
-    /// kept, for the older point's walk reads them again.
+    /// Pages that are the same in both points, read from the newer one; table b-trees'
+    /// interior pages are kept, for the older point's walk reads them again.
     private final class SharedPages<Database: ComparedDatabase> {
         let database: Database
         let pageSize: Int
@@ -86,7 +88,8 @@ enum ChangedRowids {
             if let bytes = kept[page] { return bytes }
             let bytes = try database.bytes(at: Int64(page - 1) * Int64(pageSize), count: pageSize)
             let type = BTreePage.type(bytes, page: page)
-            if !changed.contains(page) && (type == BTreePage.tableInterior || type == BTreePage.indexInterior) { kept[page] = bytes }
+            // Only the older point's table trees are walked again.
+            if !changed.contains(page) && type == BTreePage.tableInterior { kept[page] = bytes }
             return bytes
         }
     }

@@ -1,23 +1,23 @@
 import Foundation
 
-/// Copies a diff's backup databases whole into scratch files (``ScratchDatabaseCopy``), each
-/// block read, checked and inflated once, in order, on every core: the diff then reads
-/// plain files instead of inflating a 1 MiB block for each page its rowid-ordered scans
-/// jump to. With two databases, the pages of both are compared as they are written: those
-/// that differ are what ``ChangedRowids`` narrows the comparison to.
+/// Copies a diff's backup databases into scratch files, each block read, checked and
+/// inflated once, in order, on every core: the diff then reads plain files instead of
+/// inflating a 1 MiB block for each page its rowid-ordered scans jump to. The older
+/// database is copied whole (``ScratchDatabaseCopy``); of the newer one only the pages that
+/// differ from the older's are written, laid over the older's copy (``ScratchOverlayCopy``),
+/// and those pages are what ``ChangedRowids`` narrows the comparison to.
 enum ScratchCopies {
     /// What a copy made.
     struct Made: Sendable {
         let older: ScratchDatabaseCopy
-        let newer: ScratchDatabaseCopy?
-        /// The pages (1-based, within both page counts) whose bytes differ between the two;
-        /// nil with one database, or when the two have different page sizes.
+        let newer: ScratchOverlayCopy?
+        /// The pages (1-based) whose bytes differ between the two, or that only the newer
+        /// has; nil with one database, or when the two have different page sizes.
         let changedPages: Set<Int>?
 
         /// Deletes the files.
         func remove() {
             older.remove()
-            newer?.remove()
         }
     }
 
@@ -29,48 +29,43 @@ enum ScratchCopies {
         let reserve = FreeSpace.reserve(total: total)
         guard bytes > free - reserve else { return nil }
         return
-            "copying the databases needs \(FreeSpace.describe(bytes)) in \(folder), which has \(FreeSpace.describe(free)) free "
+            "copying the databases needs up to \(FreeSpace.describe(bytes)) in \(folder), which has \(FreeSpace.describe(free)) free "
             + "and \(FreeSpace.describe(reserve)) must stay free"
     }
 
-    /// Copies `older` (and `newer`) into new scratch files, comparing their pages; the files
-    /// are deleted again when this throws.
+    /// Copies `older` (and the pages of `newer` that differ from it) into new scratch
+    /// files; they are deleted again when this throws.
     static func make(older: BackupDatabase, newer: BackupDatabase?, cancel: CancellationFlag) throws -> Made {
         ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
         let olderCopy = try ScratchDatabaseCopy(size: older.size)
         do {
-            let newerCopy = try newer.map { try ScratchDatabaseCopy(size: $0.size) }
-            do {
-                let changed = try copy(older: older, into: olderCopy, newer: newer.map { ($0, newerCopy!) }, cancel: cancel)
-                return Made(older: olderCopy, newer: newerCopy, changedPages: changed)
-            } catch {
-                newerCopy?.remove()
-                throw error
-            }
+            let pageSize = try newer.flatMap { try commonPageSize(older, $0) }
+            let newerCopy = try newer.map { try ScratchOverlayCopy(size: $0.size, unit: pageSize ?? chunkBytes, base: olderCopy) }
+            try copy(older: older, into: olderCopy, newer: newer.map { ($0, newerCopy!) }, cancel: cancel)
+            let changed = pageSize == nil ? nil : newerCopy.map { Set($0.overlaidUnits.map { $0 + 1 }) }
+            return Made(older: olderCopy, newer: newerCopy, changedPages: changed)
         } catch {
             olderCopy.remove()
             throw error
         }
     }
 
-    /// Blocks copied at a time per thread: the entries' own block size, so that each
+    /// Bytes copied at a time per thread: the entries' own block size, so that each
     /// thread inflates each block it reads once.
     private static let chunkBytes = CompressionPipeline.blockSize
 
     private static func copy(
-        older: BackupDatabase, into olderCopy: ScratchDatabaseCopy, newer: (database: BackupDatabase, copy: ScratchDatabaseCopy)?,
+        older: BackupDatabase, into olderCopy: ScratchDatabaseCopy, newer: (database: BackupDatabase, copy: ScratchOverlayCopy)?,
         cancel: CancellationFlag
-    ) throws -> Set<Int>? {
-        let pageSize = try newer.flatMap { try commonPageSize(older, $0.database) }
+    ) throws {
         let largest = max(older.size, newer?.database.size ?? 0)
         let chunks = Array(0..<Int((largest + Int64(chunkBytes) - 1) / Int64(chunkBytes)))
-        let changed = Locked(Set<Int>())
-        // A thread's readers keep only the block they are copying (the minimum cache).
         let width = min(WorkerPool.cores, 4)
         try WorkerPool.forEach(chunks, name: "storebackup-diff-copy", width: width, cancel: cancel) {
+            // A thread's readers keep only the block they are copying (the minimum cache).
             let readOlder = older.threadReader(cacheBytes: 0)
             let readNewer = newer?.database.threadReader(cacheBytes: 0)
-            let buffers = ChunkBuffers(count: chunkBytes)
+            let buffers = ChunkBuffers(count: chunkBytes, both: newer != nil)
             return { chunk in
                 let start = Int64(chunk) * Int64(chunkBytes)
                 let olderCount = Int(max(0, min(Int64(chunkBytes), older.size - start)))
@@ -84,14 +79,15 @@ enum ScratchCopies {
                 guard newerCount > 0 else { return }
                 let piece = UnsafeMutableRawBufferPointer(rebasing: buffers.newer[0..<newerCount])
                 try readNewer(piece, start)
-                try newer.copy.write(UnsafeRawBufferPointer(piece), at: start)
-                guard let pageSize else { return }
-                let differing = buffers.differingPages(count: min(olderCount, newerCount), pageSize: pageSize)
-                let first = Int(start / Int64(pageSize)) + 1
-                if !differing.isEmpty { changed.withLock { $0.formUnion(differing.map { first + $0 }) } }
+                let unit = newer.copy.unit
+                let first = Int(start / Int64(unit))
+                for offset in stride(from: 0, to: newerCount, by: unit) {
+                    let count = min(unit, newerCount - offset)
+                    guard !buffers.same(at: offset, count: count, olderCount: olderCount) else { continue }
+                    try newer.copy.overlay(unit: first + offset / unit, UnsafeRawBufferPointer(rebasing: piece[offset..<offset + count]))
+                }
             }
         }
-        return pageSize == nil ? nil : changed.current
     }
 
     /// The page size both databases' headers give; nil when they differ or are not valid.
@@ -111,9 +107,9 @@ enum ScratchCopies {
         let older: UnsafeMutableRawBufferPointer
         let newer: UnsafeMutableRawBufferPointer
 
-        init(count: Int) {
+        init(count: Int, both: Bool) {
             older = .allocate(byteCount: count, alignment: 16)
-            newer = .allocate(byteCount: count, alignment: 16)
+            newer = .allocate(byteCount: both ? count : 0, alignment: 16)
         }
 
         deinit {
@@ -121,11 +117,10 @@ enum ScratchCopies {
             newer.deallocate()
         }
 
-        /// The indexes of the pages, among the first `count` bytes, that differ.
-        func differingPages(count: Int, pageSize: Int) -> [Int] {
-            stride(from: 0, to: count - pageSize + 1, by: pageSize).compactMap { offset in
-                memcmp(older.baseAddress! + offset, newer.baseAddress! + offset, pageSize) == 0 ? nil : offset / pageSize
-            }
+        /// Whether the newer chunk's `count` bytes at `offset` are the older's (of which
+        /// there are `olderCount`).
+        func same(at offset: Int, count: Int, olderCount: Int) -> Bool {
+            offset + count <= olderCount && memcmp(older.baseAddress! + offset, newer.baseAddress! + offset, count) == 0
         }
     }
 }

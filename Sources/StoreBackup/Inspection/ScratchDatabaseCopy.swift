@@ -48,23 +48,31 @@ final class ScratchDatabaseCopy: ComparedDatabase, @unchecked Sendable {
     }
 
     func schemaRows(_ sql: String) throws -> [[SQLValue]] {
+        try Self.rows(sql, uri: uri, path: path)
+    }
+
+    /// The descriptor, for a reader that overlays this copy (``ScratchOverlayCopy``).
+    var descriptorForReading: Int32 { descriptor }
+
+    /// The rows of `sql` (integers and texts; anything else as NULL) on the database at `uri`.
+    static func rows(_ sql: String, uri: String, path: String) throws -> [[SQLValue]] {
         var db: OpaquePointer?
         defer { sqlite3_close_v2(db) }
         var statement: OpaquePointer?
         defer { sqlite3_finalize(statement) }
+        let operation = "read the schema of a scratch copy"
         guard sqlite3_open_v2(uri, &db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, nil) == SQLITE_OK,
             sqlite3_prepare_v2(db, sql, -1, &statement, nil) == SQLITE_OK
         else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
-            throw StoreBackupError.sqlite(path: path, operation: "read the schema of a scratch copy", message: message)
+            throw StoreBackupError.sqlite(path: path, operation: operation, message: message)
         }
         var rows: [[SQLValue]] = []
         while true {
             let rc = sqlite3_step(statement)
             if rc == SQLITE_DONE { return rows }
             guard rc == SQLITE_ROW else {
-                throw StoreBackupError.sqlite(
-                    path: path, operation: "read the schema of a scratch copy", message: String(cString: sqlite3_errmsg(db)))
+                throw StoreBackupError.sqlite(path: path, operation: operation, message: String(cString: sqlite3_errmsg(db)))
             }
             rows.append(
                 (0..<sqlite3_column_count(statement)).map { column in
