@@ -1,6 +1,7 @@
 /// Walks the interior pages of one point's b-trees level by level, in page order (so each
 /// block is inflated about once): per tree its leaves and the rowids each one's place
-/// allows, whether any of its pages changed, and every page a tree or the freelist holds.
+/// allows (handed on one by one), whether any of its pages changed, and every page a tree
+/// or the freelist holds.
 /// Leaves are never read: SQLite keeps every leaf of a b-tree at one depth, so one child
 /// tells a level's kind.
 struct BTreeWalk {
@@ -24,9 +25,6 @@ struct BTreeWalk {
         var rowids: Bool
         /// Whether any page of the tree changed.
         var dirty: Bool
-        /// A table b-tree's leaves, each with the rowids its place allows (an index
-        /// b-tree's are only noted in ``accounted``).
-        var leaves: [Leaf]
     }
 
     /// A leaf, or a page still to visit, with the keys its place in the tree allows: above
@@ -44,45 +42,61 @@ struct BTreeWalk {
         }
     }
 
-    /// The tree rooted at `root`; nil when a page is not what such a tree's page must be.
-    mutating func tree(root: Int) throws -> Found? {
+    /// The tree rooted at `root`, each of its leaves handed to `leaf` as it is found (with
+    /// the rowids its place allows, in a table b-tree), so that no list of a large tree's
+    /// leaves is kept; nil when a page is not what such a tree's page must be (some leaves
+    /// may have been handed on by then).
+    mutating func tree(root: Int, leaf visit: (Leaf) -> Void = { _ in }) throws -> Found? {
         guard (1...pageCount).contains(root), let rootType = BTreePage.type(try read(root), page: root) else { return nil }
         let rowids = rootType == BTreePage.tableLeaf || rootType == BTreePage.tableInterior
         let interior = rowids ? BTreePage.tableInterior : BTreePage.indexInterior
         let leaf = rowids ? BTreePage.tableLeaf : BTreePage.indexLeaf
-        var level = [Leaf(page: root, low: nil, high: nil)]
-        var isLeafLevel = rootType == leaf
         var dirty = false
+        func reached(_ node: Leaf) -> Bool {
+            guard accounted.insert(node.page) else { return false }
+            dirty = dirty || changed.contains(node.page)
+            visit(node)
+            return true
+        }
+        let top = Leaf(page: root, low: nil, high: nil)
+        if rootType == leaf { return reached(top) ? Found(rowids: rowids, dirty: dirty) : nil }
+        var level = [top]
         var depth = 0
-        while !isLeafLevel {
+        while !level.isEmpty {
             depth += 1
             guard depth < 64 else { return nil }
             var next: [Leaf] = []
+            // One child tells whether the level below is the leaves: all are at one depth.
+            var childrenAreLeaves: Bool?
             for node in level.sorted(by: { $0.page < $1.page }) {
                 guard accounted.insert(node.page),
                     let page = BTreePage.interior(try read(node.page), page: node.page, type: interior, rowids: rowids)
                 else { return nil }
                 dirty = dirty || changed.contains(node.page)
+                var children: [Leaf] = []
+                children.reserveCapacity(page.cells.count + 1)
                 var low = node.low
                 for cell in page.cells {
                     guard (1...pageCount).contains(cell.child) else { return nil }
-                    next.append(Leaf(page: cell.child, low: low, high: cell.key))
+                    children.append(Leaf(page: cell.child, low: low, high: cell.key))
                     if rowids { low = cell.key }
                 }
                 guard (1...pageCount).contains(page.rightmost) else { return nil }
-                next.append(Leaf(page: page.rightmost, low: low, high: node.high))
+                children.append(Leaf(page: page.rightmost, low: low, high: node.high))
+                if childrenAreLeaves == nil {
+                    let type = BTreePage.type(try read(children[0].page), page: children[0].page)
+                    guard type == leaf || type == interior else { return nil }
+                    childrenAreLeaves = type == leaf
+                }
+                if childrenAreLeaves == true {
+                    for child in children { guard reached(child) else { return nil } }
+                } else {
+                    next += children
+                }
             }
-            guard let probe = next.first else { return nil }
-            let type = BTreePage.type(try read(probe.page), page: probe.page)
-            guard type == leaf || type == interior else { return nil }
-            isLeafLevel = type == leaf
             level = next
         }
-        for node in level {
-            guard accounted.insert(node.page) else { return nil }
-            dirty = dirty || changed.contains(node.page)
-        }
-        return Found(rowids: rowids, dirty: dirty, leaves: rowids ? level : [])
+        return Found(rowids: rowids, dirty: dirty)
     }
 
     /// Notes the freelist's trunk and leaf pages; false when it is not a freelist.

@@ -38,9 +38,10 @@ enum ChangedRowids {
         for page in min(newerPages, olderPages) + 1..<max(newerPages, olderPages) + 1 { changed.insert(page) }
         let shared = SharedPages(database: newer, pageSize: pageSize, changed: changed)
         var newerWalk = BTreeWalk(pageCount: newerPages, changed: changed, read: shared.read)
-        var olderWalk = BTreeWalk(pageCount: olderPages, changed: changed) { page in
+        let olderRead = { (page: Int) in
             changed.contains(page) ? try older.bytes(at: Int64(page - 1) * Int64(pageSize), count: pageSize) : try shared.read(page)
         }
+        var olderWalk = BTreeWalk(pageCount: olderPages, changed: changed, read: olderRead)
         let olderTrees = try trees(of: older), newerTrees = try trees(of: newer)
         guard try newerWalk.tree(root: 1) != nil else { return nil }
         var found: [String: BTreeWalk.Found] = [:]
@@ -59,13 +60,36 @@ enum ChangedRowids {
                 scopes[name] = []
                 continue
             }
-            guard newerTree.rowids, let olderTree = try olderWalk.tree(root: tree.root), olderTree.rowids else { continue }
-            var inNewer = PageSet(pageCount: newerPages)
-            for leaf in newerTree.leaves where !changed.contains(leaf.page) { inNewer.insert(leaf.page) }
-            var inBoth = PageSet(pageCount: newerPages)
-            for leaf in olderTree.leaves where !changed.contains(leaf.page) && inNewer.contains(leaf.page) { inBoth.insert(leaf.page) }
-            let suspects = [olderTree.leaves, newerTree.leaves].joined().filter { !inBoth.contains($0.page) }
-            scopes[name] = merged(suspects.compactMap(\.rowids))
+            guard newerTree.rowids else { continue }
+            // Leaves are handed on one by one, never listed (a large table has hundreds of
+            // thousands): the older tree's unchanged leaves, then those of the newer tree that
+            // are also the older's, then the older's that are not; every other leaf's range is
+            // in scope. The second and third walks read interior pages kept or changed.
+            var suspects: [ClosedRange<Int64>] = []
+            var olderUnchanged = PageSet(pageCount: olderPages)
+            let olderTree = try olderWalk.tree(root: tree.root) { leaf in
+                if changed.contains(leaf.page) {
+                    if let rowids = leaf.rowids { suspects.append(rowids) }
+                } else {
+                    olderUnchanged.insert(leaf.page)
+                }
+            }
+            guard let olderTree, olderTree.rowids else { continue }
+            var inBoth = PageSet(pageCount: olderPages)
+            var newerAgain = BTreeWalk(pageCount: newerPages, changed: changed, read: shared.read)
+            let newerWalked = try newerAgain.tree(root: tree.root) { leaf in
+                if !changed.contains(leaf.page) && olderUnchanged.contains(leaf.page) {
+                    inBoth.insert(leaf.page)
+                } else if let rowids = leaf.rowids {
+                    suspects.append(rowids)
+                }
+            }
+            var olderAgain = BTreeWalk(pageCount: olderPages, changed: changed, read: olderRead)
+            let olderWalked = try olderAgain.tree(root: tree.root) { leaf in
+                if !changed.contains(leaf.page) && !inBoth.contains(leaf.page), let rowids = leaf.rowids { suspects.append(rowids) }
+            }
+            guard newerWalked != nil, olderWalked != nil else { continue }
+            scopes[name] = merged(suspects)
         }
         return scopes
     }
