@@ -117,6 +117,14 @@ final class EntryBlockReader: @unchecked Sendable {
     private func inflate(_ number: Int) throws -> [UInt8] {
         guard number < index.blocks.count else { throw damaged(number, "the entry has no such block") }
         let block = index.blocks[number]
+        // A local plain block is inflated from the page cache where it is, not copied out first.
+        if encryptionKey == nil, index.deflated, case .local(let file) = span,
+            let plain = try file.withMapping(at: dataOffset + block.offset, count: block.compressedSize, { try inflate(number, $0) })
+        {
+            blocksRead += 1
+            compressedBytesRead += Int64(block.compressedSize)
+            return plain
+        }
         var raw = try span.read(at: dataOffset + block.offset, count: block.compressedSize, backupName: backupName)
         blocksRead += 1
         compressedBytesRead += Int64(block.compressedSize)
@@ -125,13 +133,17 @@ final class EntryBlockReader: @unchecked Sendable {
             raw.withUnsafeMutableBytes { ctr!.apply(to: $0.baseAddress!, count: $0.count, at: block.offset) }
         }
         guard index.deflated else { return raw }
+        return try raw.withUnsafeBytes { try inflate(number, $0) }
+    }
+
+    /// Block `number`'s plain bytes from its compressed (and decrypted) `input`.
+    private func inflate(_ number: Int, _ input: UnsafeRawBufferPointer) throws -> [UInt8] {
+        let block = index.blocks[number]
         if inflater == nil { inflater = try BlockInflater() }
         var plain = [UInt8](repeating: 0, count: block.plainSize)
         let isLast = number == index.blocks.count - 1
-        let inflated = raw.withUnsafeBytes { input in
-            plain.withUnsafeMutableBytes { output in
-                inflater!.inflate(input.baseAddress!, count: input.count, into: output.baseAddress!, capacity: output.count, isLast: isLast)
-            }
+        let inflated = plain.withUnsafeMutableBytes { output in
+            inflater!.inflate(input.baseAddress!, count: input.count, into: output.baseAddress!, capacity: output.count, isLast: isLast)
         }
         guard inflated == block.plainSize else { throw damaged(number, "it cannot be decompressed") }
         return plain

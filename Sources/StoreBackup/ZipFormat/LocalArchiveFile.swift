@@ -39,6 +39,22 @@ final class LocalArchiveFile: PositionedBytes, Sendable {
         return try PositionedRead.some(descriptor, into: buffer, at: offset, path: path)
     }
 
+    /// Runs `body` on the `count` bytes at `offset` mapped into memory, without copying
+    /// them out of the page cache; nil (and `body` not run) when they lie beyond the file's
+    /// end or cannot be mapped: then read them.
+    func withMapping<T>(at offset: Int64, count: Int, _ body: (UnsafeRawBufferPointer) throws -> T) rethrows -> T? {
+        guard count > 0, offset >= 0, offset + Int64(count) <= size else { return nil }
+        let page = Int64(sysconf(Int32(_SC_PAGESIZE)))
+        let start = offset - offset % page
+        // A page more when the file has it: a decoder that loads its input a word at a time
+        // may touch bytes past the end it was given.
+        let length = Int(min(offset + Int64(count) + page, size) - start)
+        let mapped = mmap(nil, length, PROT_READ, MAP_SHARED, descriptor, off_t(start))
+        guard let mapped, mapped != MAP_FAILED else { return nil }
+        defer { munmap(mapped, length) }
+        return try body(UnsafeRawBufferPointer(start: mapped + Int(offset - start), count: count))
+    }
+
     /// Reads until `buffer` is full or the file ends; returns the count.
     func readFully(at offset: Int64, into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         var done = 0
