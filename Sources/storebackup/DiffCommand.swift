@@ -91,7 +91,8 @@ struct DiffCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let backups = BackupRepository(destination: try destination.resolve(), passwords: password.provider(confirm: false))
+        let backups = BackupRepository(
+            destination: try destination.resolve(), passwords: password.provider(confirm: false), logger: Terminal.logger)
         let (newer, database) = try sides
         let older = self.older, tables = self.tables, filter = self.filter
         if sql, case .live(let directory) = newer, let database {

@@ -152,4 +152,9 @@ final class ScratchCopyDiffTests: XCTestCase {
         XCTAssertTrue(statements.current[0].contains { $0.contains("'name 9'") }, "\(statements.current[0])")
         XCTAssertEqual(leftScratchFiles, [])
     }
+
+    func testNoRoomInTMPDIRIsSaid() {
+        let lack = ScratchCopies.lackOfSpace(for: Int64.max / 2)
+        XCTAssertTrue(lack?.contains(ScratchFiles.temporaryDirectory) == true, lack ?? "nil")
+    }
 }

@@ -25,7 +25,7 @@ enum ScratchCopies {
     /// free on a file system); nil when it has.
     static func lackOfSpace(for bytes: Int64) -> String? {
         let folder = ScratchFiles.temporaryDirectory
-        guard let (free, total) = try? FreeSpace.volume(of: folder) else { return "\(folder) cannot be examined" }
+        guard let (free, total) = try? FreeSpace.volume(of: folder) else { return "\(folder) is not a folder it can examine" }
         let reserve = FreeSpace.reserve(total: total)
         guard bytes > free - reserve else { return nil }
         return

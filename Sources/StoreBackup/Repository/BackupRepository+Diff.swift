@@ -141,7 +141,8 @@ extension BackupRepository {
         let bytes = older.size + (newer?.size ?? 0)
         if let lack = ScratchCopies.lackOfSpace(for: bytes) {
             logger.warning(
-                "diff reads \(older.databasePath) in place, which is slower: \(lack); point TMPDIR at a folder with more room")
+                "diff reads \(older.databasePath) in place, which is much slower for a large database: \(lack); set TMPDIR to a folder with room for a copy"
+            )
             return false
         }
         return true
