@@ -62,11 +62,16 @@ final class PointSpoolTests: XCTestCase {
         let beforeReturn = try await reachable.sortedBackups().map(\.name)
         XCTAssertEqual(beforeReturn.count, 2, "nothing reached S3 meanwhile")
 
+        // The outage outlasts full-scan-every (1 h), after which the chain's cached names are no
+        // longer trusted: the spooled points must still go out first.
+        clock.withLock { $0 = $0.addingTimeInterval(3600) }
         away.withLock { $0 = false }
         let back = try await minute(5)
         XCTAssertNil(back.error)
         XCTAssertNil(folder.peek()?.spooled, "the spool is empty")
         for name in spooled { XCTAssertFalse(FileSystem.fileExists(folder.spoolPath(of: name))) }
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: folder.spoolFolder)) ?? []
+        XCTAssertEqual(left, [], "nothing is left in the spool")
         let listed = try await reachable.sortedBackups().map(\.name)
         XCTAssertEqual(listed.count, 6, "the full, a point, three spooled points, and this minute's")
         let chains = BackupChains(names: listed)

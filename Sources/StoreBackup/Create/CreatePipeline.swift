@@ -43,7 +43,7 @@ struct CreatePipeline: Sendable {
             var cached = cachedChain(for: destinations)
             // Points that waited in the spool go out first; while they cannot, so does this one.
             var away: StoreBackupError?
-            if let waiting = cached, !waiting.spooled.isEmpty {
+            if let waiting = spooledChain(for: destinations) {
                 away = try await drainSpool(waiting, to: destinations[0])
                 cached = cachedChain(for: destinations)
             }
@@ -197,11 +197,17 @@ struct CreatePipeline: Sendable {
             state.chainLength + 1 <= policy.maxChainLength, now().timeIntervalSince(state.fullCreatedAt) < policy.fullEvery,
             let listedAt = state.listedAt, now().timeIntervalSince(listedAt) < trusted
         else { return nil }
-        let listing = links.map {
-            BackupListing(name: $0.name, size: $0.size, date: BackupName.date(of: $0.name) ?? .distantPast, modified: nil)
-        }
-        return CachedChain(
-            listing: listing, pointsUnlocked: state.pointsUnlocked == true, listedAt: listedAt, spooled: state.spooled ?? [])
+        return CachedChain(state: state, links: links, listedAt: listedAt)
+    }
+
+    /// The chain as its state records it when points wait in its spool (one destination),
+    /// however long ago the destination was listed: they go out before anything else, or
+    /// an outage longer than the cache's trust would strand them.
+    private func spooledChain(for destinations: [any BackupDestination]) -> CachedChain? {
+        guard destinations.count == 1, let state = chainFolder(for: destinations[0].displayName).peek(),
+            state.spooled?.isEmpty == false, let links = state.links
+        else { return nil }
+        return CachedChain(state: state, links: links, listedAt: state.listedAt ?? .distantPast)
     }
 
     /// What the chain state knows of the destination (``cachedChain(for:)``).
@@ -212,6 +218,15 @@ struct CreatePipeline: Sendable {
         var listedAt: Date
         /// The points waiting in the spool, oldest first.
         var spooled: [PublishedLink]
+
+        init(state: ChainState, links: [PublishedLink], listedAt: Date) {
+            listing = links.map {
+                BackupListing(name: $0.name, size: $0.size, date: BackupName.date(of: $0.name) ?? .distantPast, modified: nil)
+            }
+            pointsUnlocked = state.pointsUnlocked == true
+            self.listedAt = listedAt
+            spooled = state.spooled ?? []
+        }
     }
 
     /// Saves the chain state after a backup was published (at each destination it reached).

@@ -261,6 +261,12 @@ struct ChainFolder: Sendable {
         where !keep.contains(name) && ["files-", "map-", "quick-", "manifest-"].contains(where: { name.hasPrefix($0) }) {
             unlink(path + "/" + name)
         }
+        // Spooled points the state no longer names (sent, or given up for a new chain).
+        let waiting = Set((state.spooled ?? []).map(\.name))
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: spoolFolder)) ?? []
+        where BackupName.isBackup(name) && !waiting.contains(name) {
+            unlink(spoolFolder + "/" + name)
+        }
     }
 
     /// The page maps and quick maps a state names.
