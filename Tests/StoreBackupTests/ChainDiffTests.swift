@@ -8,50 +8,28 @@ import XCTest
 /// databases extracted whole.
 final class ChainDiffTests: XCTestCase {
     var work = ""
-    var store: String { work + "/Stores" }
-    var local: String { work + "/local" }
+    var fixture: DiffStore!
+    var store: String { fixture.store }
+    var local: String { fixture.local }
     static let rows = 40_000
 
     override func setUpWithError() throws {
         work = try TestEnvironment.temporaryDirectory("chain-diff")
-        try FileManager.default.createDirectory(atPath: store, withIntermediateDirectories: true)
-        try update(
-            """
-            PRAGMA journal_mode=wal;
-            CREATE TABLE t(id INTEGER PRIMARY KEY, name TEXT NOT NULL, body TEXT);
-            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < \(Self.rows))
-            INSERT INTO t SELECT x, 'name ' || x, hex(randomblob(60)) FROM c;
-            CREATE INDEX t_name ON t(name);
-            CREATE TABLE k(code TEXT PRIMARY KEY, value INTEGER);
-            WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000)
-            INSERT INTO k SELECT 'code-' || x, x FROM c;
-            CREATE TABLE w(a INTEGER, b TEXT, PRIMARY KEY(a, b)) WITHOUT ROWID;
-            INSERT INTO w VALUES (1, 'x'), (2, 'y');
-            CREATE TABLE quiet(id INTEGER PRIMARY KEY, note TEXT);
-            INSERT INTO quiet VALUES (1, 'never changes');
-            CREATE TABLE big(id INTEGER PRIMARY KEY, blob BLOB);
-            INSERT INTO big VALUES (1, randomblob(20000));
-            """, create: true)
+        fixture = try DiffStore(
+            work: work, rows: Self.rows,
+            extraSQL: """
+                CREATE TABLE big(id INTEGER PRIMARY KEY, blob BLOB);
+                INSERT INTO big VALUES (1, randomblob(20000));
+                """)
     }
 
     override func tearDownWithError() throws {
         try? FileManager.default.removeItem(atPath: work)
     }
 
-    private func update(_ sql: String, create: Bool = false) throws {
-        let db = try SQLiteConnection(path: store + "/App.sqlite", mode: create ? .create : .readWrite)
-        try db.execute(sql, operation: "update")
-        db.close()
-    }
+    private func update(_ sql: String) throws { try fixture.update(sql) }
 
-    private func backup() throws -> String {
-        // Names are by the second.
-        Thread.sleep(forTimeInterval: 1.1)
-        let created = try runStoreBackup(
-            ["create", store, "--to", local, "--incremental", "--max-delta-share", "1"], environment: ["HOME": work])
-        XCTAssertEqual(created.status, 0, created.stderr)
-        return created.stdout.trimmingCharacters(in: .whitespacesAndNewlines).components(separatedBy: "\n").last ?? ""
-    }
+    private func backup() throws -> String { try fixture.backup(["--incremental", "--max-delta-share", "1"]) }
 
     private var repository: BackupRepository {
         get throws { BackupRepository(destination: try DestinationResolver.resolve(local)) }
@@ -59,15 +37,7 @@ final class ChainDiffTests: XCTestCase {
 
     /// The diff of the two backups' databases extracted whole, by the same differ.
     private func extractedDiff(_ older: String, _ newer: String) async throws -> DatabaseDiff {
-        var paths: [String] = []
-        for name in [older, newer] {
-            let folder = work + "/extract-\(paths.count)"
-            _ = try await repository.extract(name, paths: ["App.sqlite"], into: folder)
-            paths.append(folder + "/App.sqlite")
-        }
-        let differ = try RowDiffer(older: paths[0], newer: paths[1])
-        defer { differ.close() }
-        return try differ.compare(path: "App.sqlite", includeUnchanged: true, keepRows: 1_000_000)
+        try await fixture.extractedDiff(older, newer, from: try repository)
     }
 
     private func chainDiff(_ older: String, _ newer: String) async throws -> DatabaseDiff {
