@@ -146,7 +146,8 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
 }
 
 /// One page delta read record by record: the current record's page number and bytes.
-private final class DeltaStream {
+/// (``PointMerge`` merges deltas with it too.)
+final class DeltaStream {
     /// libzip's reads cost a pass through its layers each: the entry is read in chunks of
     /// this size rather than twice per record.
     static let chunkSize = 64 << 10

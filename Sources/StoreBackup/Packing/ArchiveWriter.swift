@@ -23,6 +23,11 @@ struct ArchiveWriter {
         var entriesPerSegment = ArchiveWriter.entriesPerSegment
         /// How the databases whose check passed are proven; nil: no proofs.
         var proofs: DatabaseProofSettings? = nil
+        /// For an archive made from other backups' content instead of a scan (a merge of
+        /// points): the manifest whose store fields it keeps, as their databases have no
+        /// snapshot: the databases' rows (proofs too: they name the same bytes), the proof
+        /// salt, and the stores directory's mode and time.
+        var storeManifest: Manifest? = nil
     }
 
     /// About 2 MiB of libzip's entries at a time; a segment's close costs a read of its
@@ -331,6 +336,12 @@ struct ArchiveWriter {
         if let root {
             manifest.rootMode = root.permissions
             manifest.rootMtime = root.modificationTime
+        }
+        if let kept = settings.storeManifest {
+            manifest.databases = kept.databases
+            manifest.proofSalt = kept.proofSalt
+            manifest.rootMode = kept.rootMode
+            manifest.rootMtime = kept.rootMtime
         }
         return manifest
     }
