@@ -15,6 +15,10 @@ struct ListCommand: AsyncParsableCommand {
             "<date> incremental on <base date> Stores.zip"). An incremental whose base, or a \
             base further down its chain, is not at the destination cannot be restored: it is \
             marked "base missing".
+
+            With levels of restore points (`levels:` in the configuration, docs/levels.md), \
+            --levels shows each backup's level (minute, hourly, daily, full: read from the \
+            chain's names) and, at the end, the span of time each level covers.
             """)
 
     @OptionGroup var destination: DestinationOption
@@ -24,9 +28,12 @@ struct ListCommand: AsyncParsableCommand {
 
     @Flag(
         help:
-            "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted, dated, kind, base, chainBroken, missingBase} (host null when not known; encrypted only for local folders; kind \"full\" or \"incremental\"; base the base's name, null for a full or a missing base; missingBase only for a broken chain)."
+            "Print JSON: an array of {name, size, date, modified, host, storesDirectory, encrypted, dated, kind, level, base, chainBroken, missingBase} (host null when not known; encrypted only for local folders; kind \"full\" or \"incremental\"; level \"minute\", \"hourly\", \"daily\" or \"full\"; base the base's name, null for a full or a missing base; missingBase only for a broken chain)."
     )
     var json = false
+
+    @Flag(help: "Show each backup's level (minute, hourly, daily, full) and the span each level covers (docs/levels.md).")
+    var levels = false
 
     func run() async throws {
         let target = try destination.resolve()
@@ -34,6 +41,7 @@ struct ListCommand: AsyncParsableCommand {
         var backups = await Terminal.runCancellable { try await repository.list() }
         // Chains are read from every backup's name, before --host narrows what is shown.
         let chains = BackupChains(backups)
+        let levelOf = PointLevels(chains)
         let index = BackupOriginIndex(destination: target, cacheDirectory: BackupStateStore.defaultDirectory())
         let origins = await index.origins(of: backups, download: false)
         if let host {
@@ -65,6 +73,7 @@ struct ListCommand: AsyncParsableCommand {
                 row["host"] = origin?.host ?? NSNull()
                 row["storesDirectory"] = origin?.storesDirectory ?? NSNull()
                 row["kind"] = chains.isIncremental(backup.name) ? "incremental" : "full"
+                row["level"] = levelOf.level(of: backup.name)?.rawValue ?? NSNull()
                 row["base"] = chains.base(of: backup.name) ?? NSNull()
                 let missing = chains.missingBase(of: backup.name)
                 row["chainBroken"] = missing != nil
@@ -91,8 +100,22 @@ struct ListCommand: AsyncParsableCommand {
             let undated = backup.hasDateInName ? "" : "  (no date in name: restore it by name)"
             let broken =
                 chains.missingBase(of: backup.name).map { "  (base missing: no backup of \($0) here; it cannot be restored)" } ?? ""
+            let levelName = levelOf.level(of: backup.name)?.rawValue ?? "?"
+            let level = levels ? levelName.padding(toLength: 8, withPad: " ", startingAt: 0) + "  " : ""
             Terminal.output(
-                "\(formatter.string(from: backup.date))  \(size)  \(hostName)  \(lock)  \(kind)  \(backup.name)\(undated)\(broken)")
+                "\(formatter.string(from: backup.date))  \(size)  \(hostName)  \(lock)  \(level)\(kind)  \(backup.name)\(undated)\(broken)")
+        }
+        if levels { printSpans(backups, levels: levelOf, formatter: formatter) }
+    }
+
+    /// Per level, how many backups and the time from its oldest to its newest.
+    private func printSpans(_ backups: [BackupListing], levels: PointLevels, formatter: DateFormatter) {
+        Terminal.output("")
+        for level in PointLevel.allCases {
+            let dates = backups.filter { levels.level(of: $0.name) == level }.map(\.date)
+            guard let oldest = dates.min(), let newest = dates.max() else { continue }
+            Terminal.output(
+                "\(level.rawValue): \(dates.count) backups, \(formatter.string(from: oldest)) to \(formatter.string(from: newest))")
         }
     }
 }

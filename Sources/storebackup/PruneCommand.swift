@@ -22,6 +22,11 @@ struct PruneCommand: AsyncParsableCommand {
             Incremental backups need their base: a backup that a kept backup depends on (its \
             chain down to the full) is always kept, shown as "base of <name>".
 
+            --levels keeps restore points by level (docs/levels.md): every point made within 24 \
+            hours of the newest backup, each hour's point within 7 days, each day's point and \
+            every full within 35 days (a store's `levels:` sets other spans). Levels are read \
+            from the chain's names, in UTC.
+
             Without --keep-* flags, each store of the configuration is pruned by its `retention`. \
             Deleting asks for confirmation on a terminal and needs --yes otherwise; --dry-run only prints.
             """)
@@ -55,6 +60,9 @@ struct PruneCommand: AsyncParsableCommand {
         help: ArgumentHelp("Keep backups newer than SPAN before the newest (e.g. 30d, 1y6m, 12h).", valueName: "span"))
     var keepWithin: String?
 
+    @Flag(help: "Keep restore points by level: all for 24 h, hourly for 7 days, daily and fulls for 35 days.")
+    var levels = false
+
     @Flag(help: "Print what would be kept and deleted; delete nothing.")
     var dryRun = false
 
@@ -72,6 +80,7 @@ struct PruneCommand: AsyncParsableCommand {
             if let keepWithin {
                 do { policy.keepWithin = try RetentionSpan.parse(keepWithin) } catch { throw ValidationError("--keep-within: \(error)") }
             }
+            if levels { policy.levels = PointLevelPolicy() }
             return policy.isEmpty ? nil : policy
         }
     }
@@ -127,7 +136,7 @@ struct PruneCommand: AsyncParsableCommand {
                 if jobs.isEmpty { Terminal.fail(StoreBackupError.unknownStore(name: store)) }
             }
             for job in jobs {
-                guard let policy = job.retention else {
+                guard let policy = job.appliedRetention else {
                     Terminal.info("storebackup: store \"\(job.name)\" has no retention; keeping all its backups")
                     continue
                 }

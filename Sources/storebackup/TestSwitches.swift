@@ -13,6 +13,10 @@ enum TestSwitches {
                 while true { pause() }
             }
         }
+        // The service's clock, as Unix seconds (levels tests cross hours and days).
+        if let text = environment["STOREBACKUP_TEST_NOW"], let seconds = Double(text) {
+            TestHooks.clock = { Date(timeIntervalSince1970: seconds) }
+        }
         // Force the snapshot fallback (SQLite's backup API).
         if let method = environment["STOREBACKUP_SNAPSHOT_METHOD"], !method.isEmpty {
             TestHooks.snapshotMethod = method

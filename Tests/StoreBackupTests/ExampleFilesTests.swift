@@ -9,7 +9,7 @@ final class ExampleFilesTests: XCTestCase {
 
     func testSampleConfigurationLoads() throws {
         let configuration = try BackupConfiguration.load(path: folder + "/storebackup.yml")
-        XCTAssertEqual(configuration.stores.map(\.name), ["app", "wiki"])
+        XCTAssertEqual(configuration.stores.map(\.name), ["app", "wiki", "ledger"])
         XCTAssertEqual(configuration.stores[0].schedule.description, "30 2 * * *")
         XCTAssertEqual(configuration.stores[1].schedule, .every(seconds: 21_600))
         XCTAssertEqual(configuration.stores[1].destination, "/var/backups/storebackup")
@@ -19,6 +19,8 @@ final class ExampleFilesTests: XCTestCase {
         XCTAssertEqual(configuration.stores[0].verify?.pick, .rotate)
         XCTAssertNil(configuration.stores[1].verify)
         XCTAssertTrue(configuration.stores.allSatisfy(\.verifyAfterCreate))
+        XCTAssertEqual(configuration.stores[2].levels, PointLevelPolicy(), "points kept by level")
+        XCTAssertEqual(configuration.stores[2].appliedRetention?.keepDaily, 7, "the default retention beside the levels")
     }
 
     func testCrontabLineIsAValidScheduleAndCommand() throws {

@@ -79,6 +79,10 @@ public struct CreateOptions: Sendable {
     /// newest backup does is not published (docs/incremental-backups.md).
     var skipsUnchangedPoint = false
 
+    /// For the scheduler's runs with levels (docs/levels.md): each point is also kept beside
+    /// the chain state, and each backup's manifest, until compaction has merged them.
+    var keepsPointCopies = false
+
     /// The defaults, or as given.
     public init(
         compressionLevel: Int = CompressionLevel.default, encrypt: Bool = false, threads: Int? = nil,

@@ -101,6 +101,12 @@ struct CreatePipeline: Sendable {
                 // Taken before publishing moves the archive (a local folder takes it by rename).
                 var sent: String?
                 if chain?.isIncremental == true { sent = try? FileDigest.sha256(file: archive.path, length: archive.size) }
+                // Levels merge points from local copies: taken before publishing moves the archive.
+                var heldCopy: String?
+                if options.keepsPointCopies, reachable.count == 1, let chain, chain.isIncremental {
+                    heldCopy = chain.folder.holdPointCopy(of: archive.path)
+                }
+                defer { if let heldCopy { unlink(heldCopy) } }
                 var publishing = ArchivePublishing(storesDirectory: storesDirectory, logger: logger, baseName: chain?.baseName)
                 publishing.knownBackups = cached?.listing
                 publishing.pointsUnlocked = cached?.pointsUnlocked == true
@@ -134,6 +140,9 @@ struct CreatePipeline: Sendable {
                     TestPausePoint.reach("chain-published")
                     saveChainState(chain, published: published.compactMap(\.backup))
                     TestPausePoint.reach("chain-saved")
+                    if options.keepsPointCopies, reachable.count == 1, let backup = published[0].backup {
+                        keepCopies(of: backup, held: heldCopy, in: chain.folder)
+                    }
                 }
                 archive.throttle.report(BackupProgress(phase: .done, bytesDone: archive.size, bytesTotal: archive.size), force: true)
                 return published
@@ -226,6 +235,21 @@ struct CreatePipeline: Sendable {
             pointsUnlocked = state.pointsUnlocked == true
             self.listedAt = listedAt
             spooled = state.spooled ?? []
+        }
+    }
+
+    /// Keeps the local copies levels merge from (``CreateOptions/keepsPointCopies``): the
+    /// point's archive (`held`, moved into place) and the backup's manifest. A copy that cannot
+    /// be kept is only a cost: compaction then downloads it.
+    private func keepCopies(of backup: BackupResult, held: String?, in folder: ChainFolder) {
+        do {
+            try folder.keepManifestCopy(try backup.manifest.encoded(), of: backup.name)
+            if let held { try folder.keepPointCopy(held, as: backup.name) }
+            folder.dropPointCopies(keeping: folder.peek()?.links?.map(\.name) ?? [])
+        } catch {
+            logger.warning(
+                "could not keep a local copy of \(backup.name) (\(error)); merging its points will download it",
+                metadata: ["store": "\(storesDirectory)"])
         }
     }
 

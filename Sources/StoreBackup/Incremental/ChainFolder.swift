@@ -98,15 +98,23 @@ struct ChainFolder: Sendable {
         guard !state.baseManifest.isEmpty, FileSystem.fileExists(copy) else {
             throw StoreBackupError.unexpected(reason: "the chain state holds no copy of \(state.backupName)'s manifest")
         }
+        let decoded = try Self.readManifestCopy(copy, of: state.backupName)
+        guard decoded.sha256 == state.manifestSHA256 else {
+            throw StoreBackupError.unexpected(reason: "the copy of \(state.backupName)'s manifest fails its checksum")
+        }
+        return decoded.manifest
+    }
+
+    /// The manifest copy at `copy` (backup `name`'s) and the hex SHA-256 of its bytes.
+    static func readManifestCopy(_ copy: String, of name: String) throws -> (manifest: Manifest, sha256: String) {
         guard let input = FileHandle(forReadingAtPath: copy) else {
             throw StoreBackupError.io(path: copy, operation: "open", errno: errno)
         }
         defer { try? input.close() }
         // Decoded as it is read, as restore decodes manifests: a million rows without their text.
         let size = try FileSystem.lstatInfo(copy).st_size
-        let decoded: (manifest: Manifest, sha256: String)
         do {
-            decoded = try ManifestStreamDecoder.decode(
+            return try ManifestStreamDecoder.decode(
                 maxBytes: Int(size), maxRows: 2 * ArchiveLimits.maxEntries, entries: []
             ) { buffer in
                 let got = Glibc.read(input.fileDescriptor, buffer.baseAddress, buffer.count)
@@ -114,12 +122,8 @@ struct ChainFolder: Sendable {
                 return got
             }
         } catch is ManifestStreamDecoder.Failure {
-            throw StoreBackupError.unexpected(reason: "the copy of \(state.backupName)'s manifest cannot be read")
+            throw StoreBackupError.unexpected(reason: "the copy of \(name)'s manifest cannot be read")
         }
-        guard decoded.sha256 == state.manifestSHA256 else {
-            throw StoreBackupError.unexpected(reason: "the copy of \(state.backupName)'s manifest fails its checksum")
-        }
-        return decoded.manifest
     }
 
     /// The JSON of a `state.json` whose last line is the SHA-256 of the rest; nil when it is not.
@@ -280,6 +284,23 @@ struct ChainFolder: Sendable {
         var updated = state
         updated.fingerprint = fingerprint
         updated.scannedAt = time
+        try writeStateFile(updated)
+    }
+
+    /// Keeps `state` with merged point `name` (`size` bytes, manifest bytes `manifest`) as the
+    /// chain's newest backup in place of the points it merged: the same store, reached through
+    /// a shorter chain (`links`, full first, ending with `name`). Files and page maps stay.
+    func recordMergedPoint(
+        of state: ChainState, name: String, size: Int64, manifest: Data, chainLength: Int, links: [PublishedLink]
+    ) throws {
+        var updated = state
+        updated.backupName = name
+        updated.archiveSize = size
+        updated.manifestSHA256 = FileDigest.hex(SHA256.hash(data: manifest))
+        updated.chainLength = chainLength
+        updated.links = links
+        updated.baseManifest = "manifest-\(UUID().uuidString.prefix(8).lowercased()).json"
+        try writeNew(as: updated.baseManifest) { writer in try manifest.withUnsafeBytes { try writer.write($0) } }
         try writeStateFile(updated)
     }
 

@@ -117,6 +117,7 @@ struct BackupPruner: Sendable {
             }
             deleted.insert(backup.name)
             order.append(backup.name)
+            TestPausePoint.reach("retention-deleted")
             BackupMetrics.recordRetention(destination: destination.displayName, removed: 1)
         }
         return order

@@ -30,6 +30,10 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
     /// Keeps every backup made less than this span before the newest backup (`keep-within`);
     /// nil: no such rule.
     public var keepWithin: RetentionSpan?
+    /// Levels of restore points (docs/levels.md): every point within the minute span of the
+    /// newest backup, each hour's within the hourly span, each day's and every full within
+    /// the daily span; nil: no such rule.
+    public var levels: PointLevelPolicy?
 
     /// A policy with the rules given; every other rule keeps nothing. A policy with no rule at
     /// all is ``isEmpty``.
@@ -49,7 +53,7 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
     /// No rule given: such a policy would delete everything but the newest, so callers refuse it.
     public var isEmpty: Bool {
         keepLast == 0 && keepHourly == 0 && keepDaily == 0 && keepWeekly == 0
-            && keepMonthly == 0 && keepYearly == 0 && keepWithin == nil
+            && keepMonthly == 0 && keepYearly == 0 && keepWithin == nil && levels == nil
     }
 
     /// The configuration and command-line spelling, e.g. "keep-daily 7, keep-weekly 4".
@@ -61,6 +65,11 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
         ]
         where value > 0 { parts.append("\(name) \(value)") }
         if let keepWithin { parts.append("keep-within \(keepWithin)") }
+        if let levels {
+            parts.append(
+                "levels (minute \(DurationText.format(levels.minuteSpan)), hourly \(DurationText.format(levels.hourlySpan)), daily \(DurationText.format(levels.dailySpan)))"
+            )
+        }
         return parts.isEmpty ? "(none)" : parts.joined(separator: ", ")
     }
 
@@ -107,12 +116,18 @@ public struct RetentionPolicy: Sendable, Equatable, Codable {
             Bucket(remaining: keepYearly, reason: "yearly snapshot") { date, _ in key(date, [.year]) },
         ]
         let withinLimit = keepWithin.map { $0.subtracted(from: newest.date, calendar: calendar) }
+        let levelOf = levels.map { _ in PointLevels(BackupChains(backups)) }
 
         var decisions: [Decision] = []
         for (index, backup) in sorted.enumerated() {
             var reasons: [String] = []
             if let withinLimit, backup.date > withinLimit, let keepWithin {
                 reasons.append("within \(keepWithin)")
+            }
+            if let levels, let level = levelOf?.level(of: backup.name),
+                newest.date.timeIntervalSince(backup.date) < levels.span(of: level)
+            {
+                reasons.append("\(level.rawValue) point within \(DurationText.format(levels.span(of: level)))")
             }
             for slot in buckets.indices where buckets[slot].remaining > 0 {
                 let period = buckets[slot].period(backup.date, index)

@@ -74,7 +74,7 @@ extension BackupService {
         // A backup that failed its check (or a cancelled check) must not push out a good older one.
         // In chains, retention runs after each full: a point frees nothing it could delete.
         let point = job.incremental != nil && outcome.backup?.kind == "incremental"
-        if let policy = job.retention, outcome.error == nil, !point {
+        if let policy = job.appliedRetention, outcome.error == nil, !point {
             for slot in took {
                 let backup = published[slot.index].backup!
                 do {

@@ -44,7 +44,7 @@ public final class BackupService: Service, Sendable {
     /// The proof key file (``ProofKey``) that proves the databases of unencrypted backups,
     /// made by the first backup that needs it; nil: ``ProofKey/defaultPath(environment:)``.
     public let proofKeyFile: String?
-    private let running = RunningStores()
+    let running = RunningStores()
     /// The clock of scheduled runs, of the points they make and of the safety net: the
     /// system's; tests step it to cover an hour in seconds.
     let now: @Sendable () -> Date
@@ -68,7 +68,7 @@ public final class BackupService: Service, Sendable {
     ) {
         self.init(
             jobs: jobs, stateStore: stateStore, destinationOptions: destinationOptions, logger: logger, proofKeyFile: proofKeyFile,
-            now: { Date() }, resolveDestination: { try DestinationResolver.resolve($0, options: $1) },
+            now: { TestHooks.clock?() ?? Date() }, resolveDestination: { try DestinationResolver.resolve($0, options: $1) },
             racyWindowNanoseconds: ChangeDetector.racyWindowNanoseconds)
     }
 
@@ -117,7 +117,10 @@ public final class BackupService: Service, Sendable {
     @discardableResult
     public func backUpNow(_ storeName: String) async throws -> BackupRunOutcome {
         guard let job = jobs.first(where: { $0.name == storeName }) else { throw StoreBackupError.unknownStore(name: storeName) }
-        let outcome = try await runOnce(job)
+        let compaction = try await compactPoints(job, log: logger.with(store: job.name))
+        var outcome = try await runOnce(job)
+        outcome.merged = compaction.merged
+        outcome.pruned = compaction.pruned + outcome.pruned
         if let error = outcome.error { throw error }
         return outcome
     }
@@ -204,13 +207,19 @@ public final class BackupService: Service, Sendable {
     /// last point (``pointNotNeeded(_:log:)``), else ``runOnce(_:scheduled:)``.
     func runScheduled(_ job: StoreJob) async throws -> BackupRunOutcome {
         let log = logger.with(store: job.name)
+        let compaction = try await compactPoints(job, log: log)
         if let last = pointNotNeeded(job, log: log) {
             log.debug("the store is unchanged since \(last); no point")
             var outcome = BackupRunOutcome(store: job.name, startedAt: now())
             outcome.unchangedSince = last
+            outcome.merged = compaction.merged
+            outcome.pruned = compaction.pruned
             return outcome
         }
-        return try await runOnce(job, scheduled: true)
+        var outcome = try await runOnce(job, scheduled: true)
+        outcome.merged = compaction.merged
+        outcome.pruned = compaction.pruned + outcome.pruned
+        return outcome
     }
 
     /// `scheduled`: a run of the schedule, whose point is not published when it would hold
@@ -237,7 +246,8 @@ public final class BackupService: Service, Sendable {
         helper.now = now
         var options = CreateOptions(
             compressionLevel: job.compressionLevel, encrypt: job.passwordFile != nil, threads: job.threads,
-            incremental: job.incremental)
+            incremental: job.chainPolicy)
+        options.keepsPointCopies = job.levels != nil && job.mirrors.isEmpty
         // Points a minute apart list the destination once per safety-net interval, not each time,
         // and run no integrity_check (fulls do).
         if let policy = job.incremental, policy.fullScanEvery > 0 {
@@ -355,6 +365,9 @@ public struct BackupRunOutcome: Sendable {
     public internal(set) var unchangedSince: String?
     /// Backups deleted by retention after this one.
     public var pruned: [String] = []
+    /// With levels (``StoreJob/levels``): the points this run merged an ended hour's or day's
+    /// points into, before it looked at the store (docs/levels.md).
+    public var merged: [String] = []
     /// Retention failed after a successful backup (the backup stands).
     public var retentionError: String?
     /// The backup was published but failed its check after create (``StoreJob/verifyAfterCreate``):

@@ -148,7 +148,7 @@ private struct ConfigurationReader {
     static let storeKeys: Set<String> = [
         "name", "path", "destination", "destinations", "schedule", "jitter", "retention", "level", "threads", "encrypt", "hooks",
         "verify", "verify-after-create", "stop-command", "start-command", "stop-timeout", "incremental", "full-every",
-        "max-chain", "max-delta-share", "full-scan-every", "keep-replaced",
+        "max-chain", "max-delta-share", "full-scan-every", "keep-replaced", "levels",
     ]
     static let topKeys: Set<String> = storeKeys.subtracting(["name", "path", "stop-command", "start-command", "stop-timeout"]).union(
         [
@@ -332,6 +332,10 @@ private struct ConfigurationReader {
             }
         }
         job.incremental = try readIncremental(setting)
+        if let (node, key) = setting("levels") {
+            job.levels = try readLevels(node, at: key)
+            if job.levels != nil && job.incremental == nil { throw fail(node, key, "is used only with incremental: true") }
+        }
         if let (node, key) = setting("keep-replaced") {
             do { job.keepReplaced = try DurationText.parseSeconds(try string(node, at: key)) } catch StoreBackupError.invalidSchedule(
                 let reason)
@@ -472,6 +476,32 @@ private struct ConfigurationReader {
             values.append(value)
         }
         return (values[0], Array(values.dropFirst()))
+    }
+
+    /// `levels: on` (the default spans), `off`, or `{minute: 24h, hourly: 7d, daily: 35d}`.
+    func readLevels(_ node: Node, at key: String) throws -> PointLevelPolicy? {
+        if case .scalar = node {
+            switch try string(node, at: key).lowercased() {
+            case "true", "yes", "on": return PointLevelPolicy()
+            case "false", "no", "off": return nil
+            default: throw fail(node, key, "must be on, off, or spans like {minute: 24h, hourly: 7d, daily: 35d}")
+            }
+        }
+        var policy = PointLevelPolicy()
+        for (name, value) in try mapping(node, at: key, allowed: ["minute", "hourly", "daily"]) {
+            let path = key + "." + name
+            let seconds: TimeInterval
+            do { seconds = try DurationText.parseSeconds(try string(value, at: path)) } catch StoreBackupError.invalidSchedule(let reason) {
+                throw fail(value, path, reason)
+            }
+            guard seconds > 0 else { throw fail(value, path, "must be longer than 0") }
+            switch name {
+            case "minute": policy.minuteSpan = seconds
+            case "hourly": policy.hourlySpan = seconds
+            default: policy.dailySpan = seconds
+            }
+        }
+        return policy
     }
 
     func readRetention(_ node: Node, at key: String) throws -> RetentionPolicy {

@@ -37,6 +37,10 @@ public struct StoreJob: Sendable, Equatable {
     /// Backups in chains (`incremental: true`, with `full-every`, `max-chain`,
     /// `max-delta-share`): see ``CreateOptions/incremental``; nil: every backup a full one.
     public var incremental: IncrementalPolicy? = nil
+    /// Levels of restore points (`levels:`, with `incremental: true`; docs/levels.md): each
+    /// ended hour's and day's points are merged into one, and retention keeps each level for
+    /// its span; nil: off.
+    public var levels: PointLevelPolicy? = nil
     /// How long `restore` keeps the store it replaces, for `undo` (`keep-replaced:`, seconds;
     /// 0: not kept); nil: ``RestoreOptions/defaultKeepReplaced``.
     public var keepReplaced: TimeInterval? = nil
@@ -70,5 +74,24 @@ public struct StoreJob: Sendable, Equatable {
     public static func isValidName(_ name: String) -> Bool {
         !name.isEmpty && name.count <= 100 && !name.hasPrefix(".")
             && name.unicodeScalars.allSatisfy { CharacterSet.alphanumerics.contains($0) && $0.isASCII || "._-".unicodeScalars.contains($0) }
+    }
+}
+
+extension StoreJob {
+    /// The retention the service applies: ``retention`` with the rules of ``levels``.
+    public var appliedRetention: RetentionPolicy? {
+        guard let levels else { return retention }
+        var policy = retention ?? RetentionPolicy()
+        policy.levels = levels
+        return policy
+    }
+
+    /// ``incremental`` as the chains are built: with levels, a chain may be as long as its
+    /// levels make it (``PointLevelPolicy/chainBound(fullEvery:)``), so only `full-every` and
+    /// the delta share start a full.
+    var chainPolicy: IncrementalPolicy? {
+        guard var policy = incremental else { return nil }
+        if levels != nil { policy.maxChainLength = max(policy.maxChainLength, PointLevelPolicy.chainBound(fullEvery: policy.fullEvery)) }
+        return policy
     }
 }

@@ -25,6 +25,10 @@ import Metrics
 /// | `storebackup_last_verify_success_timestamp_seconds` | gauge | Unix time of the last passing verification |
 /// | `storebackup_last_verify_failure_timestamp_seconds` | gauge | Unix time of the last failing verification |
 /// | `storebackup_verify_failures_total` | counter, `backup` | verifications that failed, by backup |
+/// | `storebackup_compactions_total` | counter, `level` = hourly/daily | merges of an ended hour's or day's points into one |
+/// | `storebackup_compacted_bytes_total` | counter, `level` | bytes of the points merged (read from local copies or downloaded) |
+/// | `storebackup_compaction_downloaded_bytes_total` | counter | bytes compaction had to download (a local copy was lost) |
+/// | `storebackup_points` | gauge, `level` = minute/hourly/daily/full | backups at the destination by level, after retention |
 /// | `storebackup_damaged_databases_total` | counter (`store` only) | databases create found failing `PRAGMA integrity_check` in the live store |
 ///
 /// Alert on `time() - storebackup_last_success_timestamp_seconds > 26 * 3600`, and on
@@ -48,6 +52,14 @@ public enum BackupMetrics {
     /// reaches. An idle store makes no point, so alert on it beyond
     /// ``IncrementalPolicy/fullScanEvery``.
     public static let lastPoint = "storebackup_last_point_timestamp_seconds"
+    /// Merges of an ended hour's or day's points into one, by `level` (docs/levels.md).
+    public static let compactions = "storebackup_compactions_total"
+    /// Bytes of the points merged, by `level`.
+    public static let compactedBytes = "storebackup_compacted_bytes_total"
+    /// Bytes compaction downloaded because a local copy was missing.
+    public static let compactionDownloadedBytes = "storebackup_compaction_downloaded_bytes_total"
+    /// Backups at the destination by `level`, counted after each retention run with levels.
+    public static let pointsByLevel = "storebackup_points"
     /// Backups removed by retention.
     public static let retentionRemoved = "storebackup_retention_removed_total"
     /// Restores attempted, with `outcome` success or failure.
@@ -77,6 +89,20 @@ public enum BackupMetrics {
         } else {
             Gauge(label: lastVerifyFailure, dimensions: where_).record(date.timeIntervalSince1970)
             Counter(label: verifyFailures, dimensions: where_ + [("backup", backup)]).increment()
+        }
+    }
+
+    static func recordCompaction(store: String, destination: String, level: String, mergedBytes: Int64, downloadedBytes: Int64) {
+        let where_ = [("store", store), ("destination", destination)]
+        Counter(label: compactions, dimensions: where_ + [("level", level)]).increment()
+        Counter(label: compactedBytes, dimensions: where_ + [("level", level)]).increment(by: Int(clamping: mergedBytes))
+        Counter(label: compactionDownloadedBytes, dimensions: where_).increment(by: Int(clamping: downloadedBytes))
+    }
+
+    static func recordPointsByLevel(store: String, destination: String, counts: [String: Int]) {
+        for (level, count) in counts {
+            Gauge(label: pointsByLevel, dimensions: [("store", store), ("destination", destination), ("level", level)])
+                .record(Double(count))
         }
     }
 

@@ -23,9 +23,17 @@ import Foundation
         set { state.withLock { $0.snapshotMethod = newValue } }
     }
 
+    /// The clock of ``BackupService`` (its runs, their points and merges) in place of the
+    /// system's, so a test driving the executable can cross hours and days; nil in normal use.
+    public static var clock: (@Sendable () -> Date)? {
+        get { state.withLock { $0.clock } }
+        set { state.withLock { $0.clock = newValue } }
+    }
+
     private struct State {
         var pausePoint: (@Sendable (String) -> Void)?
         var snapshotMethod: String?
+        var clock: (@Sendable () -> Date)?
     }
 
     private static let state = Locked(State())
