@@ -24,11 +24,18 @@ struct RunCommand: AsyncParsableCommand {
             too_many_write_operations) for up to `retry-for:` in the configuration (default 5m), with \
             growing, jittered pauses; `limit-upload:`/`limit-download:` cap the run's bytes per second, \
             and `retain-days:` locks each new S3 backup (S3 Object Lock).
+
+            --once runs each store once now, as its schedule would (an incremental store makes no \
+            point when it is unchanged; with `levels:` the ended hours and days are merged first), \
+            then exits: non-zero when any store's run failed. For a cron line or a systemd timer.
             """)
 
     @OptionGroup var configurationFile: ConfigurationOption
 
     @OptionGroup var metrics: MetricsFileOption
+
+    @Flag(help: "Run each store once now, as its schedule would, and exit (non-zero when a run failed).")
+    var once = false
 
     func run() async throws {
         let configuration = configurationFile.load()
@@ -41,6 +48,20 @@ struct RunCommand: AsyncParsableCommand {
         }
         let logger = Logger(label: "storebackup")
         let service = BackupService(configuration: configuration, logger: logger)
+        if once {
+            let outcomes = await Terminal.runCancellable { await service.runEachStoreOnce() }
+            MetricsFile.write()
+            for outcome in outcomes {
+                let what =
+                    outcome.backup.map { "backed up as \($0.name)" } ?? outcome.unchangedSince.map { "unchanged since \($0); no point" }
+                    ?? "no backup"
+                let count = outcome.merged.count
+                let merged = count == 0 ? "" : "; \(count) merged point\(count == 1 ? "" : "s") made first"
+                Terminal.info("storebackup: \(outcome.store): \(outcome.error.map { "failed: \($0)" } ?? what)\(merged)")
+            }
+            if outcomes.contains(where: { $0.error != nil }) { throw ExitCode(1) }
+            return
+        }
         let group = ServiceGroup(
             configuration: .init(
                 services: [.init(service: service)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

@@ -125,6 +125,24 @@ public final class BackupService: Service, Sendable {
         return outcome
     }
 
+    /// Runs each store once now, one after another, as its schedule would (a scheduled run:
+    /// no point for an unchanged incremental store, ended hours and days merged first with
+    /// levels), for a cron line or a timer (`storebackup run --once`). A store whose run fails
+    /// has its error in its outcome.
+    public func runEachStoreOnce() async -> [BackupRunOutcome] {
+        var outcomes: [BackupRunOutcome] = []
+        for job in jobs {
+            do {
+                outcomes.append(try await runScheduled(job))
+            } catch {
+                var failed = BackupRunOutcome(store: job.name, startedAt: now())
+                failed.error = StoreBackupError.wrapping(error)
+                outcomes.append(failed)
+            }
+        }
+        return outcomes
+    }
+
     /// Each store's recorded state (nil for a store that has never run).
     public func states() -> [(job: StoreJob, state: BackupState?)] {
         jobs.map { ($0, stateStore.load($0.name)) }
