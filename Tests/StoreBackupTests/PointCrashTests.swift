@@ -16,6 +16,8 @@ final class PointCrashTests: XCTestCase {
     var servers: TestServers?
     /// The app's connection, held open as a running app holds it.
     var app: SQLiteConnection?
+    /// The checks and commands these tests share with the levels' kill tests.
+    var checks: CrashCheckedStore { CrashCheckedStore(work: work, app: app) }
 
     override func setUpWithError() throws {
         work = try TestEnvironment.temporaryDirectory("point-crash")
@@ -83,101 +85,94 @@ final class PointCrashTests: XCTestCase {
         let full = try createPoint(through)
         XCTAssertEqual(full.kind, "full")
         step += 1
-        try write(step)
+        try checks.write(step)
         let beforeOutage = try createPoint(through)
         XCTAssertEqual(beforeOutage.kind, "incremental")
-        var listed = try verifiedListing(direct, "before the outage")
+        var listed = try checks.verifiedListing(direct, "before the outage")
 
         // Gone: the proxy stopped, nothing listens on its port.
         stopProxy(proxy)
         for _ in 0..<2 {
             step += 1
-            try write(step)
-            let failed = try run(["create", store, "--incremental"] + Self.chainPolicy + through.to, through)
+            try checks.write(step)
+            let failed = try checks.run(["create", store, "--incremental"] + Self.chainPolicy + through.to, through)
             XCTAssertNotEqual(failed.status, 0, "a point made while the server is away")
             print("PointCrashTests: a point while the server is away: \(failed.stderr.split(separator: "\n").last ?? "")")
             XCTAssertTrue(
                 failed.stderr.contains("s3://backups/points: cannot reach 127.0.0.1:\(port)"),
                 "the error names the destination and where it could not reach: \(failed.stderr)")
-            XCTAssertEqual(try verifiedListing(direct, "proxy stopped"), listed, "nothing new is listed")
+            XCTAssertEqual(try checks.verifiedListing(direct, "proxy stopped"), listed, "nothing new is listed")
         }
 
         // Back on the same port, but every upload is cut off half-way.
         proxy = try restartProxy(proxy, upstream: s3["port"] as! Int, port: port)
         try setPlan(port, [["method": "PUT", "fault": "reset", "phase": "request"]])
         step += 1
-        try write(step)
-        let cut = try run(["create", store, "--incremental"] + Self.chainPolicy + through.to, through)
+        try checks.write(step)
+        let cut = try checks.run(["create", store, "--incremental"] + Self.chainPolicy + through.to, through)
         XCTAssertNotEqual(cut.status, 0, "an upload cut off")
         print("PointCrashTests: an upload cut off: \(cut.stderr.split(separator: "\n").last ?? "")")
         XCTAssertTrue(cut.stderr.contains("error: s3://backups/points: "), "the error names the destination: \(cut.stderr)")
-        XCTAssertEqual(try verifiedListing(direct, "uploads cut off"), listed, "a cut-off upload is not listed")
+        XCTAssertEqual(try checks.verifiedListing(direct, "uploads cut off"), listed, "a cut-off upload is not listed")
         XCTAssertEqual(try backend.contents("points").unfinished, [], "no unfinished multipart upload")
 
         // The upload lands, its answer is lost: create fails, yet the point is whole.
         try setPlan(port, [["method": "PUT", "fault": "reset", "phase": "before_response"]])
         step += 1
-        try write(step)
-        let landedExpected = try contents(of: store)
-        let lost = try run(["create", store, "--incremental"] + Self.chainPolicy + through.to, through)
+        try checks.write(step)
+        let landedExpected = try checks.contents(of: store)
+        let lost = try checks.run(["create", store, "--incremental"] + Self.chainPolicy + through.to, through)
         XCTAssertNotEqual(lost.status, 0, "an upload whose answer was lost")
-        let afterLost = try verifiedListing(direct, "answer lost")
+        let afterLost = try checks.verifiedListing(direct, "answer lost")
         let landed = afterLost.subtracting(listed)
         XCTAssertEqual(landed.count, 1, "the upload landed: \(landed)")
         for name in landed {
-            XCTAssertEqual(try restoredContents(name, direct), landedExpected, "the point that landed is the store of its time")
+            XCTAssertEqual(try checks.restoredContents(name, direct), landedExpected, "the point that landed is the store of its time")
             // The failed points before it left the chain as it was: still a point on the last one.
             XCTAssertEqual(
-                try listedRow(name, direct)["base"] as? String, beforeOutage.name, "the point that landed continues the chain")
+                try checks.listedRow(name, direct)["base"] as? String, beforeOutage.name, "the point that landed continues the chain")
         }
         listed = afterLost
 
         // Back for good: the first point holds every change made while it was away.
         try setPlan(port, [])
         step += 1
-        try write(step)
-        let expected = try contents(of: store)
+        try checks.write(step)
+        let expected = try checks.contents(of: store)
         let back = try createPoint(through)
         XCTAssertEqual(back.kind, "incremental", "the outage costs no full")
-        XCTAssertEqual(try restoredContents(back.name, direct), expected, "the first point after the outage")
-        let final = try verifiedListing(direct, "after the outage")
+        XCTAssertEqual(try checks.restoredContents(back.name, direct), expected, "the first point after the outage")
+        let final = try checks.verifiedListing(direct, "after the outage")
         XCTAssertEqual(final, listed.union([back.name]))
         XCTAssertEqual(try backend.contents("points").unfinished, [], "no unfinished multipart upload")
-        assertNoLeftovers(direct, "after the outage")
+        checks.assertNoLeftovers(direct, "after the outage")
     }
 
     // MARK: the kill loop
 
-    /// Where the points go: the command line's arguments and environment, and the local
-    /// folder when there is one (its leftovers are checked).
-    struct Target {
-        var to: [String]
-        var from: [String]
-        var environment: [String: String]
-        var folder: String?
-    }
+    typealias Target = CrashCheckedStore.Target
 
     /// A full, then for each step: a change, a point killed there, a check of everything
     /// listed, another change, the next point and its restore.
     private func killAtEachStep(_ steps: [String], target: Target) throws {
         XCTAssertEqual(try createPoint(target).kind, "full")
-        var listed = try verifiedListing(target, "the full")
+        var listed = try checks.verifiedListing(target, "the full")
         XCTAssertEqual(listed.count, 1)
         for (index, step) in steps.enumerated() {
-            try write(2 * index + 1)
+            try checks.write(2 * index + 1)
             if step == "uploading" {
                 // A point large enough to be cut off part-way: the kill lands mid-body.
                 try shell("head -c 4194304 /dev/urandom > '\(store)/.App_SUPPORT/_EXTERNAL_DATA/large'")
             }
-            let atKill = try contents(of: store)
+            let atKill = try checks.contents(of: store)
             var paused = target.environment
             paused["STOREBACKUP_TEST_PAUSE_AT"] = step
             let create = try BackgroundCommand(
-                ["create", store, "--incremental"] + Self.chainPolicy + target.to, environment: environment(paused))
+                ["create", store, "--incremental"] + Self.chainPolicy + target.to, environment: checks.environment(paused))
             XCTAssertTrue(create.waitForLine(containing: "test pause at \(step)"), "\(step): never reached; stderr: \(create.stderrSoFar)")
             create.kill9()
 
-            let afterKill = try verifiedListing(target, "killed at \(step)")
+            let afterKill = try checks.verifiedListing(target, "killed at \(step)")
             let killedPoint = afterKill.subtracting(listed)
             XCTAssertTrue(afterKill.isSuperset(of: listed), "killed at \(step): a listed backup went away")
             if Self.publishedSteps.contains(step) {
@@ -186,137 +181,28 @@ final class PointCrashTests: XCTestCase {
                 XCTAssertEqual(killedPoint, [], "killed at \(step), before its publish ended: nothing is listed")
             }
             for name in killedPoint {
-                XCTAssertEqual(try restoredContents(name, target), atKill, "killed at \(step): the listed point \(name)")
+                XCTAssertEqual(try checks.restoredContents(name, target), atKill, "killed at \(step): the listed point \(name)")
             }
 
-            try write(2 * index + 2)
-            let expected = try contents(of: store)
+            try checks.write(2 * index + 2)
+            let expected = try checks.contents(of: store)
             let next = try createPoint(target)
             XCTAssertEqual(next.kind, "incremental", "the point after a kill at \(step) continues the chain")
-            XCTAssertEqual(try restoredContents(next.name, target), expected, "the point after a kill at \(step)")
-            listed = try verifiedListing(target, "the point after a kill at \(step)")
+            XCTAssertEqual(try checks.restoredContents(next.name, target), expected, "the point after a kill at \(step)")
+            listed = try checks.verifiedListing(target, "the point after a kill at \(step)")
             XCTAssertEqual(listed, afterKill.union([next.name]))
-            assertNoLeftovers(target, "after the point that followed a kill at \(step)")
+            checks.assertNoLeftovers(target, "after the point that followed a kill at \(step)")
         }
     }
 
     // MARK: helpers
 
-    /// One change of the app's data: rows updated, inserted and deleted, and some of the
-    /// other files rewritten, added or removed.
-    private func write(_ step: Int) throws {
-        let app = try XCTUnwrap(app)
-        try app.execute(
-            """
-            BEGIN;
-            UPDATE accounts SET balance = balance + \(step) WHERE id = \(step % StoreFixture.accountCount + 1);
-            INSERT INTO log(note) VALUES('step \(step)');
-            DELETE FROM log WHERE id = \(step * 7);
-            COMMIT;
-            """, operation: "writer")
-        if step % 2 == 0 {
-            let settings = try SQLiteConnection(path: store + "/Settings.sqlite", mode: .readWrite)
-            defer { settings.close() }
-            try settings.execute("UPDATE kv SET v = 'theme \(step)' WHERE k = 'theme'", operation: "writer")
-        }
-        if step % 3 == 0 {
-            try Data("grocery list, step \(step)\n".utf8).write(to: URL(fileURLWithPath: store + "/notes.txt"))
-        }
-        let blobs = store + "/.App_SUPPORT/_EXTERNAL_DATA"
-        try Data("blob of step \(step)\n".utf8).write(to: URL(fileURLWithPath: blobs + "/step-\(step)"))
-        if step >= 2 { unlink(blobs + "/step-\(step - 2)") }
-    }
-
-    /// What a restore must bring back, by path: each database's dump (its schema and every
-    /// row), each other file's bytes, each link's target; SQLite's journals left out.
-    private func contents(of root: String) throws -> [String: String] {
-        let script = """
-            import hashlib, json, os, sqlite3, sys
-            root = sys.argv[1]; out = {}
-            for folder, _, files in os.walk(root):
-                for name in files:
-                    path = os.path.join(folder, name); rel = os.path.relpath(path, root)
-                    if name.endswith(("-wal", "-shm", "-journal")): continue
-                    if os.path.islink(path): out[rel] = "link " + os.readlink(path); continue
-                    with open(path, "rb") as f: data = f.read()
-                    if data.startswith(b"SQLite format 3\\0"):
-                        db = sqlite3.connect("file:" + path + "?mode=ro", uri=True)
-                        data = "\\n".join(db.iterdump()).encode(); db.close()
-                    out[rel] = hashlib.sha256(data).hexdigest()
-            print(json.dumps(out))
-            """
-        let result = try runTool("/usr/bin/env", ["python3", "-c", script, root])
-        XCTAssertEqual(result.status, 0, result.stderr)
-        return try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: String] ?? [:]
-    }
-
-    private func environment(_ extra: [String: String]) -> [String: String] {
-        ["TMPDIR": scratch, "HOME": work].merging(extra) { $1 }
-    }
-
-    private func run(_ arguments: [String], _ target: Target) throws -> CommandResult {
-        try runStoreBackup(arguments, environment: environment(target.environment))
-    }
-
     /// A point that must be made: its name and kind.
     private func createPoint(_ target: Target, file: StaticString = #filePath, line: UInt = #line) throws -> (name: String, kind: String) {
-        let result = try run(["create", store, "--incremental", "--json"] + Self.chainPolicy + target.to, target)
+        let result = try checks.run(["create", store, "--incremental", "--json"] + Self.chainPolicy + target.to, target)
         XCTAssertEqual(result.status, 0, result.stderr, file: file, line: line)
         let summary = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
         return (summary["name"] as? String ?? "", summary["kind"] as? String ?? "")
-    }
-
-    /// The names `list` shows, each of which must pass `verify` (an incremental through
-    /// its whole chain), with no chain broken.
-    private func verifiedListing(_ target: Target, _ context: String, file: StaticString = #filePath, line: UInt = #line) throws
-        -> Set<String>
-    {
-        let list = try run(["list", "--json"] + target.from, target)
-        XCTAssertEqual(list.status, 0, "\(context): \(list.stderr)", file: file, line: line)
-        let rows = try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]] ?? []
-        let names = Set(rows.compactMap { $0["name"] as? String })
-        for row in rows where row["chainBroken"] as? Bool == true {
-            XCTFail("\(context): \(row["name"] ?? "?") is listed with its chain broken", file: file, line: line)
-        }
-        let verify = try run(["verify", "--all", "--json"] + target.from, target)
-        let results = try JSONSerialization.jsonObject(with: Data(verify.stdout.utf8)) as? [[String: Any]] ?? []
-        XCTAssertEqual(verify.status, 0, "\(context): verify: \(verify.stdout)\(verify.stderr)", file: file, line: line)
-        XCTAssertEqual(
-            Set(results.compactMap { $0["name"] as? String }), names, "\(context): verified what is listed", file: file, line: line)
-        for result in results where result["ok"] as? Bool != true {
-            XCTFail("\(context): \(result["name"] ?? "?") fails verify: \(result["problem"] ?? "?")", file: file, line: line)
-        }
-        return names
-    }
-
-    /// What `list --json` says of backup `name`.
-    private func listedRow(_ name: String, _ target: Target) throws -> [String: Any] {
-        let list = try run(["list", "--json"] + target.from, target)
-        let rows = try JSONSerialization.jsonObject(with: Data(list.stdout.utf8)) as? [[String: Any]] ?? []
-        return rows.first { $0["name"] as? String == name } ?? [:]
-    }
-
-    /// The contents (``contents(of:)``) of backup `name` restored into a new folder.
-    private func restoredContents(_ name: String, _ target: Target) throws -> [String: String] {
-        let restored = work + "/restored"
-        defer { try? FileSystem.removeTree(restored) }
-        let result = try run(["restore", name, restored, "--yes"] + target.from, target)
-        XCTAssertEqual(result.status, 0, "restore \(name): \(result.stderr)")
-        return try contents(of: restored)
-    }
-
-    /// No temporary of a dead process anywhere a point makes them: beside the store, in
-    /// TMPDIR, in the chain state folder, in a local destination.
-    private func assertNoLeftovers(_ target: Target, _ context: String, file: StaticString = #filePath, line: UInt = #line) {
-        var folders = [work, scratch]
-        if let folder = target.folder { folders.append(folder) }
-        let chains = work + "/.Stores.storebackup-chains"
-        folders += ((try? FileManager.default.contentsOfDirectory(atPath: chains)) ?? []).map { chains + "/" + $0 }
-        for folder in folders {
-            let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
-            let left = names.filter { ScratchFiles.owner(of: $0).map(ScratchFiles.isDead) == true }
-            XCTAssertEqual(left, [], "\(context): temporaries left in \(folder)", file: file, line: line)
-        }
     }
 
     // MARK: the proxy

@@ -37,11 +37,14 @@ extension BackupService {
             log.error("merging points failed; they stay as they are", metadata: ["error": "\(error)"])
             return outcome
         }
-        guard !outcome.merged.isEmpty, var policy = job.appliedRetention else { return outcome }
+        guard var policy = job.appliedRetention, retentionDue(job, merged: !outcome.merged.isEmpty) else { return outcome }
         policy.levels = levels
         do {
+            let started = now()
+            _ = try? stateStore.update(job.name, default: initialState(job)) { $0.levelRetentionStarted = started }
             outcome.pruned = try await applyRetention(
                 policy, job: job, at: repository(of: job, at: destination), host: FileSystem.hostName, log: log)
+            _ = try? stateStore.update(job.name, default: initialState(job)) { $0.levelRetentionEnded = started }
             let listing = try await destination.listBackups()
             let levelsByName = PointLevels(BackupChains(listing))
             var counts = Dictionary(uniqueKeysWithValues: PointLevel.allCases.map { ($0.rawValue, 0) })
@@ -51,5 +54,15 @@ extension BackupService {
             log.error("retention after merging points failed", metadata: ["error": "\(error)"])
         }
         return outcome
+    }
+
+    /// Whether retention by level runs now: after a merge, when it was cut short (started
+    /// after it last ended), or an hour after it last ended (points pass their span meanwhile).
+    private func retentionDue(_ job: StoreJob, merged: Bool) -> Bool {
+        if merged { return true }
+        let state = stateStore.load(job.name)
+        guard let ended = state?.levelRetentionEnded else { return true }
+        if let started = state?.levelRetentionStarted, started > ended { return true }
+        return now().timeIntervalSince(ended) >= 3_600
     }
 }

@@ -90,6 +90,11 @@ public struct BackupState: Sendable, Codable, Equatable {
     public var lastVerifyFailure: Verification?
     /// When the service plans the next restore drill; nil when none is scheduled.
     public var nextVerify: Date?
+    /// With levels: when retention by level last started and last ran to its end. It runs
+    /// after each merge, an hour after it last ended, and at once when it was cut short.
+    public var levelRetentionStarted: Date?
+    /// See ``levelRetentionStarted``.
+    public var levelRetentionEnded: Date?
 
     /// The state of a store that has not run yet.
     public init(store: String, storesDirectory: String, destination: String? = nil, schedule: String? = nil) {
