@@ -18,6 +18,8 @@ struct ArchivePublishing: Sendable {
     /// The backup is the full that starts a chain: whether it carries a lock is asked once
     /// here, so that its points, locked or not alike, need not ask.
     var startsChain = false
+    /// With levels: the date a point is locked until (``LevelLocks``), its chain with it.
+    var levelLockUntil: Date? = nil
 
     /// Publishes `archive` to each of `destinations` (indices into `all`), the in-place host
     /// last. A destination's failure is its result; only cancellation throws.
@@ -117,6 +119,8 @@ struct ArchivePublishing: Sendable {
         } else if startsChain {
             // Not knowing only costs the first point a request: the full stands published.
             do { unlocked = try await destination.retention(of: name) == nil } catch { unlocked = nil }
+        } else if BackupName.isIncremental(name), let levelLockUntil, let chain = knownBackups?.map(\.name) {
+            unlocked = try await !LevelLocks.extend(name, until: levelLockUntil, chain: chain, at: destination)
         } else if BackupName.isIncremental(name) {
             unlocked = try await destination.retention(of: name) == nil
             if unlocked == false { try await destination.extendChainRetention(of: name) }

@@ -83,6 +83,10 @@ public struct CreateOptions: Sendable {
     /// the chain state, and each backup's manifest, until compaction has merged them.
     var keepsPointCopies = false
 
+    /// For the scheduler's runs with levels: a point on an S3 Object Lock chain is locked for
+    /// the minute level's lifetime (``LevelLocks``).
+    var levels: PointLevelPolicy? = nil
+
     /// The defaults, or as given.
     public init(
         compressionLevel: Int = CompressionLevel.default, encrypt: Bool = false, threads: Int? = nil,

@@ -111,6 +111,9 @@ struct CreatePipeline: Sendable {
                 publishing.knownBackups = cached?.listing
                 publishing.pointsUnlocked = cached?.pointsUnlocked == true
                 publishing.startsChain = chain != nil && chain?.isIncremental == false
+                if let levels = options.levels, chain?.isIncremental == true {
+                    publishing.levelLockUntil = LevelLocks.until(.minute, at: archive.createdAt, levels: levels)
+                }
                 let results = try await publishing.publish(
                     archive, to: reachable, of: destinations, host: host?.index, progress: progress)
                 var published = outcomes

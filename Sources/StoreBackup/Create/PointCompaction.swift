@@ -22,11 +22,16 @@ struct PointCompaction: Sendable {
     let now: Date
     /// The `store` dimension of the metrics.
     var metricsStore: String
+    /// The levels' spans, for S3 Object Lock (``LevelLocks``).
+    var levels: PointLevelPolicy = PointLevelPolicy()
 
     /// The span whose points are merged into one.
     enum Span: String, Sendable {
         case hour = "hourly"
         case day = "daily"
+
+        /// The level of the point an ended span leaves as its head.
+        var level: PointLevel { self == .hour ? .hourly : .daily }
 
         func bucket(of date: Date) -> Int {
             self == .hour ? PointLevels.hour(of: date) : PointLevels.day(of: date)
@@ -60,6 +65,16 @@ struct PointCompaction: Sendable {
         return (links[first - 1], Array(links[first...]))
     }
 
+    /// The newest link when its span has ended and it is the span's only point on the
+    /// previous head: the span's head without a merge (a point whose lock must then grow).
+    static func promoted(_ span: Span, links: [String], now: Date) -> String? {
+        guard links.count >= 2, let newest = links.last, BackupName.isIncremental(newest), let date = BackupName.date(of: newest),
+            span.bucket(of: date) < span.bucket(of: now), let previous = BackupName.date(of: links[links.count - 2])
+        else { return nil }
+        let alone = !BackupName.isIncremental(links[links.count - 2]) || span.bucket(of: previous) != span.bucket(of: date)
+        return alone ? newest : nil
+    }
+
     /// Merges the newest point's ended hour, then its ended day. Returns the merges made.
     func run() async throws -> [Merged] {
         let folder = ChainFolder(storesDirectory: storesDirectory, destination: destination.displayName)
@@ -67,9 +82,14 @@ struct PointCompaction: Sendable {
         var listing: [BackupListing]?
         for span in [Span.hour, .day] {
             guard let state = folder.peek(), state.spooled == nil, let links = state.links,
-                links.last?.name == state.backupName, links.count == state.chainLength + 1,
-                let plan = Self.plan(span, links: links.map(\.name), now: now)
+                links.last?.name == state.backupName, links.count == state.chainLength + 1
             else { continue }
+            guard let plan = Self.plan(span, links: links.map(\.name), now: now) else {
+                if let head = Self.promoted(span, links: links.map(\.name), now: now) {
+                    try await lock(head, as: span.level, state: state, chain: links.map(\.name), folder: folder)
+                }
+                continue
+            }
             if listing == nil { listing = try await destination.listBackups() }
             guard let merged = try await merge(plan, span: span, state: state, links: links, folder: folder, listing: listing!)
             else { break }
@@ -139,6 +159,9 @@ struct PointCompaction: Sendable {
         let newLinks = kept + [PublishedLink(name: name, size: size)]
         try folder.recordMergedPoint(
             of: state, name: name, size: size, manifest: manifestBytes, chainLength: newLinks.count - 1, links: newLinks)
+        if let merged = folder.peek() {
+            try await lock(name, as: span.level, state: merged, chain: newLinks.map(\.name), folder: folder)
+        }
         try? folder.keepManifestCopy(manifestBytes, of: name)
         try? folder.keepPointCopy(output, as: name)
         folder.dropPointCopies(keeping: newLinks.map(\.name))
@@ -150,6 +173,24 @@ struct PointCompaction: Sendable {
             downloadedBytes: downloaded)
         return Merged(
             name: name, level: span.rawValue, parts: plan.parts, size: size, downloadedBytes: downloaded, manifest: manifest)
+    }
+
+    /// On an S3 Object Lock chain, locks the head `name` of an ended span for its level's
+    /// lifetime (and its chain as long), once: the chain state records the level it was
+    /// locked for. Nothing on a chain known to carry no lock.
+    private func lock(_ name: String, as level: PointLevel, state: ChainState, chain: [String], folder: ChainFolder) async throws {
+        guard state.pointsUnlocked != true, (state.levelLocked?[name] ?? .minute) < level, let date = BackupName.date(of: name)
+        else { return }
+        let locked = try await LevelLocks.extend(
+            name, until: LevelLocks.until(level, at: date, levels: levels), chain: chain, at: destination)
+        var updated = state
+        if locked {
+            // Only the chain's links are kept: the others left it.
+            updated.levelLocked = (state.levelLocked ?? [:]).filter { chain.contains($0.key) }.merging([name: level]) { $1 }
+        } else {
+            updated.pointsUnlocked = true
+        }
+        try folder.writeStateFile(updated)
     }
 
     /// Publishes the merged point under a date of the newest part's hour that no backup at the

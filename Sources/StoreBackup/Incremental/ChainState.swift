@@ -79,6 +79,10 @@ struct ChainState: Codable, Sendable {
     /// When the store was last read for a point, published or found unchanged
     /// (``ChainBuild/recordUnchanged()``); nil: at ``createdAt``.
     var scannedAt: Date? = nil
+    /// With levels on an S3 Object Lock chain: the level each of the chain's points was last
+    /// locked for (docs/levels.md), so a point promoted to an hour's or a day's head is
+    /// extended once.
+    var levelLocked: [String: PointLevel]? = nil
 }
 
 /// One backup of a chain as it was published: its name and size at the destination.

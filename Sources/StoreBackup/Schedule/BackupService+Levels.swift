@@ -25,9 +25,10 @@ extension BackupService {
         }
         do {
             let password = try job.passwordFile.map { try BackupPassword(contentsOfFile: $0) }
-            let compaction = PointCompaction(
+            var compaction = PointCompaction(
                 storesDirectory: job.storesDirectory, destination: destination, password: password,
                 compressionLevel: job.compressionLevel, logger: log, now: now(), metricsStore: job.name)
+            compaction.levels = levels
             let merged = try await compaction.run()
             outcome.merged = merged.map(\.name)
             // Retention learns each backup's origin from this cache before it would download one.

@@ -266,6 +266,7 @@ public final class BackupService: Service, Sendable {
             compressionLevel: job.compressionLevel, encrypt: job.passwordFile != nil, threads: job.threads,
             incremental: job.chainPolicy)
         options.keepsPointCopies = job.levels != nil && job.mirrors.isEmpty
+        options.levels = job.mirrors.isEmpty ? job.levels : nil
         // Points a minute apart list the destination once per safety-net interval, not each time,
         // and run no integrity_check (fulls do).
         if let policy = job.incremental, policy.fullScanEvery > 0 {
