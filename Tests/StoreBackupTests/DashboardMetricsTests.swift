@@ -52,10 +52,12 @@ final class DashboardMetricsTests: XCTestCase {
             queried.formUnion(names)
         }
         XCTAssertEqual(queried.subtracting(exported), [], "queried but not exported (exported: \(exported.sorted()))")
-        // The panels the dashboard promises: last success, duration, size, uploads, failures, last verify.
+        // The panels the dashboard promises: last success, duration, size, uploads, failures, last
+        // verify, the recovery point and the points by level.
         for name in [
             BackupMetrics.lastSuccess, BackupMetrics.duration, BackupMetrics.archiveSize, BackupMetrics.uploadedBytes,
-            BackupMetrics.backups, BackupMetrics.lastVerifySuccess, BackupMetrics.verifyFailures,
+            BackupMetrics.backups, BackupMetrics.lastVerifySuccess, BackupMetrics.verifyFailures, BackupMetrics.lastPoint,
+            BackupMetrics.pointsByLevel,
         ] {
             XCTAssertTrue(queried.contains(name), "the dashboard shows \(name)")
         }
@@ -85,6 +87,7 @@ final class DashboardMetricsTests: XCTestCase {
         stores:
           - {name: app, path: \(store), destination: \(work)/backups, verify: {schedule: daily 04:30}}
           - {name: blocked, path: \(store), destination: \(blocked)}
+          - {name: points, path: \(store), destination: \(work)/points, incremental: true, levels: on}
         """.write(toFile: configuration, atomically: true, encoding: .utf8)
         func run(_ arguments: [String], expect status: Int32) throws {
             let result = try runStoreBackup(arguments + ["--config", configuration])
@@ -92,6 +95,7 @@ final class DashboardMetricsTests: XCTestCase {
         }
         try run(["create", "--store", "app"], expect: 0)
         try run(["create", "--store", "blocked"], expect: 1)
+        try run(["create", "--store", "points"], expect: 0)
         try run(["verify", "--store", "app"], expect: 0)
         let name = try XCTUnwrap(try FileManager.default.contentsOfDirectory(atPath: work + "/backups").first)
         let archive = work + "/backups/" + name
