@@ -4,11 +4,13 @@ import XCTest
 
 @testable import StoreBackup
 
-/// Levels of restore points (issue 53) with injected time: 30 hours of a writer active twice
-/// an hour, crossing a day. Each ended hour's points are merged into one, then the day's;
-/// retention removes minute points past their span; every backup left restores exactly the
-/// commits acknowledged before it; each ended hour and day keeps a point holding its last
-/// state; chains stay within the stated bound; compaction downloads nothing.
+/// Levels of restore points (issue 53) with injected time and the default spans: a simulated
+/// week of a writer active every hour (twice in some hours), with its log of acknowledged
+/// commits. Each ended hour's points are merged into one, then the day's; retention removes
+/// points past their level's span; every backup left restores exactly the commits
+/// acknowledged before it; each ended hour within the hourly span and each ended day keeps a
+/// point holding its last state; chains stay within the stated bound; compaction downloads
+/// nothing.
 final class PointLevelTests: XCTestCase {
     var work = ""
 
@@ -25,11 +27,11 @@ final class PointLevelTests: XCTestCase {
         var at: Date
     }
 
-    func testThirtyHoursOfPointsKeepEveryLevelAndRestoreExactly() async throws {
+    func testAWeekOfPointsKeepsEveryLevelAndRestoresExactly() async throws {
         let backups = work + "/backups"
         try FileManager.default.createDirectory(atPath: backups, withIntermediateDirectories: true)
         let counting = RestorePointTests.CountingDestination(LocalFolderDestination(folder: backups))
-        let levels = PointLevelPolicy(minuteSpan: 3 * 3_600, hourlySpan: 12 * 3_600, dailySpan: 35 * 86_400)
+        let levels = PointLevelPolicy()
         let points = try PointService(
             work: work,
             configure: {
@@ -45,8 +47,9 @@ final class PointLevelTests: XCTestCase {
         var lastPointOfHour: [Int: Date] = [:]
         var merged: [String] = []
         var pruned: [String] = []
-        for hour in 0..<30 {
-            for minute in [10, 35] {
+        let hours = 7 * 24
+        for hour in 0..<hours {
+            for minute in hour % 5 == 0 ? [10, 35] : [10] {
                 let at = start.addingTimeInterval(Double(hour * 3_600 + minute * 60))
                 points.clock.withLock { $0 = at }
                 let id = log.count + 1
@@ -66,7 +69,7 @@ final class PointLevelTests: XCTestCase {
         }
         let downloads = counting.take().filter { $0.hasPrefix("download") }
         XCTAssertEqual(downloads, [], "compaction works from local copies")
-        XCTAssertGreaterThanOrEqual(merged.count, 29, "an hourly merge for each ended hour, and the day's")
+        XCTAssertGreaterThanOrEqual(merged.count, hours / 5 - 1 + 6, "a merge for each ended hour of two points, and each day's")
         XCTAssertFalse(pruned.isEmpty, "minute points past their span were removed")
 
         let listing = try await LocalFolderDestination(folder: backups).listBackups()
@@ -99,13 +102,19 @@ final class PointLevelTests: XCTestCase {
             try? FileManager.default.removeItem(atPath: target)
         }
         // Each ended hour within the hourly span, and each ended day, keeps its last state.
-        for (hour, last) in lastPointOfHour where hour < 29 && newest.timeIntervalSince(last) < levels.hourlySpan {
+        for (hour, last) in lastPointOfHour where hour < hours - 1 && newest.timeIntervalSince(last) < levels.hourlySpan {
             XCTAssertTrue(
                 listing.contains { createdAt[$0.name] == last && levelOf.level(of: $0.name)! >= .hourly },
                 "hour \(hour): no hourly point holds its last state")
         }
-        let endOfDay = lastPointOfHour[23]!
-        XCTAssertTrue(listing.contains { createdAt[$0.name] == endOfDay && levelOf.level(of: $0.name) == .daily }, "no daily for day 1")
+        for day in 0..<6 {
+            let endOfDay = lastPointOfHour[day * 24 + 23]!
+            XCTAssertTrue(
+                listing.contains { createdAt[$0.name] == endOfDay && levelOf.level(of: $0.name) == .daily }, "no daily for day \(day)")
+        }
+        // At most: the minute span's points, an hourly per hour of the hourly span, a daily per day, and the fulls.
+        let objectBound = Int(levels.minuteSpan / 3_600) * 2 + Int(levels.hourlySpan / 3_600) + 7 + 2
+        XCTAssertLessThanOrEqual(listing.count, objectBound)
         print("levels: \(listing.count) backups, \(merged.count) merges, \(pruned.count) removed")
     }
 }
