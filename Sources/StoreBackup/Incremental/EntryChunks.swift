@@ -11,9 +11,19 @@ final class EntryChunks {
     private var end = 0
     private var consumed: Int64 = 0
 
-    init(reader: ArchiveReader, entry: ArchiveEntry) throws {
+    /// What to throw when more is asked than the entry declares, and when it ends before
+    /// its declared size (nil: a corrupt-archive error naming the entry).
+    private let pastDeclared: (() -> StoreBackupError)?
+    private let endsEarly: (() -> StoreBackupError)?
+
+    init(
+        reader: ArchiveReader, entry: ArchiveEntry, pastDeclared: (() -> StoreBackupError)? = nil,
+        endsEarly: (() -> StoreBackupError)? = nil
+    ) throws {
         self.entry = entry
         backupName = reader.backupName
+        self.pastDeclared = pastDeclared
+        self.endsEarly = endsEarly
         readEntry = try Self.stream(entry, of: reader)
         chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 << 10, alignment: 16)
     }
@@ -31,13 +41,13 @@ final class EntryChunks {
 
     /// The next `count` bytes, copied to the start of `buffer` (at least `count` bytes).
     func exactly(_ count: Int, into buffer: UnsafeMutableRawBufferPointer) throws -> UnsafeRawBufferPointer {
-        guard Int64(count) <= entry.size - consumed else { throw shorter() }
+        guard Int64(count) <= entry.size - consumed else { throw pastDeclared?() ?? shorter() }
         var filled = 0
         while filled < count {
             if start == end {
                 let wanted = Int(min(Int64(chunk.count), entry.size - consumed - Int64(filled)))
                 let got = try readEntry(UnsafeMutableRawBufferPointer(rebasing: chunk[0..<wanted]))
-                guard got > 0 else { throw shorter() }
+                guard got > 0 else { throw endsEarly?() ?? shorter() }
                 start = 0
                 end = got
             }

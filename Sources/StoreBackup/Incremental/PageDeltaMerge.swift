@@ -148,83 +148,43 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
 /// One page delta read record by record: the current record's page number and bytes.
 /// (``PointMerge`` merges deltas with it too.)
 final class DeltaStream {
-    /// libzip's reads cost a pass through its layers each: the entry is read in chunks of
-    /// this size rather than twice per record.
-    static let chunkSize = 64 << 10
-
-    /// Fills a buffer with the entry's next inflated bytes (0 at the end); holds its stream.
-    private let readEntry: (UnsafeMutableRawBufferPointer) throws -> Int
+    private let bytes: EntryChunks
     private let checker: PageDeltaReader
     private var header = PageDeltaReader.Header(pageSize: 0, pages: 0, records: 0)
     private let entrySize: Int64
-    private var consumed: Int64 = 0
     private var recordsRead = 0
-    private let chunk: UnsafeMutableRawBufferPointer
-    private var chunkStart = 0
-    private var chunkEnd = 0
     /// The current record's page, nil once every record was read.
     private(set) var number: Int?
     let page: UnsafeMutableRawBufferPointer
 
     init(_ delta: PageDeltaMerge.Delta, databasePath: String, pageSize: Int) throws {
-        checker = PageDeltaReader(backupName: delta.reader.backupName, databasePath: databasePath)
-        entrySize = delta.entry.size
-        // ISA-L inflates a delta several times faster than libzip's zlib.
-        if InflatingEntryStream.canRead(delta.entry) {
-            readEntry = try InflatingEntryStream(reader: delta.reader, entry: delta.entry).read
-        } else {
-            readEntry = try delta.reader.openEntryStream(delta.entry).read
-        }
+        let checker = PageDeltaReader(backupName: delta.reader.backupName, databasePath: databasePath)
+        let entrySize = delta.entry.size
+        self.checker = checker
+        self.entrySize = entrySize
+        bytes = try EntryChunks(
+            reader: delta.reader, entry: delta.entry, pastDeclared: { checker.damaged("it is shorter than its records") },
+            endsEarly: { checker.damaged("it ends before its declared \(entrySize) bytes") })
         // Every property is set from here on: a throw below deallocates through deinit.
         page = UnsafeMutableRawBufferPointer.allocate(byteCount: max(pageSize, PageDeltaReader.headerSize), alignment: 16)
-        chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: Self.chunkSize, alignment: 16)
-        try readExactly(PageDeltaReader.headerSize)
-        header = try checker.checkHeader(
-            UnsafeRawBufferPointer(rebasing: page[0..<PageDeltaReader.headerSize]), entrySize: entrySize, pageSize: pageSize,
-            finalSize: delta.size)
+        let head = try bytes.exactly(PageDeltaReader.headerSize, into: page)
+        header = try checker.checkHeader(head, entrySize: entrySize, pageSize: pageSize, finalSize: delta.size)
         try next()
     }
 
-    deinit {
-        page.deallocate()
-        chunk.deallocate()
-    }
+    deinit { page.deallocate() }
 
     /// Reads the next record (or, after the last, checks that nothing follows).
     func next() throws {
         guard recordsRead < header.records else {
             number = nil
-            let extra = chunkEnd > chunkStart ? 1 : try readEntry(UnsafeMutableRawBufferPointer(rebasing: page[0..<1]))
-            guard extra == 0 else { throw checker.trailingBytes(entrySize: entrySize) }
+            guard try bytes.isAtEnd() else { throw checker.trailingBytes(entrySize: entrySize) }
             return
         }
-        try readExactly(4)
-        let found = Int(PageDeltaReader.uint32(UnsafeRawBufferPointer(page), at: 0))
+        let found = Int(PageDeltaReader.uint32(try bytes.exactly(4, into: page), at: 0))
         try checker.checkRecord(found, after: number ?? 0, in: header)
-        try readExactly(header.pageSize)
+        _ = try bytes.exactly(header.pageSize, into: page)
         number = found
         recordsRead += 1
-    }
-
-    /// Fills the start of `page` with the entry's next `count` bytes, never reading past
-    /// its declared size.
-    private func readExactly(_ count: Int) throws {
-        guard Int64(count) <= entrySize - consumed else { throw checker.damaged("it is shorter than its records") }
-        var filled = 0
-        while filled < count {
-            if chunkStart == chunkEnd {
-                // Up to the declared end: a byte more is read only by the final check.
-                let wanted = Int(min(Int64(chunk.count), entrySize - consumed - Int64(filled)))
-                let got = try readEntry(UnsafeMutableRawBufferPointer(rebasing: chunk[0..<wanted]))
-                guard got > 0 else { throw checker.damaged("it ends before its declared \(entrySize) bytes") }
-                chunkStart = 0
-                chunkEnd = got
-            }
-            let taken = min(count - filled, chunkEnd - chunkStart)
-            (page.baseAddress! + filled).copyMemory(from: chunk.baseAddress! + chunkStart, byteCount: taken)
-            chunkStart += taken
-            filled += taken
-        }
-        consumed += Int64(count)
     }
 }
