@@ -64,6 +64,32 @@ final class DatabaseProofTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: work + "/Refused"))
     }
 
+    /// A point's patched databases are read once by the page scan, then let go; their check
+    /// must still finish (it was stopped with them, so a point often carried no proof). A
+    /// database large enough that its check outlasts the scan, three points in a row: each
+    /// proves every database, and its restore skips the checks.
+    func testEveryPointOfAChainIsProvenAndItsRestoreSkipsTheChecks() throws {
+        try shell(
+            "python3 -c \"import sqlite3; db = sqlite3.connect('\(store)/App.sqlite'); "
+                + "db.execute('CREATE TABLE bulk(payload BLOB)'); "
+                + "db.executemany('INSERT INTO bulk VALUES (randomblob(3000))', [()] * 12000); db.commit()\"")
+        _ = try create(["--incremental"])
+        for step in 1...3 {
+            try shell(
+                "python3 -c \"import sqlite3; db = sqlite3.connect('\(store)/App.sqlite'); "
+                    + "db.execute('UPDATE bulk SET payload = randomblob(3000) WHERE rowid % 97 = \(step)'); db.commit()\"")
+            let point = try create(["--incremental", "--max-chain", "10"])
+            XCTAssertTrue(point.contains(" incremental on "), point)
+            let restored = try restore(point, ["--proof-key", key])
+            XCTAssertEqual(restored["databasesProven"] as? [String], ["App.sqlite", "Settings.sqlite"], "point \(step)")
+        }
+    }
+
+    private func shell(_ command: String) throws {
+        let result = try runTool("/bin/sh", ["-c", command])
+        XCTAssertEqual(result.status, 0, result.stderr)
+    }
+
     func testWithoutTheKeyOrWithAnotherKeyTheDatabasesAreChecked() throws {
         let name = try create()
         let missing = try restore(name, [], environment: ["STOREBACKUP_PROOF_KEY_FILE": work + "/nowhere/proof.key"])

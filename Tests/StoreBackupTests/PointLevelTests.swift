@@ -93,6 +93,10 @@ final class PointLevelTests: XCTestCase {
             _ = try await helper.restore(backup.name)
             let reader = try ArchiveReader(path: backups + "/" + backup.name, backupName: backup.name)
             let made = try XCTUnwrap(reader.manifest?.createdAt)
+            // A point 30 minutes or more after its chain's last proof is proven (those at
+            // minute 10), a merged point as its newest part was; the others are not.
+            let proven = reader.manifest?.databases.allSatisfy { $0.proof != nil } == true
+            XCTAssertEqual(proven, Int(made.timeIntervalSince1970) % 3_600 / 60 == 10, "\(backup.name): proofs")
             reader.release()
             createdAt[backup.name] = made
             let ids = try StoreFixture.query(

@@ -121,7 +121,8 @@ struct ArchiveBuild: Sendable {
         }
         TestPausePoint.reach("snapshots-held")
         try chain?.decide()
-        if options.checkDatabases && (options.checkDatabasesOfPoints || chain?.isIncremental != true) {
+        let provesPoint = options.provePointsEvery.map { chain?.proofDue(every: $0) == true } ?? false
+        if options.checkDatabases && (options.checkDatabasesOfPoints || chain?.isIncremental != true || provesPoint) {
             prover = SnapshotProver.start(scan.items.compactMap { $0.kind == .database ? snapshots[$0.relativePath] : nil })
         }
         var settings = ArchiveWriter.Settings(
@@ -146,6 +147,10 @@ struct ArchiveBuild: Sendable {
     /// on restore day (the backup keeps it faithfully, without a proof).
     private func reportDamagedDatabases(_ snapshots: [String: DatabaseSnapshot]) {
         for (path, snapshot) in snapshots.sorted(by: { $0.key < $1.key }) {
+            if case .notRun(let reason) = snapshot.structureCheckResult() {
+                logger.debug(
+                    "database \(path) was not checked, so it carries no proof: \(reason)", metadata: ["store": "\(storesDirectory)"])
+            }
             guard case .damaged(let answer) = snapshot.structureCheckResult() else { continue }
             logger.warning(
                 "database \(path) fails PRAGMA integrity_check in the live store (\(answer)); the backup keeps it as it is, and restoring it will need --accept-damaged-databases",

@@ -65,6 +65,12 @@ public struct CreateOptions: Sendable {
     /// restore of it checks its databases, which carry no proof.
     public var checkDatabasesOfPoints = true
 
+    /// With ``checkDatabasesOfPoints`` off (the scheduler's points): a point is checked and
+    /// proven anyway when none of its chain's backups was proven for this long, so a restore of
+    /// any point, or of a point merged from it, rarely has to run `integrity_check` itself
+    /// (docs/incremental-backups.md, "What a point costs"); nil: never.
+    var provePointsEvery: TimeInterval? = nil
+
     /// The key that authenticates the proofs of an unencrypted backup (encrypted backups key
     /// them with their password). Nil: an unencrypted backup gets no proofs, and restore checks
     /// its databases as without them.

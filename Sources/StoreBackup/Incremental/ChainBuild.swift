@@ -68,6 +68,14 @@ final class ChainBuild: @unchecked Sendable {
         return nil
     }
 
+    /// Whether this point's databases are due a check (a point whose chain was last proven
+    /// `interval` ago or more, or never); false for a full, which is always checked.
+    func proofDue(every interval: TimeInterval) -> Bool {
+        guard case .incremental(let state, _, _) = decision else { return false }
+        guard let proven = state.provenAt else { return true }
+        return now.timeIntervalSince(proven) >= interval
+    }
+
     /// The base's name (incrementals).
     var baseName: String? {
         if case .incremental(let state, _, _) = decision { return state.backupName }
@@ -259,8 +267,9 @@ final class ChainBuild: @unchecked Sendable {
             return full
         }
         if let base {
-            // Read once, and not again by the archive: let writers and checkpoints go on.
-            for snapshot in patched { snapshot.finish() }
+            // Read once, and not again by the archive: let writers and checkpoints go on (once
+            // its check, when the point is proven, has read it too).
+            for snapshot in patched { snapshot.readingFinished() }
             parts.kind = "incremental"
             parts.chainLength = base.state.chainLength + 1
             parts.base = Manifest.Base(
@@ -337,11 +346,14 @@ final class ChainBuild: @unchecked Sendable {
         var fullCreatedAt = manifest.createdAt
         var links: [PublishedLink]? = []
         var waiting: [PublishedLink] = []
+        var provenAt: Date?
         if case .incremental(let state, _, _) = decision {
             fullCreatedAt = state.fullCreatedAt
             links = state.links
             waiting = state.spooled ?? []
+            provenAt = state.provenAt
         }
+        if !manifest.databases.isEmpty, manifest.databases.allSatisfy({ $0.proof != nil }) { provenAt = manifest.createdAt }
         links?.append(PublishedLink(name: name, size: archiveSize))
         if spooled { waiting.append(PublishedLink(name: name, size: archiveSize)) }
         var files: [(path: String, record: FileRecord)] = []
@@ -349,12 +361,13 @@ final class ChainBuild: @unchecked Sendable {
             guard let stat = stats[file.path], let sha256 = file.sha256 else { continue }
             files.append((file.path, FileRecord(stat: stat, sha256: sha256)))
         }
-        let state = ChainState(
+        var state = ChainState(
             destination: folder.destination, backupName: name, manifestSHA256: manifestSHA256, createdAt: manifest.createdAt,
             archiveSize: archiveSize, chainLength: manifest.chainLength ?? 0, fullCreatedAt: fullCreatedAt,
             encrypted: password != nil, hashSalt: hashSalt, keyCheck: hasher.keyCheck, filesList: "", databases: databases,
             fingerprint: fingerprint, links: links, pointsUnlocked: unlocked, listedAt: listedAt,
             spooled: waiting.isEmpty ? nil : waiting)
+        state.provenAt = provenAt
         try folder.prepare()
         return try folder.save(state, files: files, maps: maps, quickMaps: quickMaps, manifest: manifestBytes)
     }

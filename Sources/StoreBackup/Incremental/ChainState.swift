@@ -83,6 +83,9 @@ struct ChainState: Codable, Sendable {
     /// locked for (docs/levels.md), so a point promoted to an hour's or a day's head is
     /// extended once.
     var levelLocked: [String: PointLevel]? = nil
+    /// When a backup of the chain last carried a proof of every database (a full, or a point
+    /// checked by ``CreateOptions/provePointsEvery``); nil: none known.
+    var provenAt: Date? = nil
 }
 
 /// One backup of a chain as it was published: its name and size at the destination.

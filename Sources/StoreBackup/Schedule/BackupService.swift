@@ -272,6 +272,7 @@ public final class BackupService: Service, Sendable {
         if let policy = job.incremental, policy.fullScanEvery > 0 {
             options.trustChainCacheFor = policy.fullScanEvery
             options.checkDatabasesOfPoints = false
+            options.provePointsEvery = BackupService.provePointsEvery
         }
         if job.passwordFile == nil {
             // Without a key the backup is still made, unproven: restore then checks its databases.
@@ -282,6 +283,11 @@ public final class BackupService: Service, Sendable {
         }
         return (helper, options)
     }
+
+    /// How often a scheduled point's databases are checked and proven all the same (one
+    /// `integrity_check` of each database): its restore, and that of the hour's or day's
+    /// point merged from it, then skips the check.
+    static let provePointsEvery: TimeInterval = 1_800
 
     /// ``destinationOptions`` with `log` as the destinations' logger (their retries).
     func destinationOptions(logging log: Logger) -> DestinationOptions {
