@@ -155,7 +155,7 @@ final class ChainCompactionMergeTests: XCTestCase {
     /// Merges every point onto the full, publishes the merged point in their place, deletes
     /// them, and checks that it restores to the newest point's tree and verifies. Returns that tree.
     @discardableResult
-    private func assertMergedPointReplacesThePoints(_ chain: Chain) throws -> [String: [String: AnyHashable]] {
+    private func assertMergedPointReplacesThePoints(_ chain: Chain) async throws -> [String: [String: AnyHashable]] {
         let expected = try restoredTree(chain, try XCTUnwrap(chain.points.last))
         XCTAssertGreaterThan(expected.count, 10, "the newest point's tree")
         let output = chain.work + "/out/merged.zip"
@@ -190,8 +190,29 @@ final class ChainCompactionMergeTests: XCTestCase {
             Set(manifest.pageMaps?.map { "\($0.path):\($0.complete)" } ?? []),
             ["App.sqlite:false", "Growing.sqlite:false", "Late.sqlite:true", "Settings.sqlite:false"])
 
+        // Its merged deltas are listed with their sizes, as `sql` reads them in part.
+        XCTAssertEqual(Set(manifest.pageDeltas?.map(\.path) ?? []), ["App.sqlite", "Growing.sqlite", "Settings.sqlite"])
+        let written = try ArchiveReader(path: output, backupName: "merged", passwords: chain.password.map { .fixed($0) })
+        for delta in manifest.pageDeltas ?? [] { XCTAssertEqual(delta.size, written.pageDeltas[delta.path]?.size, delta.path) }
+        written.release()
+
         let name = try mergedName(chain)
         try FileManager.default.moveItem(atPath: output, toPath: chain.path(name))
+        // Read in place, the merged point's databases hold the newest point's rows.
+        let repository = BackupRepository(
+            destination: try DestinationResolver.resolve(chain.backups), passwords: chain.password.map { .fixed($0) })
+        for (path, table) in [("App.sqlite", "items"), ("Growing.sqlite", "t"), ("Settings.sqlite", "t")] {
+            let merged = try await repository.openDatabase(name, path: path)
+            let point = try await repository.openDatabase(try XCTUnwrap(chain.points.last), path: path)
+            try merged.attach(point, as: "point")
+            let differing = try merged.query(
+                """
+                SELECT count(*) FROM (SELECT * FROM main.\(table) EXCEPT SELECT * FROM point.\(table));
+                SELECT count(*) FROM (SELECT * FROM point.\(table) EXCEPT SELECT * FROM main.\(table))
+                """)
+            XCTAssertEqual(differing.map(\.rows), [[[.integer(0)]], [[.integer(0)]]], path)
+            merged.close()
+        }
         for point in chain.points { try FileManager.default.removeItem(atPath: chain.path(point)) }
         let verified = try runStoreBackup(["verify", name, "--from", chain.backups] + chain.options, environment: chain.environment)
         XCTAssertEqual(verified.status, 0, "verify \(name): \(verified.stderr)")
@@ -200,7 +221,7 @@ final class ChainCompactionMergeTests: XCTestCase {
         return expected
     }
 
-    func testMergedPointsOfAPlainChainRestoreAsTheNewestPoint() throws {
+    func testMergedPointsOfAPlainChainRestoreAsTheNewestPoint() async throws {
         let chain = try makeChain(encrypted: false)
         defer { try? FileSystem.removeTree(chain.work) }
         let full = try base(chain, chain.full)
@@ -232,7 +253,7 @@ final class ChainCompactionMergeTests: XCTestCase {
         XCTAssertFalse(FileSystem.fileExists(output))
         for name in other.names { try FileManager.default.removeItem(atPath: other.path(name)) }
 
-        let expected = try assertMergedPointReplacesThePoints(chain)
+        let expected = try await assertMergedPointReplacesThePoints(chain)
 
         // The merge of merges holds the same tree, and restores the same too.
         let name = try mergedName(chain)
@@ -246,7 +267,7 @@ final class ChainCompactionMergeTests: XCTestCase {
         XCTAssertTrue(after == expected, "the merge of merges restored differently: \(RoundTripTests.difference(expected, after))")
     }
 
-    func testMergedPointsOfAnEncryptedChainRestoreAsTheNewestPoint() throws {
+    func testMergedPointsOfAnEncryptedChainRestoreAsTheNewestPoint() async throws {
         let chain = try makeChain(encrypted: true)
         defer { try? FileSystem.removeTree(chain.work) }
         // Without the password nothing is read, and nothing written.
@@ -256,6 +277,6 @@ final class ChainCompactionMergeTests: XCTestCase {
                 parts: chain.points.map(chain.path), onto: try base(chain, chain.full), password: nil, into: output,
                 scratchDirectory: chain.work + "/tmp", compressionLevel: 1, cancel: CancellationFlag()))
         XCTAssertFalse(FileSystem.fileExists(output))
-        try assertMergedPointReplacesThePoints(chain)
+        try await assertMergedPointReplacesThePoints(chain)
     }
 }

@@ -83,6 +83,13 @@ final class ManifestStreamDecoderTests: XCTestCase {
         manifest.files[1].deflateBlockSize = 1 << 20
         manifest.files[1].deflateBlocks = [1000, 2000, 30]
         manifest.files[1].deflateBlockHashes = ["0a", "1b", "2c"].map { RawSHA256(hex: String(repeating: $0, count: 32))! }
+        // The page deltas' rows are the header's, decoded by JSONDecoder; a second one of one block.
+        manifest.pageDeltas = [
+            .init(
+                path: "App.sqlite", size: 2_500_000, sha256: String(repeating: "d", count: 64), deflateBlockSize: 1 << 20,
+                deflateBlocks: [1, 2, 3], deflateBlockHashes: manifest.files[1].deflateBlockHashes),
+            .init(path: "path/", size: 20, sha256: String(repeating: "e", count: 64)),
+        ]
         for text in [try manifest.encoded(), try manifest.encodedByFoundation()] {
             XCTAssertEqual(try streamed(text, chunk: 7).0, manifest)
             XCTAssertEqual(try Manifest.decode(text), manifest)

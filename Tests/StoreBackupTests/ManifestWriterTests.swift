@@ -91,6 +91,26 @@ final class ManifestWriterTests: XCTestCase {
         XCTAssertEqual(ours, theirs)
     }
 
+    /// Format 4's page delta rows (one with a block list and hashes, one of a single block)
+    /// round-trip and read as JSONEncoder's do; a manifest without them has no such key.
+    func testPageDeltasMatchJSONEncoder() throws {
+        var manifest = incrementalSample(fileCount: 5)
+        manifest.format = 4
+        XCTAssertFalse(String(decoding: try manifest.encoded(), as: UTF8.self).contains("pageDeltas"))
+        manifest.pageDeltas = [
+            .init(
+                path: "App.sqlite", size: 3_000_000, sha256: String(repeating: "d", count: 64), deflateBlockSize: 1 << 20,
+                deflateBlocks: [400_000, 399_999, 200_000],
+                deflateBlockHashes: [0, 1, 2].map { RawSHA256(bytes: Array(repeating: UInt8($0), count: 32))! }),
+            .init(path: "B \"quoted\".sqlite", size: 4_120, sha256: String(repeating: "e", count: 64)),
+        ]
+        XCTAssertEqual(try Manifest.decode(try manifest.encoded()), manifest)
+        let ours = try JSONSerialization.jsonObject(with: try manifest.encoded()) as? NSDictionary
+        let theirs = try JSONSerialization.jsonObject(with: try manifest.encodedByFoundation()) as? NSDictionary
+        XCTAssertNotNil(ours)
+        XCTAssertEqual(ours, theirs)
+    }
+
     /// `sample(fileCount:)` as an incremental (format 3) with every chain field set.
     private func incrementalSample(fileCount: Int) -> Manifest {
         var manifest = sample(fileCount: fileCount)

@@ -5,9 +5,11 @@ extension EntryBlockReader {
     /// `span`, with its block hashes ready: format 4's from the manifest; for an entry of one
     /// block, the entry's own SHA-256; else (formats 1-3) made by one checked pass over the
     /// entry unless `hashesRequired` (then nil: the caller reads it whole another way).
+    /// `cache`: shared with other readers (else one of its own of `cacheBytes`);
+    /// `describedAs`: what a damaged block's message names (else the entry's path).
     static func open(
         reader: ArchiveReader, span: ArchiveSpanReader, entry: ArchiveEntry, row: Manifest.File, cacheBytes: Int,
-        hashesRequired: Bool = false
+        cache: InflatedBlockCache? = nil, describedAs: String? = nil, hashesRequired: Bool = false
     ) throws -> EntryBlockReader? {
         let path = entry.path, name = reader.backupName
         guard let index = EntryBlockIndex.make(entry: entry, row: row) else {
@@ -34,7 +36,7 @@ extension EntryBlockReader {
         }
         let blocks = EntryBlockReader(
             index: index, hashes: hashes, span: span, dataOffset: dataOffset, encryptionKey: key, cacheBytes: cacheBytes,
-            backupName: name, databasePath: path)
+            cache: cache, backupName: name, databasePath: describedAs ?? path)
         if hashes.count != index.blocks.count {
             guard row.deflateBlockHashes == nil else {
                 throw StoreBackupError.corruptArchive(name: name, reason: "its manifest lists the wrong number of block hashes for \(path)")

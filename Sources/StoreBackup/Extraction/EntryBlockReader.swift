@@ -20,18 +20,18 @@ final class EntryBlockReader: @unchecked Sendable {
     private let encryptionKey: [UInt8]?
     private let lock = NSLock()
     private var hashes: [RawSHA256]
-    private var cache: [Int: [UInt8]] = [:]
-    /// Least recently used first.
-    private var recency: [Int] = []
-    private let cachedBlocks: Int
+    private let cache: InflatedBlockCache
+    /// This reader's blocks in `cache`.
+    private let cacheOwner: Int
     private var inflater: BlockInflater?
     private var ctr: WinZipCTR?
     private var blocksRead = 0
     private var compressedBytesRead: Int64 = 0
 
+    /// `cache`: one shared with other readers; nil for one of its own of `cacheBytes`.
     init(
         index: EntryBlockIndex, hashes: [RawSHA256], span: ArchiveSpanReader, dataOffset: Int64, encryptionKey: [UInt8]?,
-        cacheBytes: Int, backupName: String, databasePath: String
+        cacheBytes: Int, cache: InflatedBlockCache? = nil, backupName: String, databasePath: String
     ) {
         self.index = index
         self.hashes = hashes
@@ -40,17 +40,19 @@ final class EntryBlockReader: @unchecked Sendable {
         self.encryptionKey = encryptionKey
         self.backupName = backupName
         self.databasePath = databasePath
-        cachedBlocks = max(2, cacheBytes / index.blockSize)
+        self.cache = cache ?? InflatedBlockCache(bytes: cacheBytes, blockSize: index.blockSize, minimum: 2)
+        cacheOwner = self.cache.newOwner()
     }
 
-    /// Another reader of the same entry, with a cache (of `cacheBytes`, else as large as
-    /// this one's) and an inflater of its own: one per thread.
-    func sibling(cacheBytes: Int? = nil) -> EntryBlockReader {
+    /// Another reader of the same entry, with an inflater of its own (one per thread) and a
+    /// cache of its own (of `cacheBytes`, else as large as this one's), or `shared`.
+    func sibling(cacheBytes: Int? = nil, shared: InflatedBlockCache? = nil) -> EntryBlockReader {
         lock.lock()
         defer { lock.unlock() }
         return EntryBlockReader(
             index: index, hashes: hashes, span: span, dataOffset: dataOffset, encryptionKey: encryptionKey,
-            cacheBytes: cacheBytes ?? cachedBlocks * index.blockSize, backupName: backupName, databasePath: databasePath)
+            cacheBytes: cacheBytes ?? cache.capacity * index.blockSize, cache: shared, backupName: backupName,
+            databasePath: databasePath)
     }
 
     /// Blocks read from the archive so far and their compressed bytes, and the bytes a
@@ -98,18 +100,12 @@ final class EntryBlockReader: @unchecked Sendable {
     }
 
     private func plainBlock(_ number: Int) throws -> [UInt8] {
-        if let cached = cache[number] {
-            recency.removeAll { $0 == number }
-            recency.append(number)
-            return cached
-        }
+        if let cached = cache.block(owner: cacheOwner, number: number) { return cached }
         let plain = try inflate(number)
         guard number < hashes.count, RawSHA256(bytes: SHA256.hash(data: plain)) == hashes[number] else {
             throw damaged(number, "its bytes do not match its SHA-256 in the manifest")
         }
-        if recency.count >= cachedBlocks { cache[recency.removeFirst()] = nil }
-        cache[number] = plain
-        recency.append(number)
+        cache.keep(plain, owner: cacheOwner, number: number)
         return plain
     }
 

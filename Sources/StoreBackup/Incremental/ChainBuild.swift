@@ -234,7 +234,8 @@ final class ChainBuild: @unchecked Sendable {
             deltaBytes += result.deltaSize ?? 0
             parts.notStored[item.relativePath] = .init(size: snapshot.size, sha256: result.sha256 ?? "", source: "pages")
             patchedPaths.insert(item.relativePath)
-            parts.extraEntries.append(.init(name: Self.pagesPrefix + entryName, path: deltaPath, size: result.deltaSize ?? 0))
+            parts.extraEntries.append(
+                .init(name: Self.pagesPrefix + entryName, path: deltaPath, size: result.deltaSize ?? 0, patches: item.relativePath))
             parts.extraEntries.append(
                 .init(name: Self.pageMapPrefix + entryName, path: changedMapPath, size: result.changedMapSize ?? 0))
             parts.pageMaps.append(.init(path: item.relativePath, hash: hasher.kind.manifestName, complete: false))

@@ -127,7 +127,8 @@ struct PointMergeContents {
         let written = try MergedPageDelta.write(
             databasePath: file.path, pageSize: database.pageSize, pages: database.pageCount, hashKind: hashKind, parts: parts,
             deltaPath: deltaPath, mapPath: mapPath, cancel: cancel)
-        chainParts.extraEntries.append(.init(name: ChainBuild.pagesPrefix + entryName(file.path), path: deltaPath, size: written.deltaSize))
+        chainParts.extraEntries.append(
+            .init(name: ChainBuild.pagesPrefix + entryName(file.path), path: deltaPath, size: written.deltaSize, patches: file.path))
         chainParts.extraEntries.append(.init(name: ChainBuild.pageMapPrefix + entryName(file.path), path: mapPath, size: written.mapSize))
         chainParts.pageMaps.append(.init(path: file.path, hash: hashKind.manifestName, complete: false))
     }

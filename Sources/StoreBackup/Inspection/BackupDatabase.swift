@@ -74,15 +74,21 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
         public var blocksRead: Int
         /// Compressed bytes of those blocks.
         public var compressedBytesRead: Int64
-        /// Bytes fetched from a remote destination so far, for this database's archive
-        /// (its directory and manifest too); nil for a backup on this machine.
+        /// Bytes fetched from a remote destination so far, for this database's archive (its
+        /// directory and manifest too; for a point of a chain, every archive of the chain);
+        /// nil for a backup on this machine.
         public var fetchedBytes: Int64?
     }
 
-    /// What was read so far from the archive that holds the database's base entry.
+    /// What was read so far: the blocks of the entry that stores the database whole and, for
+    /// a point of a chain, of its page deltas; the bytes fetched from every archive of the chain.
     public var readStatistics: ReadStatistics {
         let read = file.base.statistics
-        return ReadStatistics(blocksRead: read.blocks, compressedBytesRead: read.compressedBytes, fetchedBytes: read.fetchedBytes)
+        let deltas = file.chain?.statistics ?? (blocks: 0, compressedBytes: 0)
+        let fetched = file.spans.compactMap(\.fetchedBytes)
+        return ReadStatistics(
+            blocksRead: read.blocks + deltas.blocks, compressedBytesRead: read.compressedBytes + deltas.compressedBytes,
+            fetchedBytes: fetched.isEmpty ? nil : fetched.reduce(0, +))
     }
 
     /// The reason behind the last failed read of this database's pages by any connection
@@ -99,8 +105,8 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
     /// A reader of the database's bytes (as ``bytes(at:count:)`` reads them) for one more
     /// thread, with its own inflater and a block cache of `cacheBytes`.
     func threadReader(cacheBytes: Int) -> @Sendable (UnsafeMutableRawBufferPointer, Int64) throws -> Void {
-        let file = file, base = file.base.sibling(cacheBytes: cacheBytes)
-        return { buffer, offset in try file.read(into: buffer, at: offset, base: base) }
+        let file = file, base = file.base.sibling(cacheBytes: cacheBytes), chain = file.chain?.sibling(cacheBytes: cacheBytes)
+        return { buffer, offset in try file.read(into: buffer, at: offset, base: base, chain: chain) }
     }
 
     /// The backup that stores this database whole (this one, or its chain's full), and

@@ -7,8 +7,9 @@ import Glibc
 /// Opens a database of a backup for ``BackupDatabase``: finds the backup, opens its archive
 /// where it is (a local file in place, a remote one read in ranges, or downloaded when its
 /// destination serves no ranges), follows an incremental's chain down to the backup that
-/// stores the database whole (each link checked as a restore checks it), reads the chain's
-/// page deltas, and indexes the whole entry's blocks.
+/// stores the database whole (each link checked as a restore checks it), indexes the chain's
+/// page deltas by their page maps (or reads those without block hashes whole), and indexes
+/// the whole entry's blocks.
 struct BackupDatabaseOpener: Sendable {
     let destination: any BackupDestination
     let passwords: PasswordProvider?
@@ -32,27 +33,18 @@ struct BackupDatabaseOpener: Sendable {
         do {
             let newest = try await openArchive(backup, password: passwords)
             opened.append(newest)
-            guard let manifest = newest.reader.manifest else { throw StoreBackupError.unverifiableBackup(name: backup.name) }
-            guard let final = manifest.files.first(where: { $0.path == path }), StagedChain.isRegular(final.type) else {
-                throw StoreBackupError.notInBackup(name: backup.name, paths: [path])
-            }
+            let (final, pageSize, chainLength) = try Self.database(path, in: newest)
+            // The deltas' blocks share one cache, sized by the chain's length (at most).
+            let cache = ChainPages.deltaCache(bytes: cacheBytes, deltas: min(max(0, chainLength), StagedChain.maxLength))
+            let scratch = ChainScratch()
+            let known = newest.reader.password.map { PasswordProvider.fixed($0) } ?? passwords
             // Newest first: the backups whose page deltas change the database, down to the one that stores it whole.
-            var deltas: [(reader: ArchiveReader, entry: ArchiveEntry, size: Int64)] = []
-            var deltaNames: [String] = []
+            var deltas: [ChainDelta] = []
             var lineage = PageLineage(backups: [], writtenPages: [:])
             var current = newest
             var row = final
             while row.source != nil {
                 lineage.backups.append(current.name)
-                if row.source == "pages" {
-                    guard let entry = current.reader.pageDeltas[path] else {
-                        throw StoreBackupError.corruptArchive(name: current.name, reason: "it has no page delta of \(path)")
-                    }
-                    deltas.append((current.reader, entry, row.size))
-                    deltaNames.append(current.name)
-                } else if row.source == "base" {
-                    lineage.writtenPages[current.name] = []
-                }
                 guard opened.count < StagedChain.maxLength, let baseName = current.reader.manifest?.base?.name else {
                     throw StoreBackupError.brokenChain(name: current.name, reason: "its manifest names no base")
                 }
@@ -60,7 +52,6 @@ struct BackupDatabaseOpener: Sendable {
                     throw StoreBackupError.brokenChain(
                         name: current.name, reason: "its base \"\(baseName)\" is missing from \(destination.displayName)")
                 }
-                let known = newest.reader.password.map { PasswordProvider.fixed($0) } ?? passwords
                 let base = try await openArchive(listing, password: known)
                 opened.append(base)
                 try StagedChain.check(
@@ -69,37 +60,89 @@ struct BackupDatabaseOpener: Sendable {
                 guard let baseRow = base.reader.manifest?.files.first(where: { $0.path == path }) else {
                     throw StoreBackupError.brokenChain(name: current.name, reason: "its base \"\(baseName)\" has no \(path)")
                 }
+                if row.source == "pages" {
+                    guard let entry = current.reader.pageDeltas[path] else {
+                        throw StoreBackupError.corruptArchive(name: current.name, reason: "it has no page delta of \(path)")
+                    }
+                    let link = current, size = row.size
+                    deltas.append(
+                        try await runBlocking(name: "storebackup-open-db") { _ in
+                            try Self.delta(entry, of: link, size: size, pageSize: pageSize, path: path, cache: cache, scratch: scratch)
+                        })
+                    lineage.writtenPages[current.name] = deltas.last?.pages
+                } else if row.source == "base" {
+                    lineage.writtenPages[current.name] = []
+                }
+                // Checked and indexed: its manifest, listing and the chunks that held them can go.
+                Self.letGo(current)
                 current = base
                 row = baseRow
             }
             let whole = current
             let baseRow = row
             lineage.backups.append(whole.name)
-            let found = lineage, names = deltaNames
+            let found = lineage
             let shared = sharing.flatMap { $0.databasePath == path && $0.baseBackup == whole.name ? $0.baseBlocks : nil }
-            let pageSize = manifest.databases.first { $0.path == path }?.pageSize
             let changes = deltas
+            let spans = opened.map(\.span)
             let file = try await runBlocking(name: "storebackup-open-db") { _ in
                 let base = try shared ?? Self.blockReader(of: whole, row: baseRow, path: path, cacheBytes: cacheBytes)
                 var chain: ChainPages?
-                if !changes.isEmpty {
-                    guard let pageSize else {
-                        throw StoreBackupError.corruptArchive(name: backup.name, reason: "its manifest gives \(path) no page size")
+                if let pageSize, !changes.isEmpty {
+                    guard final.size % Int64(pageSize) == 0 else {
+                        throw StoreBackupError.corruptArchive(
+                            name: backup.name, reason: "its manifest gives \(path) a size that is not whole pages of \(pageSize) bytes")
                     }
-                    chain = try ChainPages(deltas: changes.reversed(), pageSize: pageSize, backupName: backup.name, databasePath: path)
+                    chain = ChainPages(
+                        deltas: changes.reversed(), scratch: scratch, pageSize: pageSize, pages: Int(final.size / Int64(pageSize)),
+                        databasePath: path)
                 }
-                var known = found
-                for (name, pages) in zip(names.reversed(), chain?.writtenPages ?? []) { known.writtenPages[name] = pages }
-                return try BackupPageFile(size: final.size, base: base, chain: chain, lineage: known)
+                return try BackupPageFile(size: final.size, base: base, chain: chain, lineage: found, spans: spans)
             }
-            // Only the base's bytes are read from now on: the other handles can go.
-            for link in opened { link.reader.release() }
+            // Only blocks are read from now on, exactly, through the spans: the last reader can go
+            // too (the others went as the chain was followed).
+            Self.letGo(whole)
             return try BackupDatabase(
                 backupName: backup.name, databasePath: path, file: file, downloads: opened.compactMap(\.download))
         } catch {
             for link in opened { if let download = link.download { unlink(download) } }
             throw error
         }
+    }
+
+    /// Lets go of what reading `link`'s archive needed but reading blocks does not: the reader
+    /// (its listing and manifest) and the chunks of a remote archive kept for it.
+    private static func letGo(_ link: Opened) {
+        link.reader.release()
+        if case .ranged(let archive) = link.span { archive.dropRecentChunks() }
+    }
+
+    /// The newest backup's row of the database, its page size and the chain's length: taken
+    /// out of its manifest, which is let go with the reader once its link is checked.
+    private static func database(_ path: String, in newest: Opened) throws -> (row: Manifest.File, pageSize: Int?, chainLength: Int) {
+        guard let manifest = newest.reader.manifest else { throw StoreBackupError.unverifiableBackup(name: newest.name) }
+        guard let final = manifest.files.first(where: { $0.path == path }), StagedChain.isRegular(final.type) else {
+            throw StoreBackupError.notInBackup(name: newest.name, paths: [path])
+        }
+        return (final, manifest.databases.first { $0.path == path }?.pageSize, manifest.chainLength ?? 0)
+    }
+
+    /// One page delta of the chain (`entry` of `link`'s archive; `size`: the database's size
+    /// in that backup): indexed by its page map where its manifest gives its block hashes
+    /// (its blocks then kept in `cache`), else read whole into `scratch`.
+    private static func delta(
+        _ entry: ArchiveEntry, of link: Opened, size: Int64, pageSize: Int?, path: String, cache: InflatedBlockCache,
+        scratch: ChainScratch
+    ) throws -> ChainDelta {
+        guard let pageSize, pageSize > 0 else {
+            throw StoreBackupError.corruptArchive(name: link.name, reason: "its manifest gives \(path) no page size")
+        }
+        if let indexed = try ChainDeltaIndexing.open(
+            entry, of: link.reader, span: link.span, databasePath: path, size: size, pageSize: pageSize, cache: cache)
+        {
+            return indexed
+        }
+        return try scratch.appendWhole(entry, of: link.reader, size: size, pageSize: pageSize, databasePath: path)
     }
 
     /// The reader of the entry that stores the database whole, its block hashes ready.

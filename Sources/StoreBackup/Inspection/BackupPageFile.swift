@@ -4,7 +4,7 @@ import Foundation
 
 /// The file SQLite reads through the VFS "storebackup-backup" (`Sources/CBackupVFS`): a
 /// database as one backup holds it, its pages served from the entry's blocks
-/// (``EntryBlockReader``) or, for a point of a chain, from the newest page delta that holds
+/// (``EntryBlockReader``) or, for a point of a chain, from the newest page delta that writes
 /// them (``ChainPages``). A read that fails returns an I/O error to SQLite and keeps the
 /// reason, which ``BackupDatabase`` throws instead of SQLite's "disk I/O error".
 // Unchecked: the C object is made in init and freed in deinit; `failure` is locked.
@@ -15,14 +15,17 @@ final class BackupPageFile: @unchecked Sendable {
     let chain: ChainPages?
     /// The backups its pages come from, for telling which pages two points share.
     let lineage: PageLineage
+    /// Where every archive of its chain is read (for the bytes fetched from remote ones).
+    let spans: [ArchiveSpanReader]
     private let failure = Locked<StoreBackupError?>(nil)
     private var file: OpaquePointer?
 
-    init(size: Int64, base: EntryBlockReader, chain: ChainPages?, lineage: PageLineage) throws {
+    init(size: Int64, base: EntryBlockReader, chain: ChainPages?, lineage: PageLineage, spans: [ArchiveSpanReader]) throws {
         self.size = size
         self.base = base
         self.chain = chain
         self.lineage = lineage
+        self.spans = spans
         let registered = sb_backup_register_vfs()
         guard registered == SQLITE_OK else {
             throw StoreBackupError.sqlite(path: base.databasePath, operation: "register the backup VFS", message: "result \(registered)")
@@ -66,12 +69,12 @@ final class BackupPageFile: @unchecked Sendable {
     /// The database's bytes at `offset` (within its size): each page from the newest delta
     /// that holds it, else from the base entry, else zeros (beyond the base's end).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws {
-        try read(into: buffer, at: offset, base: base)
+        try read(into: buffer, at: offset, base: base, chain: chain)
     }
 
-    /// ``read(into:at:)`` taking the base entry's blocks through `base` (a sibling of
-    /// ``base``, for another thread).
-    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, base: EntryBlockReader) throws {
+    /// ``read(into:at:)`` taking the base entry's blocks through `base` and the deltas'
+    /// through `chain` (siblings of ``base`` and ``chain``, for another thread).
+    func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64, base: EntryBlockReader, chain: ChainPages?) throws {
         guard let chain else { return try readBase(into: buffer, at: offset, base: base) }
         var done = 0
         while done < buffer.count {

@@ -7,7 +7,7 @@ struct PageLineage: Sendable, Equatable {
     /// Backup names, newest first; the last stores the database whole.
     var backups: [String]
     /// For every backup but the last, the page numbers its page delta writes.
-    var writtenPages: [String: [Int32]]
+    var writtenPages: [String: [UInt32]]
 
     /// The pages that may differ between `older` and this point: those written by the
     /// page deltas above it. Nil unless `older` is a point below this one on this lineage.

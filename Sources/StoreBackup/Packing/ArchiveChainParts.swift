@@ -20,6 +20,9 @@ struct ArchiveChainParts: Sendable {
         /// The scratch file's plain path.
         var path: String
         var size: Int64
+        /// For a page delta: the path (escaped) of the database it patches, so that the
+        /// manifest lists how the delta is stored (``Manifest/pageDeltas``).
+        var patches: String? = nil
     }
 
     var kind: String

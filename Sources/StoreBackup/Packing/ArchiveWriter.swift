@@ -329,6 +329,7 @@ struct ArchiveWriter {
             manifest.chainLength = chain.chainLength
             manifest.hashSalt = chain.hashSalt
             manifest.pageMaps = chain.pageMaps
+            manifest.pageDeltas = pageDeltaRows(chain: chain, plan: plan, pipeline: pipeline)
         }
         if proven { manifest.proofSalt = settings.proofs?.salt }
         manifest.outsideLinks = outsideLinks.isEmpty ? nil : outsideLinks
@@ -344,6 +345,24 @@ struct ArchiveWriter {
             manifest.rootMtime = kept.rootMtime
         }
         return manifest
+    }
+
+    /// How each page delta among the extras is stored (format 4): read back by a reader that
+    /// takes one record out of one block. Nil when the archive has no page delta.
+    private func pageDeltaRows(chain: ArchiveChainParts, plan: CompressionPlan, pipeline: CompressionPipeline) -> [Manifest.PageDelta]? {
+        let storeJobCount = plan.jobs.count - plan.extras.count
+        var rows: [Manifest.PageDelta] = []
+        for (number, extra) in chain.extraEntries.enumerated() {
+            guard let database = extra.patches, let result = pipeline.result(forJob: storeJobCount + number) else { continue }
+            var row = Manifest.PageDelta(path: database, size: result.size, sha256: result.sha256)
+            if let blocks = pipeline.compressedBlocks(forJob: storeJobCount + number), blocks.count > 1 {
+                row.deflateBlockSize = CompressionPipeline.blockSize
+                row.deflateBlocks = blocks
+                row.deflateBlockHashes = pipeline.blockHashes(forJob: storeJobCount + number)
+            }
+            rows.append(row)
+        }
+        return rows.isEmpty ? nil : rows
     }
 
     /// The manifest's row of `items[itemIndex]`, once every file's data is read.

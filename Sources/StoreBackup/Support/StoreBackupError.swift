@@ -135,7 +135,8 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
     case notAFolder(path: String, what: String)
     /// (Format 4.) One block of a database's entry does not match its SHA-256 in the
     /// manifest (or cannot be read): a query that needs it fails, and SQLite never sees its
-    /// bytes; queries that need only other blocks still answer (``BackupDatabase``).
+    /// bytes; queries that need only other blocks still answer (``BackupDatabase``). For a
+    /// block of a chain's page delta, `database` reads "the page delta of" and the path.
     case damagedBlock(name: String, database: String, block: Int, reason: String)
     /// A statement given to a backup's database would write (``BackupDatabase/query(_:)``
     /// runs read-only statements only); nothing ran from it on.

@@ -101,6 +101,9 @@ struct Manifest: Codable, Sendable, Equatable {
     var hashSalt: String? = nil
     /// (Format 3.) The page map the archive holds for each database.
     var pageMaps: [PageMap]? = nil
+    /// (Format 4, optional.) How each page delta of the archive is stored, its block list
+    /// and block hashes: nil in archives written before them (their deltas are read whole).
+    var pageDeltas: [PageDelta]? = nil
     /// Hex salt of the password-keyed database proofs (encrypted backups with proofs).
     var proofSalt: String? = nil
 

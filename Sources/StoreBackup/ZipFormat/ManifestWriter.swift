@@ -137,6 +137,9 @@ struct ManifestWriter {
         if let outside = m.outsideLinks {
             fields.append(("outsideLinks", { w in w.array(outside, indent: 2) { w, x in w.string(x) } }))
         }
+        if let pageDeltas = m.pageDeltas {
+            fields.append(("pageDeltas", { w in w.array(pageDeltas, indent: 2) { w, d in w.pageDelta(d) } }))
+        }
         if let pageMaps = m.pageMaps {
             fields.append(("pageMaps", { w in w.array(pageMaps, indent: 2) { w, p in w.pageMap(p) } }))
         }
@@ -235,6 +238,25 @@ struct ManifestWriter {
                 ("name", { $0.string(b.name) }),
             ], indent: 4)
         append("  }")
+    }
+
+    private mutating func pageDelta(_ d: Manifest.PageDelta) {
+        append("{\n")
+        var fields: [(String, (inout ManifestWriter) -> Void)] = []
+        if let hashes = d.deflateBlockHashes {
+            fields.append(("deflateBlockHashes", { w in w.array(hashes, indent: 8) { w, h in w.string(h.hex) } }))
+        }
+        if let blocks = d.deflateBlocks {
+            fields.append(("deflateBlocks", { w in w.array(blocks, indent: 8) { w, b in w.integer(Int64(b)) } }))
+        }
+        if let size = d.deflateBlockSize { fields.append(("deflateBlockSize", { $0.integer(Int64(size)) })) }
+        fields += [
+            ("path", { $0.string(d.path) }),
+            ("sha256", { $0.string(d.sha256) }),
+            ("size", { $0.integer(d.size) }),
+        ]
+        object(fields, indent: 6)
+        append("    }")
     }
 
     private mutating func pageMap(_ p: Manifest.PageMap) {

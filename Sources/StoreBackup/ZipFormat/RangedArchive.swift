@@ -61,6 +61,12 @@ final class RangedArchive: ArchiveBytes, PositionedBytes, Sendable {
         self.fetch = fetch
     }
 
+    /// Lets go of the recent chunks (a manifest, a page map): for a reader that goes on with
+    /// exact reads elsewhere (``peek(at:count:)``), which would never use them again.
+    func dropRecentChunks() {
+        state.withLock { $0.recent = [] }
+    }
+
     /// Fetches the end of the archive, where every reader starts.
     func fetchTail() throws { try willRead(max(0, size - Self.tailBytes)..<max(0, size)) }
 
