@@ -62,13 +62,13 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import bench  # noqa: E402
 from bench import Tool, fmt_mib, fmt_s, log, percentile, remove, reset_store, run_rounds, verdict  # noqa: E402
-from s3server import s3_env, start_proxy, start_s3, stop_servers, write_credentials  # noqa: E402
+import s3server  # noqa: E402
+from s3server import Proxy, by_method, method, start_proxy, start_s3, stop_servers, write_credentials  # noqa: E402
 from writer import start_seq  # noqa: E402
 
 MiB = 1 << 20
@@ -154,30 +154,9 @@ class Service:
         self.log_file.close()
 
 
-class Proxy:
-    """The fault proxy's request log (one JSON object per line)."""
-
-    def __init__(self, info):
-        self.url, self.path = info["url"], info["log"]
-
-    def entries(self):
-        try:
-            with open(self.path) as f:
-                return [json.loads(line) for line in f if line.strip()]
-        except OSError:
-            return []
-
-
-def method(entry):
-    return entry["request"].split(" ", 1)[0]
-
-
 def object_key(entry):
     """The backup's name an S3 request is about ('' for a listing or the bucket)."""
-    target = entry["request"].split(" ")[1].split("?", 1)[0]
-    path = urllib.parse.unquote(target)
-    prefix = f"/{BUCKET}/{PREFIX}/"
-    return path[len(prefix):] if path.startswith(prefix) else ""
+    return s3server.object_key(entry, BUCKET, PREFIX)
 
 
 def uploads(entries):
@@ -273,8 +252,9 @@ def timed_phases(args, service, proxy, store):
     return marks, logs
 
 
-def list_backups(sb, env, endpoint, credentials):
-    out = subprocess.run([sb, "list", "--from", f"s3://{BUCKET}/{PREFIX}", "--s3-endpoint", endpoint,
+def list_backups(sb, env, endpoint, credentials, destination=f"s3://{BUCKET}/{PREFIX}"):
+    """`list --json` of the destination (default: this bench's)."""
+    out = subprocess.run([sb, "list", "--from", destination, "--s3-endpoint", endpoint,
                           "--credentials", credentials, "--json"], env=env, check=True, stdout=subprocess.PIPE)
     return json.loads(out.stdout)
 
@@ -301,13 +281,6 @@ def burst_kind(burst, kinds):
     uploaded = {object_key(e) for e in burst if method(e) in ("PUT", "POST")}
     found = [kinds.get(name) for name in uploaded if name in kinds]
     return "full" if "full" in found else "point" if "incremental" in found else "none"
-
-
-def by_method(entries):
-    counts = {}
-    for entry in entries:
-        counts[method(entry)] = counts.get(method(entry), 0) + 1
-    return dict(sorted(counts.items()))
 
 
 # ------------------------------------------------------------------ figures

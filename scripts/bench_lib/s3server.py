@@ -7,6 +7,8 @@ its method, bytes each way and times), in one place for every bench module.
     env = s3_env(server, base_env)           # AWS_* for the client commands
     proxy = start_proxy(root, server)        # {"url", "port", "log", ...}
     stop_servers(root)                       # every server started under root, by its pid
+    log = Proxy(proxy).entries()             # the proxy's log: one dict per request
+    method(entry), object_key(entry, bucket, prefix), by_method(entries)
 
 Standard library only.
 """
@@ -14,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.parse
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVERS = os.path.join(REPO, "Tests", "Servers", "testservers.py")
@@ -59,3 +62,37 @@ def write_credentials(server, path):
                 f"AWS_REGION={server.get('region', 'us-east-1')}\n")
     os.chmod(path, 0o600)
     return path
+
+
+class Proxy:
+    """The fault proxy's request log (one JSON object per line)."""
+
+    def __init__(self, info):
+        self.url, self.path = info["url"], info["log"]
+
+    def entries(self):
+        try:
+            with open(self.path) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except OSError:
+            return []
+
+
+def method(entry):
+    return entry["request"].split(" ", 1)[0]
+
+
+def object_key(entry, bucket, prefix):
+    """The backup's name an S3 request is about ('' for a listing or the bucket)."""
+    target = entry["request"].split(" ")[1].split("?", 1)[0]
+    path = urllib.parse.unquote(target)
+    start = f"/{bucket}/{prefix}/"
+    return path[len(start):] if path.startswith(start) else ""
+
+
+def by_method(entries):
+    """{method: requests}, by method name."""
+    counts = {}
+    for entry in entries:
+        counts[method(entry)] = counts.get(method(entry), 0) + 1
+    return dict(sorted(counts.items()))
