@@ -21,17 +21,18 @@ final class EntryBlockReader: @unchecked Sendable {
     private let lock = NSLock()
     private var hashes: [RawSHA256]
     private let cache: InflatedBlockCache
-    /// This reader's blocks in `cache`.
-    private let cacheOwner: Int
+    /// Names the entry's blocks in `cache` (shared with siblings, which read the same entry).
+    private let entryKey: Int
     private var inflater: BlockInflater?
     private var ctr: WinZipCTR?
     private var blocksRead = 0
     private var compressedBytesRead: Int64 = 0
 
     /// `cache`: one shared with other readers; nil for one of its own of `cacheBytes`.
+    /// `entryKey`: a sibling's (nil: a new one).
     init(
         index: EntryBlockIndex, hashes: [RawSHA256], span: ArchiveSpanReader, dataOffset: Int64, encryptionKey: [UInt8]?,
-        cacheBytes: Int, cache: InflatedBlockCache? = nil, backupName: String, databasePath: String
+        cacheBytes: Int, cache: InflatedBlockCache? = nil, entryKey: Int? = nil, backupName: String, databasePath: String
     ) {
         self.index = index
         self.hashes = hashes
@@ -41,7 +42,7 @@ final class EntryBlockReader: @unchecked Sendable {
         self.backupName = backupName
         self.databasePath = databasePath
         self.cache = cache ?? InflatedBlockCache(bytes: cacheBytes, blockSize: index.blockSize, minimum: 2)
-        cacheOwner = self.cache.newOwner()
+        self.entryKey = entryKey ?? BlockKey.newEntry()
     }
 
     /// Another reader of the same entry, with an inflater of its own (one per thread) and a
@@ -51,7 +52,7 @@ final class EntryBlockReader: @unchecked Sendable {
         defer { lock.unlock() }
         return EntryBlockReader(
             index: index, hashes: hashes, span: span, dataOffset: dataOffset, encryptionKey: encryptionKey,
-            cacheBytes: cacheBytes ?? cache.capacity * index.blockSize, cache: shared, backupName: backupName,
+            cacheBytes: cacheBytes ?? cache.capacity * index.blockSize, cache: shared, entryKey: entryKey, backupName: backupName,
             databasePath: databasePath)
     }
 
@@ -100,12 +101,12 @@ final class EntryBlockReader: @unchecked Sendable {
     }
 
     private func plainBlock(_ number: Int) throws -> [UInt8] {
-        if let cached = cache.block(owner: cacheOwner, number: number) { return cached }
+        if let cached = cache.block(BlockKey(entry: entryKey, number: number)) { return cached }
         let plain = try inflate(number)
         guard number < hashes.count, RawSHA256(bytes: SHA256.hash(data: plain)) == hashes[number] else {
             throw damaged(number, "its bytes do not match its SHA-256 in the manifest")
         }
-        cache.keep(plain, owner: cacheOwner, number: number)
+        cache.keep(plain, as: BlockKey(entry: entryKey, number: number))
         return plain
     }
 

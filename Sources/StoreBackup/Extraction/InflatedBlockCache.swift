@@ -3,62 +3,57 @@ import Foundation
 /// Inflated blocks, each checked against its hash, kept for reuse within a budget of
 /// blocks, least recently used dropped first. Each ``EntryBlockReader`` has one of its own,
 /// or shares one with others (the page deltas of a chain), so that the blocks of many
-/// entries stay within one budget however many entries there are.
+/// entries stay within one budget however many entries there are. With a ``BlockSpill``,
+/// a dropped block goes there, and is read back from there when asked for again.
 // Unchecked: every mutable property is used with `lock` held.
 final class InflatedBlockCache: @unchecked Sendable {
-    /// A block of one reader: readers take an owner number each (a reader's address could
-    /// be taken again by a later one).
-    private struct Key: Hashable {
-        let owner: Int
-        let number: Int
-    }
-
-    /// How many blocks it keeps.
+    /// How many blocks it keeps in memory.
     let capacity: Int
+    let spill: BlockSpill?
     private let lock = NSLock()
-    private var blocks: [Key: [UInt8]] = [:]
+    private var blocks: [BlockKey: [UInt8]] = [:]
     /// Least recently used first.
-    private var recency: [Key] = []
-    private var owners = 0
+    private var recency: [BlockKey] = []
 
-    init(capacity: Int) {
+    init(capacity: Int, spill: BlockSpill? = nil) {
         self.capacity = max(1, capacity)
+        self.spill = spill
     }
 
     /// A budget of `bytes` in blocks of `blockSize`, at least `minimum` blocks.
-    convenience init(bytes: Int, blockSize: Int, minimum: Int) {
-        self.init(capacity: max(minimum, bytes / max(1, blockSize)))
+    convenience init(bytes: Int, blockSize: Int, minimum: Int, spill: BlockSpill? = nil) {
+        self.init(capacity: max(minimum, bytes / max(1, blockSize)), spill: spill)
     }
 
-    /// A number no other reader of this cache has.
-    func newOwner() -> Int {
+    /// Block `key`, if kept in memory or spilled (it becomes the most recently used).
+    func block(_ key: BlockKey) -> [UInt8]? {
         lock.lock()
-        defer { lock.unlock() }
-        owners += 1
-        return owners
+        if let found = blocks[key] {
+            recency.removeAll { $0 == key }
+            recency.append(key)
+            lock.unlock()
+            return found
+        }
+        lock.unlock()
+        guard let spilled = spill?.load(key) else { return nil }
+        keep(spilled, as: key)
+        return spilled
     }
 
-    /// Block `number` of `owner`, if kept (it becomes the most recently used).
-    func block(owner: Int, number: Int) -> [UInt8]? {
+    /// Keeps `plain` as block `key`, dropping the least recently used beyond the budget
+    /// (into the spill, when there is one).
+    func keep(_ plain: [UInt8], as key: BlockKey) {
+        var dropped: (key: BlockKey, bytes: [UInt8])?
         lock.lock()
-        defer { lock.unlock() }
-        let key = Key(owner: owner, number: number)
-        guard let found = blocks[key] else { return nil }
-        recency.removeAll { $0 == key }
-        recency.append(key)
-        return found
-    }
-
-    /// Keeps `plain` as block `number` of `owner`, dropping the least recently used beyond the budget.
-    func keep(_ plain: [UInt8], owner: Int, number: Int) {
-        lock.lock()
-        defer { lock.unlock() }
-        let key = Key(owner: owner, number: number)
         if blocks.updateValue(plain, forKey: key) != nil {
             recency.removeAll { $0 == key }
         } else if recency.count >= capacity {
-            blocks[recency.removeFirst()] = nil
+            let oldest = recency.removeFirst()
+            dropped = blocks.removeValue(forKey: oldest).map { (oldest, $0) }
         }
         recency.append(key)
+        lock.unlock()
+        // Written outside the lock: other readers' blocks need not wait for the disk.
+        if let spill, let dropped, !spill.holds(dropped.key) { spill.store(dropped.bytes, as: dropped.key) }
     }
 }

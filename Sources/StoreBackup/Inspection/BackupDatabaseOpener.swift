@@ -35,7 +35,8 @@ struct BackupDatabaseOpener: Sendable {
             opened.append(newest)
             let (final, pageSize, chainLength) = try Self.database(path, in: newest)
             // The deltas' blocks share one cache, sized by the chain's length (at most).
-            let cache = ChainPages.deltaCache(bytes: cacheBytes, deltas: min(max(0, chainLength), StagedChain.maxLength))
+            let spill = BlockSpill()
+            let cache = ChainPages.deltaCache(bytes: cacheBytes, deltas: min(max(0, chainLength), StagedChain.maxLength), spill: spill)
             let scratch = ChainScratch()
             let known = newest.reader.password.map { PasswordProvider.fixed($0) } ?? passwords
             // Newest first: the backups whose page deltas change the database, down to the one that stores it whole.
@@ -94,8 +95,8 @@ struct BackupDatabaseOpener: Sendable {
                             name: backup.name, reason: "its manifest gives \(path) a size that is not whole pages of \(pageSize) bytes")
                     }
                     chain = ChainPages(
-                        deltas: changes.reversed(), scratch: scratch, pageSize: pageSize, pages: Int(final.size / Int64(pageSize)),
-                        databasePath: path)
+                        deltas: changes.reversed(), scratch: scratch, spill: spill, pageSize: pageSize,
+                        pages: Int(final.size / Int64(pageSize)), databasePath: path)
                 }
                 return try BackupPageFile(size: final.size, base: base, chain: chain, lineage: found, spans: spans)
             }

@@ -16,6 +16,8 @@ final class ChainPages: @unchecked Sendable {
     /// Oldest first.
     let deltas: [ChainDelta]
     private let scratch: ChainScratch
+    /// Where the deltas' blocks go when dropped from memory (siblings' too).
+    private let spill: BlockSpill?
     /// Every page (1-based, at most `pages`) some delta writes, ascending, and beside it the
     /// newest delta that writes it (an index into `deltas`).
     private let written: [UInt32]
@@ -23,9 +25,11 @@ final class ChainPages: @unchecked Sendable {
     let databasePath: String
 
     /// `deltas` oldest first; `pages`: the database's page count in the newest backup.
-    init(deltas: [ChainDelta], scratch: ChainScratch, pageSize: Int, pages: Int, databasePath: String) {
+    /// `spill`: where the cache of the deltas' blocks spills.
+    init(deltas: [ChainDelta], scratch: ChainScratch, spill: BlockSpill?, pageSize: Int, pages: Int, databasePath: String) {
         self.deltas = deltas
         self.scratch = scratch
+        self.spill = spill
         self.pageSize = pageSize
         self.pages = pages
         self.databasePath = databasePath
@@ -90,23 +94,27 @@ final class ChainPages: @unchecked Sendable {
         pages = other.pages
         self.deltas = deltas
         scratch = other.scratch
+        spill = other.spill
         written = other.written
         newest = other.newest
         databasePath = other.databasePath
     }
 
     /// The same pages read through block readers of their own, which keep their inflated
-    /// blocks in one cache (``deltaCache(bytes:deltas:)``): one per thread.
+    /// blocks in one cache (``deltaCache(bytes:deltas:spill:)``) and spill them where this one's
+    /// do: one per thread.
     func sibling(cacheBytes: Int) -> ChainPages {
-        let cache = Self.deltaCache(bytes: cacheBytes, deltas: deltas.count)
+        let cache = Self.deltaCache(bytes: cacheBytes, deltas: deltas.count, spill: spill)
         return ChainPages(sharing: self, deltas: deltas.map { $0.sibling(cache: cache) })
     }
 
     /// The cache the blocks of `deltas` page deltas share: `bytes` of blocks, and at least one
-    /// block per delta and one more. A scan in page order reads each delta's records in order,
-    /// so one block of each delta stays useful; fewer would inflate each block again and again.
-    static func deltaCache(bytes: Int, deltas: Int) -> InflatedBlockCache {
-        InflatedBlockCache(bytes: bytes, blockSize: CompressionPipeline.blockSize, minimum: deltas + 1)
+    /// block per delta and one more (a scan in page order reads each delta's records in order,
+    /// so one block of each delta stays useful), the blocks it drops going to `spill`: a scan
+    /// in rowid order jumps between the deltas' blocks, and reads each back instead of
+    /// inflating it again.
+    static func deltaCache(bytes: Int, deltas: Int, spill: BlockSpill?) -> InflatedBlockCache {
+        InflatedBlockCache(bytes: bytes, blockSize: CompressionPipeline.blockSize, minimum: deltas + 1, spill: spill)
     }
 
     /// Copies page `number`'s bytes (from `start` within it) into `buffer`; false when no
