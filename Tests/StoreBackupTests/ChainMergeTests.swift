@@ -8,7 +8,8 @@ import XCTest
 /// chain (block-deflated databases of several blocks, checked while they are written) of a
 /// database whose same rows change every night, which grows for two nights, then shrinks
 /// below its first size, then grows again: every backup restores to its night's store, by
-/// the independent walk of Tests/Support/roundtrip_stores.py (databases by their rows).
+/// the independent walk of Tests/Support/roundtrip_stores.py (databases by their rows),
+/// proven and checked.
 final class ChainMergeTests: XCTestCase {
     /// Each night's change to App.sqlite, through Python's sqlite3 (seeded payloads).
     private static let nights = [
@@ -68,13 +69,22 @@ final class ChainMergeTests: XCTestCase {
         XCTAssertLessThan(sizes[3], sizes[0])
         XCTAssertGreaterThan(sizes[4], sizes[3])
 
+        // Each night twice: proven (the patch hashes the blocks it patches) and checked (the
+        // database read back beside integrity_check).
         for (night, backup) in expected.enumerated() {
-            let restored = work + "/restored-\(night)/Stores"
-            let result = try runStoreBackup(["restore", backup.name, restored, "--from", backups, "--yes"], environment: environment)
-            XCTAssertEqual(result.status, 0, "night \(night): \(result.stderr)")
-            let after = try RoundTripTests.describe(restored)
-            XCTAssertTrue(after == backup.tree, "night \(night): \(RoundTripTests.difference(backup.tree, after))")
-            try? FileSystem.removeTree(work + "/restored-\(night)")
+            for checked in [false, true] {
+                let restored = work + "/restored-\(night)/Stores"
+                let result = try runStoreBackup(
+                    ["restore", backup.name, restored, "--from", backups, "--yes", "--json"] + (checked ? ["--check-databases"] : []),
+                    environment: environment)
+                XCTAssertEqual(result.status, 0, "night \(night): \(result.stderr)")
+                let report = try XCTUnwrap(JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+                let proven = try XCTUnwrap(report["databasesProven"] as? [String])
+                XCTAssertEqual(proven.contains("App.sqlite"), !checked, "night \(night): \(result.stdout)")
+                let after = try RoundTripTests.describe(restored)
+                XCTAssertTrue(after == backup.tree, "night \(night): \(RoundTripTests.difference(backup.tree, after))")
+                try? FileSystem.removeTree(work + "/restored-\(night)")
+            }
         }
     }
 }

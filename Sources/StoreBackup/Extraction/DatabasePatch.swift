@@ -13,9 +13,10 @@ protocol DatabasePatch: AnyObject, Sendable {
     var finalModificationTime: Int64 { get }
     var finalSHA256: String { get }
     /// Whether ``finish(descriptor:path:)`` checks the SHA-256 (hashing the final bytes as
-    /// they become final). The ``EntryWriter`` turns it off for a database unpacked in
-    /// blocks and reads the file back instead (``DeferredDigest``), as for any such database:
-    /// the hash then runs beside `integrity_check` instead of on the path the check waits for.
+    /// they become final: from the patched blocks in memory, else read back). The
+    /// ``EntryWriter`` turns it off for a database unpacked in blocks while `integrity_check`
+    /// follows it, and reads the file back instead (``DeferredDigest``): the hash then runs
+    /// beside the check instead of on the path the check waits for.
     var hashesContent: Bool { get set }
 
     /// Bytes `0..<written` of the unpacked entry are on disk (`descriptor` opened for reading

@@ -70,13 +70,15 @@ struct EntryWriter {
             // Whatever goes wrong, a reader waiting for more bytes is let go.
             defer { if !finished { unpacking?.file.fail() } }
             unpacking?.start()
-            patch?.hashesContent = false
+            // A patched database is hashed once, as it ends up: by the patch from the blocks it
+            // patches when nothing reads the file meanwhile, else read back beside the check.
+            patch?.hashesContent = unpacking == nil
             let inflater = ParallelInflater(
                 archive: archive.handle, archiveLock: archive.lock, localFile: reader.localFile,
                 centralNameLength: reader.centralNameLength(of: entry), entry: entry, blockSize: blockPlan.blockSize,
                 compressedBlocks: blockPlan.blocks, workers: workers, cancel: cancel,
                 password: reader.password, backupName: reader.backupName,
-                pageCache: reader.pageCache, hashesContent: unpacking == nil,
+                pageCache: reader.pageCache, hashesContent: unpacking == nil && patch == nil,
                 patchBlock: patch.map { patch in { try patch.patch(block: $1, at: $0, descriptor: fd, path: path) } })
             var written: Int64 = 0
             // The blocks come back in order, each already written at its offset.
@@ -99,6 +101,7 @@ struct EntryWriter {
             finished = true
             reader.pageCache?.drop(entry)
             // A patched database is checked as the patch left it, against the chain's newest manifest.
+            if patch?.hashesContent == true { return nil }
             guard let expectedSHA256 = patch?.finalSHA256 ?? (result.sha256 == nil ? expected.sha256 : nil) else { return nil }
             let digest = DeferredDigest(
                 owning: fd, path: path, entryPath: entry.path, size: patch?.finalSize ?? expected.size, expectedSHA256: expectedSHA256)

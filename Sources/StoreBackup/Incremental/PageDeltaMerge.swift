@@ -100,6 +100,13 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
             }
             (block.baseAddress! + Int(start + Int64(head) - offset)).copyMemory(from: page.baseAddress! + head, byteCount: pageSize - head)
         }
+        // The pages that end in the block are final now: hashed here rather than read back,
+        // when they follow what was hashed (advance reads back anything this leaves).
+        guard hashesContent, offset == hashed else { return }
+        let final = min(end / Int64(pageSize) * Int64(pageSize), finalSize)
+        guard final > offset else { return }
+        hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: block[0..<Int(final - offset)]))
+        hashed = final
     }
 
     /// Writes, in page order, each page that ends by `limit` from the newest delta holding it.
