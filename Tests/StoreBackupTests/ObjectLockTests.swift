@@ -95,12 +95,7 @@ final class ObjectLockTests: XCTestCase {
     /// On a versioned bucket, delete removes the version itself: no delete marker hides
     /// bytes that stay.
     func testDeleteOnAVersionedBucketRemovesTheBytes() throws {
-        try makeBucket("versioned", objectLock: false)
-        let versioning = work + "/versioning.xml"
-        try Data("<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>".utf8).write(
-            to: URL(fileURLWithPath: versioning))
-        XCTAssertEqual(
-            try raw("PUT", "/versioned?versioning", headers: ["Content-Type: application/xml"], bodyFile: versioning).status, 200)
+        try makeVersionedBucket("versioned")
         let created = try runStoreBackup(["create", store] + to("versioned"), environment: environment)
         XCTAssertEqual(created.status, 0, created.stderr)
         let name = created.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -110,6 +105,22 @@ final class ObjectLockTests: XCTestCase {
         XCTAssertEqual(try versions(bucket: "versioned"), [], "no version and no delete marker is left")
         let listed = try runStoreBackup(["list", "--json"] + to("versioned"), environment: environment)
         XCTAssertFalse(listed.stdout.contains(name), listed.stdout)
+    }
+
+    /// Prune on a versioned bucket deletes each version one by one, not by key in a batch
+    /// (which would leave the bytes behind delete markers).
+    func testPruneOnAVersionedBucketRemovesTheBytesOfEveryBackup() throws {
+        try makeVersionedBucket("versioned")
+        var names: [String] = []
+        for _ in 0..<3 {
+            let created = try runStoreBackup(["create", store] + to("versioned"), environment: environment)
+            XCTAssertEqual(created.status, 0, created.stderr)
+            names.append(created.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
+        }
+        XCTAssertEqual(Set(names).count, 3, "\(names)")
+        let pruned = try runStoreBackup(["prune", "--keep-last", "1", "--yes"] + to("versioned"), environment: environment)
+        XCTAssertEqual(pruned.status, 0, pruned.stderr)
+        XCTAssertEqual(try versions(bucket: "versioned"), ["Version app/\(names[2])"], "no delete marker, no old version")
     }
 
     // MARK: the server's own refusal (issue 54)
@@ -272,6 +283,15 @@ final class ObjectLockTests: XCTestCase {
     func makeBucket(_ name: String, objectLock: Bool) throws {
         let answer = try raw("PUT", "/" + name, headers: objectLock ? ["x-amz-bucket-object-lock-enabled: true"] : [])
         XCTAssertEqual(answer.status, 200, answer.body)
+    }
+
+    /// A bucket with versioning on and no Object Lock.
+    func makeVersionedBucket(_ name: String) throws {
+        try makeBucket(name, objectLock: false)
+        let versioning = work + "/versioning.xml"
+        try Data("<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>".utf8).write(
+            to: URL(fileURLWithPath: versioning))
+        XCTAssertEqual(try raw("PUT", "/\(name)?versioning", headers: ["Content-Type: application/xml"], bodyFile: versioning).status, 200)
     }
 
     /// Every version and delete marker in `bucket` (ListObjectVersions), as "KIND KEY".

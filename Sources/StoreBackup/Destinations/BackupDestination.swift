@@ -82,6 +82,12 @@ public protocol BackupDestination: Sendable {
     /// Removes `name`; throws `backupNotFound` when there is no such backup.
     func delete(_ name: String) async throws
 
+    /// Removes several backups in as few requests as the service allows (S3's DeleteObjects),
+    /// for retention. Returns the names it could not remove, each with the server's answer (a
+    /// name already gone counts as removed); nil, having removed nothing, where it cannot
+    /// (the default, and a versioned or locked S3 bucket): the caller deletes one by one.
+    func deleteBatch(_ names: [String]) async throws -> [String: String]?
+
     /// Checks, in a request or two, that the destination can take a backup (reachable,
     /// credentials accepted, folder there or creatable), so `create` fails in seconds
     /// instead of after archiving. The default does nothing.
@@ -134,6 +140,8 @@ extension BackupDestination {
     public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] { [] }
     /// Nothing to remove by default.
     public func removeStaleUpload(_ upload: StaleUpload) async throws {}
+    /// One by one by default.
+    public func deleteBatch(_ names: [String]) async throws -> [String: String]? { nil }
     /// No locks by default.
     public func retention(of name: String) async throws -> BackupRetention? { nil }
     /// Cannot lock by default.

@@ -49,6 +49,11 @@ public struct RetryingDestination: WrappingDestination {
         try await retrying { try await base.delete(name) }
     }
 
+    /// Deletes at the base in batches, retried within the budget (a name already gone is no failure).
+    public func deleteBatch(_ names: [String]) async throws -> [String: String]? {
+        try await retrying { try await base.deleteBatch(names) }
+    }
+
     /// The base's preflight check, retried within the budget.
     public func preflight() async throws {
         try await retrying { try await base.preflight() }

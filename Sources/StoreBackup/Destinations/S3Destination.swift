@@ -60,10 +60,10 @@ struct S3Destination: BlockingDestination {
 
     var displayName: String { "s3://\(bucket)" + (prefix.isEmpty ? "" : "/\(prefix)") }
 
-    private func key(_ name: String) -> String { prefix.isEmpty ? name : prefix + "/" + name }
+    func key(_ name: String) -> String { prefix.isEmpty ? name : prefix + "/" + name }
 
     /// Path-style URL; `query` must already be in canonical order (libcurl signs it as written).
-    private func url(key: String? = nil, query: [(String, String)] = []) -> String {
+    func url(key: String? = nil, query: [(String, String)] = []) -> String {
         var text = endpoint + "/" + URLPath.encodeComponent(bucket)
         if let key { text += "/" + URLPath.encode(key) }
         if !query.isEmpty {
@@ -76,7 +76,7 @@ struct S3Destination: BlockingDestination {
         return text
     }
 
-    private func request(_ method: String, _ url: String, label: String) -> TransferRequest {
+    func request(_ method: String, _ url: String, label: String) -> TransferRequest {
         var request = TransferRequest(method: method, url: url, label: label)
         request.credentials = .awsSigV4(accessKey: accessKey, secretKey: secretKey, region: region, service: "s3")
         request.headers.append(("x-amz-content-sha256", "UNSIGNED-PAYLOAD"))

@@ -37,6 +37,8 @@ extension WrappingDestination {
     /// Forwarded to ``base``.
     public func delete(_ name: String) async throws { try await base.delete(name) }
     /// Forwarded to ``base``.
+    public func deleteBatch(_ names: [String]) async throws -> [String: String]? { try await base.deleteBatch(names) }
+    /// Forwarded to ``base``.
     public func preflight() async throws { try await base.preflight() }
     /// Forwarded to ``base``.
     public func staleUploads(olderThan age: Double) async throws -> [StaleUpload] {

@@ -88,6 +88,8 @@ struct BackupPruner: Sendable {
     /// the first failure, except a backup S3 Object Lock keeps: that one is kept and handed
     /// to `locked`, and the backups its chain needs are kept too and handed to `keptAsBase`
     /// (with the dependent that needs each), so no incremental is left without its base.
+    /// Where the destination deletes in batches (``BackupDestination/deleteBatch(_:)``), see
+    /// ``executeInBatches(_:chains:keptAsBase:)``.
     func execute(
         _ groups: [Group], locked: (@Sendable (_ name: String, _ until: Date?) -> Void)? = nil,
         keptAsBase: (@Sendable (_ name: String, _ dependent: String) -> Void)? = nil
@@ -96,6 +98,9 @@ struct BackupPruner: Sendable {
         let toDelete = Set(groups.flatMap(\.toDelete).map(\.name))
         // Newest first, every incremental before its bases.
         let doomed = chains.backups.filter { toDelete.contains($0.name) }
+        if doomed.count > 1, let deleted = try await executeInBatches(doomed.map(\.name), chains: chains, keptAsBase: keptAsBase) {
+            return deleted
+        }
         var deleted: Set<String> = []
         var order: [String] = []
         for backup in doomed {
@@ -121,5 +126,48 @@ struct BackupPruner: Sendable {
             BackupMetrics.recordRetention(destination: destination.displayName, removed: 1)
         }
         return order
+    }
+
+    /// Deletes `doomed` (newest first) in the destination's batches, each backup only if
+    /// every backup that depends on it goes too; nil, having deleted nothing, where the
+    /// destination deletes one by one. A batch has no order on the server, so a backup it
+    /// failed to delete may have lost its base in the same batch: each is deleted again on its
+    /// own (retried), and one that still stays fails the run, naming it (it is still doomed,
+    /// and the next retention deletes it).
+    private func executeInBatches(
+        _ doomed: [String], chains: BackupChains, keptAsBase: (@Sendable (_ name: String, _ dependent: String) -> Void)?
+    ) async throws -> [String]? {
+        var deletable: [String] = []
+        var going: Set<String> = []
+        for name in doomed {
+            if let dependent = chains.directDependents(of: name).first(where: { !going.contains($0) }) {
+                keptAsBase?(name, dependent)
+                continue
+            }
+            deletable.append(name)
+            going.insert(name)
+        }
+        if deletable.isEmpty { return [] }
+        if Task.isCancelled { throw StoreBackupError.cancelled }
+        guard let failures = try await destination.deleteBatch(deletable) else { return nil }
+        var stayed: [String] = []
+        for name in deletable where failures[name] != nil {
+            do {
+                try await destination.delete(name)
+            } catch StoreBackupError.backupNotFound {
+                // Gone after all.
+            } catch {
+                stayed.append("\(name) (\(failures[name] ?? ""); then \(error))")
+            }
+        }
+        TestPausePoint.reach("retention-deleted")
+        let deleted = deletable.count - stayed.count
+        BackupMetrics.recordRetention(destination: destination.displayName, removed: deleted)
+        guard stayed.isEmpty else {
+            throw StoreBackupError.destination(
+                destination: destination.displayName,
+                reason: "retention deleted \(deleted) backups but could not delete \(stayed.joined(separator: ", "))")
+        }
+        return deletable
     }
 }
