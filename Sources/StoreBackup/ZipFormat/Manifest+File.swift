@@ -136,8 +136,8 @@ extension Manifest {
         }
 
         /// Hashes in the form storebackup writes, or a decoding error (a reader cannot check
-        /// a block against text it cannot compare).
-        private static func blockHashes(_ texts: [String]?) throws -> [RawSHA256]? {
+        /// a block against text it cannot compare). Page deltas' rows decode theirs with it too.
+        static func blockHashes(_ texts: [String]?) throws -> [RawSHA256]? {
             guard let texts else { return nil }
             return try texts.map { text in
                 guard let hash = RawSHA256(hex: text) else {

@@ -40,15 +40,7 @@ extension Manifest {
             sha256 = try container.decode(String.self, forKey: .sha256)
             deflateBlockSize = try container.decodeIfPresent(Int.self, forKey: .deflateBlockSize)
             deflateBlocks = try container.decodeIfPresent([Int].self, forKey: .deflateBlocks)
-            deflateBlockHashes = try container.decodeIfPresent([String].self, forKey: .deflateBlockHashes).map { texts in
-                // A hash that cannot be compared cannot check a block: the manifest is unreadable.
-                try texts.map { text in
-                    guard let hash = RawSHA256(hex: text) else {
-                        throw DecodingError.dataCorrupted(.init(codingPath: [], debugDescription: "a block hash is not 64 hex digits"))
-                    }
-                    return hash
-                }
-            }
+            deflateBlockHashes = try File.blockHashes(container.decodeIfPresent([String].self, forKey: .deflateBlockHashes))
         }
 
         func encode(to encoder: any Encoder) throws {
