@@ -84,6 +84,30 @@ def remove(*paths):
                     f.write(f"{time.time()}\n")
 
 
+def run_and_report(args, work, kind, measure, report):
+    """A bench module's run: measure(args, root, work) with its S3 servers under work/s3
+    (s3server.py; stopped whatever happens), then the Markdown report printed and appended
+    to --out, and the JSON result in --json, else beside --out as <out>-<kind>.json."""
+    root = os.path.join(work, "s3")
+    remove(work)
+    os.makedirs(root)
+    try:
+        result = measure(args, root, work)
+    finally:
+        s3server.stop_servers(root)
+    text = report(result)
+    print(text)
+    json_path = args.json or (os.path.splitext(args.out)[0] + f"-{kind}.json" if args.out else None)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(result, f, indent=2)
+        log(f"{kind}: result in {json_path}")
+    if args.out:
+        with open(args.out, "a") as out:
+            out.write("\n" + text)
+    return result
+
+
 def set_aside(*paths):
     """Moves the output of a timed run out of the way without freeing its inodes: every
     file is emptied (its blocks are freed at once) and the tree renamed into the work

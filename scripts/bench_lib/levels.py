@@ -77,7 +77,7 @@ import bench  # noqa: E402
 from bench import Tool, fmt_s, log, remove, reset_store, run_rounds, verdict  # noqa: E402
 from batch_writer import BatchWriter, database_state  # noqa: E402
 from points import fmt_bytes, fmt_pct, list_backups, name_time  # noqa: E402
-from s3server import Proxy, by_method, method, object_key, start_proxy, start_s3, stop_servers, write_credentials  # noqa: E402
+from s3server import Proxy, by_method, method, object_key, start_proxy, start_s3, write_credentials  # noqa: E402
 
 MiB = 1 << 20
 BUCKET, PREFIX = "bench", "levels"
@@ -788,23 +788,7 @@ def main():
     args.work = work = os.path.join(os.path.abspath(args.work), "levels")
     bench.ARGS = args
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    root = os.path.join(work, "s3")
-    remove(work)
-    os.makedirs(root)
-    try:
-        result = measure(args, root, work)
-    finally:
-        stop_servers(root)
-    text = report(result)
-    print(text)
-    json_path = args.json or (os.path.splitext(args.out)[0] + "-levels.json" if args.out else None)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(result, f, indent=2)
-        log(f"levels: result in {json_path}")
-    if args.out:
-        with open(args.out, "a") as out:
-            out.write("\n" + text)
+    bench.run_and_report(args, work, "levels", measure, report)
     if not args.keep:
         remove(work)
 

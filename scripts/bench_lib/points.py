@@ -68,7 +68,7 @@ sys.path.insert(0, HERE)
 import bench  # noqa: E402
 from bench import Tool, fmt_mib, fmt_s, log, percentile, remove, reset_store, run_rounds, verdict  # noqa: E402
 import s3server  # noqa: E402
-from s3server import Proxy, by_method, method, start_proxy, start_s3, stop_servers, write_credentials  # noqa: E402
+from s3server import Proxy, by_method, method, start_proxy, start_s3, write_credentials  # noqa: E402
 from writer import start_seq  # noqa: E402
 
 MiB = 1 << 20
@@ -669,23 +669,7 @@ def main():
     args.work = work = os.path.join(os.path.abspath(args.work), "points")
     bench.ARGS = args
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    root = os.path.join(work, "s3")
-    remove(work)
-    os.makedirs(root)
-    try:
-        result = measure(args, root, work)
-    finally:
-        stop_servers(root)
-    text = report(result)
-    print(text)
-    json_path = args.json or (os.path.splitext(args.out)[0] + "-points.json" if args.out else None)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(result, f, indent=2)
-        log(f"points: result in {json_path}")
-    if args.out:
-        with open(args.out, "a") as out:
-            out.write("\n" + text)
+    bench.run_and_report(args, work, "points", measure, report)
     remove(work)
 
 
