@@ -43,10 +43,10 @@ struct ParallelInflater {
     var pageCache: ArchivePageCache? = nil
     /// Whether to compute the SHA-256 as the blocks come back.
     var hashesContent = true
-    /// Changes each inflated block in memory before it is written (a chain restore's page
-    /// deltas, at the block's offset in the entry), so that the file is written once, already
-    /// final. The CRC-32, size and SHA-256 are of the entry's bytes, before the change. With
-    /// it, the blocks are written in order by the calling thread instead of by the workers.
+    /// Changes each inflated block once a worker has written it (a chain restore's page
+    /// deltas, at the block's offset in the entry): on disk, page by page, and in memory, so
+    /// that what the calling thread hashes next is final. Called in order, on the calling
+    /// thread. The CRC-32, size and SHA-256 are of the entry's bytes, before the change.
     var patchBlock: ((_ offset: Int64, _ block: UnsafeMutableRawBufferPointer) throws -> Void)? = nil
 
     struct Result {
@@ -102,7 +102,7 @@ struct ParallelInflater {
         // leaves the core to the database's check.
         let writing = NSLock()
         let lastIndex = compressedBlocks.count - 1
-        let workersWrite = descriptor >= 0 && patchBlock == nil
+        let workersWrite = descriptor >= 0
         let shared = (entry: entry, blockSize: blockSize, backupName: backupName, key: encryptionKey)
         let inflating = WorkerPool.start(name: "storebackup-inflate", width: workers) { [shared] _ in
             let (entry, blockSize, backupName, encryptionKey) = shared
@@ -201,10 +201,8 @@ struct ParallelInflater {
             size += Int64(plain.count)
             defer { plain.recycle() }
             if let patchBlock, descriptor >= 0 {
-                let offset = Int64(nextToHash) * Int64(blockSize)
-                try patchBlock(offset, UnsafeMutableRawBufferPointer(start: plain.bytes, count: plain.count))
-                try FileSystem.write(descriptor, plain.contents, at: offset, path: path)
-                writeback?.wrote(plain.count)
+                // The worker wrote the block before completing it: the patch's pages land after it.
+                try patchBlock(Int64(nextToHash) * Int64(blockSize), UnsafeMutableRawBufferPointer(start: plain.bytes, count: plain.count))
             }
             try onBytes(Int64(plain.count))
             nextToHash += 1

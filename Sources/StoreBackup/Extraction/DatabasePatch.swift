@@ -23,10 +23,10 @@ protocol DatabasePatch: AnyObject, Sendable {
     /// and writing): patches what lies there and returns how many bytes from the start are final.
     func advance(descriptor: Int32, path: String, written: Int64) throws -> Int64
 
-    /// Changes a block of the unpacked entry (bytes `offset..<offset + block.count`) in
-    /// memory before it is written at `offset` (`descriptor` holds the blocks before it),
-    /// blocks in order: the pages that end within it take their final content, so the file
-    /// is written once and a later ``advance(descriptor:path:written:)`` has nothing left there.
+    /// Changes a block of the unpacked entry (bytes `offset..<offset + block.count`) just
+    /// written at `offset`, blocks in order: the pages that end within it take their final
+    /// content on disk (one write each) and in `block`, so a later
+    /// ``advance(descriptor:path:written:)`` has nothing left there.
     func patch(block: UnsafeMutableRawBufferPointer, at offset: Int64, descriptor: Int32, path: String) throws
 
     /// The entry is on disk in full: writes the rest, gives the file its final size, and

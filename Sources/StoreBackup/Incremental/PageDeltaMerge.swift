@@ -92,12 +92,10 @@ final class PageDeltaMerge: DatabasePatch, @unchecked Sendable {  // used by the
         let end = offset + Int64(block.count)
         while let (number, page) = try nextPage(endingBy: end) {
             let start = Int64(number - 1) * Int64(pageSize)
+            try FileSystem.write(descriptor, UnsafeRawBufferPointer(page), at: start, path: path)
             // A page that began in the block before (a block size that is no multiple of the
-            // page size) has its head on disk already: that part is written in place.
+            // page size) has only its tail in this block's memory.
             let head = Int(max(0, offset - start))
-            if head > 0 {
-                try FileSystem.write(descriptor, UnsafeRawBufferPointer(rebasing: page[0..<head]), at: start, path: path)
-            }
             (block.baseAddress! + Int(start + Int64(head) - offset)).copyMemory(from: page.baseAddress! + head, byteCount: pageSize - head)
         }
         // The pages that end in the block are final now: hashed here rather than read back,
