@@ -117,4 +117,12 @@ static inline int sb_limit_malloc_arenas(int count) {
     return mallopt(M_ARENA_MAX, count);
 }
 
+/// mallopt(M_MMAP_THRESHOLD) and mallopt(M_TRIM_THRESHOLD) to `bytes` (glibc): allocations
+/// of at least `bytes` get pages of their own, given back when freed, and the heap's free
+/// top above `bytes` is given back too. Setting the mmap threshold also stops glibc from
+/// raising it each time such a block is freed. Returns 1 when both were set.
+static inline int sb_return_large_blocks(int bytes) {
+    return mallopt(M_MMAP_THRESHOLD, bytes) && mallopt(M_TRIM_THRESHOLD, bytes);
+}
+
 #endif

@@ -29,7 +29,7 @@ struct StoreBackupCommand: AsyncParsableCommand {
     )
 
     static func main() async {
-        MallocArenas.limitToOnePerCore()
+        MallocTuning.apply()
         LocalTimeZone.pin()
         TestSwitches.install()
         await main(nil)
