@@ -294,31 +294,50 @@ final class ChainRestoreTests: XCTestCase {
         XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-3"))
     }
 
-    /// From a remote destination (a real WebDAV server): each base is downloaded beside the
-    /// store, and every download is gone afterwards, after a success and after a refusal.
+    /// From a remote destination (a real WebDAV server): the incrementals are downloaded
+    /// beside the store and the full streamed, and every download is gone afterwards, after a
+    /// success and after a refusal. An encrypted chain asks for its password once.
     func testChainFromARemoteDestinationIsDownloadedAndCleanedUp() async throws {
         let chain = try makeChain("remote")
+        let encrypted = try makeChain("remote-encrypted", nights: 2, encrypt: "correct horse")
         let servers = try TestServers(label: "chain-webdav")
         defer { servers.stop() }
         let server = try servers.start("webdav")
-        let remote = (server["data_dir"] as! String) + "/backups"
-        try FileManager.default.createDirectory(atPath: remote, withIntermediateDirectories: true)
-        for name in chain.names {
-            try FileManager.default.copyItem(atPath: chain.folder + "/backups/" + name, toPath: remote + "/" + name)
+        func remoteCopy(of chain: (folder: String, names: [String]), into folder: String) throws -> any BackupDestination {
+            let remote = (server["data_dir"] as! String) + "/" + folder
+            try FileManager.default.createDirectory(atPath: remote, withIntermediateDirectories: true)
+            for name in chain.names {
+                try FileManager.default.copyItem(atPath: chain.folder + "/backups/" + name, toPath: remote + "/" + name)
+            }
+            let options = DestinationOptions(
+                retry: WebDAVDestinationTests.retry,
+                environment: [
+                    "HOME": work, "STOREBACKUP_WEBDAV_USER": server["user"] as! String,
+                    "STOREBACKUP_WEBDAV_PASSWORD": server["password"] as! String,
+                ])
+            return try WebDAVDestination.make(url: "webdav://127.0.0.1:\(server["port"] as! Int)/dav/\(folder)", options: options)
         }
-        let options = DestinationOptions(
-            retry: WebDAVDestinationTests.retry,
-            environment: [
-                "HOME": work, "STOREBACKUP_WEBDAV_USER": server["user"] as! String,
-                "STOREBACKUP_WEBDAV_PASSWORD": server["password"] as! String,
-            ])
-        let destination = try WebDAVDestination.make(url: "webdav://127.0.0.1:\(server["port"] as! Int)/dav/backups", options: options)
+        let remote = (server["data_dir"] as! String) + "/backups"
+        let destination = try remoteCopy(of: (chain.folder, chain.names), into: "backups")
         let store = work + "/remote-live/Stores"
         let helper = StoreHelper(storesDirectory: store, destination: destination)
         let result = try await helper.restore("latest")
         XCTAssertEqual(result.backupName, chain.names[3])
         XCTAssertEqual(try snapshot(store), try snapshot(chain.folder + "/stores/night-3"))
         XCTAssertEqual(try leftBeside(FileSystem.parentDirectory(of: store)), [])
+
+        var encryptedHelper = StoreHelper(
+            storesDirectory: work + "/remote-encrypted-live/Stores",
+            destination: try remoteCopy(of: (encrypted.folder, encrypted.names), into: "encrypted"))
+        let asked = Locked(0)
+        encryptedHelper.passwords = PasswordProvider {
+            asked.withLock { $0 += 1 }
+            return try BackupPassword("correct horse")
+        }
+        _ = try await encryptedHelper.restore(encrypted.names[1])
+        XCTAssertEqual(asked.current, 1)
+        XCTAssertEqual(try snapshot(work + "/remote-encrypted-live/Stores"), try snapshot(encrypted.folder + "/stores/night-1"))
+        XCTAssertEqual(try leftBeside(work + "/remote-encrypted-live"), [])
 
         try FileManager.default.removeItem(atPath: remote + "/" + chain.names[0])
         do {

@@ -123,7 +123,9 @@ final class StreamingRestoreTests: XCTestCase {
     }
 
     /// An incremental backup is fetched in ranges too, then restored with its chain once
-    /// its download is complete: the store as the incremental saw it.
+    /// its download is complete, the chain's full unpacked while it arrives in ranges: the
+    /// store as the incremental saw it, each byte downloaded once. A range of the full
+    /// answered whole: the chain is downloaded as before, and restores all the same.
     func testIncrementalBackupRestoresItsChain() async throws {
         let servers = try TestServers(label: "streaming-chain")
         defer { servers.stop() }
@@ -137,13 +139,22 @@ final class StreamingRestoreTests: XCTestCase {
         XCTAssertEqual(incremental.base, full.name)
         reference = try StoreFixture.describe(store)
         backupName = incremental.name
-        let proxy = try ContractProxy(servers: servers, backend: backend, rules: [], work: work)
-        try await restoreAndCompare(try backend.make("chain", proxy.port, Self.retry), label: "chain")
-        let gets = proxy.entries().filter { ($0["request"] as? String)?.hasPrefix("GET") == true }
-            .filter { ($0["request"] as? String)?.contains("Stores.zip") == true }
-        // The incremental in ranges (one chunk: it is small), its base downloaded whole.
-        XCTAssertEqual(gets.count, 2, "\(gets)")
-        XCTAssertEqual(RangedReadTests.downBytes(gets), incremental.size + full.size)
+        func served(_ rules: [[String: Any]]) async throws -> [[String: Any]] {
+            let proxy = try ContractProxy(servers: servers, backend: backend, rules: rules, work: work)
+            try await restoreAndCompare(try backend.make("chain", proxy.port, Self.retry), label: "chain")
+            return proxy.entries().filter { ($0["request"] as? String)?.hasPrefix("GET") == true }
+                .filter { ($0["request"] as? String)?.contains("Stores.zip") == true }
+        }
+        let gets = try await served([])
+        // The incremental in one range (it is small), the full in ranges of at most 8 MiB.
+        let fullRanges = (full.size + BackupRangeReader.maxReadBytes - 1) / BackupRangeReader.maxReadBytes
+        XCTAssertGreaterThanOrEqual(Int64(gets.count), 1 + fullRanges, "\(gets)")
+        XCTAssertEqual(RangedReadTests.downBytes(gets), incremental.size + full.size, "each byte once")
+
+        let fullGET: [String: Any] = ["method": "GET", "path_contains": full.name.replacingOccurrences(of: " ", with: "%20")]
+        let answeredWhole = try await served([fullGET.merging(["requests": [2], "fault": "norange"]) { $1 }])
+        XCTAssertEqual(ContractProxy.faults(answeredWhole).count, 1, "one range of the full answered whole")
+        XCTAssertGreaterThanOrEqual(RangedReadTests.downBytes(answeredWhole), incremental.size + full.size)
     }
 
     /// libzip's check of every local header against the central directory, which a local

@@ -4,6 +4,13 @@ import Foundation
 import Glibc
 #endif
 
+/// A chain's full opened while it downloads: the staging file, and how to open it
+/// (``ArchiveReader/init(arriving:backupName:passwords:)``) with a password.
+struct ArrivingBase: Sendable {
+    let path: String
+    let open: @Sendable (PasswordProvider?) throws -> ArchiveReader
+}
+
 /// One backup of a chain, on this machine and opened.
 struct ChainLink: Sendable {
     let name: String
@@ -33,14 +40,21 @@ struct StagedChain: Sendable {
     /// (not `newest`'s: its caller owns it). An encrypted chain's bases are opened with the
     /// password that opened `newest` (a chain keeps one), and `passwords` is asked only when
     /// that one does not fit: a prompt comes once, not once per backup.
+    ///
+    /// `streamFull`, when given, may open the chain's full while it is still downloading
+    /// (restore's streamed download, ``ArrivingArchive``): it gets the full's listing and the
+    /// password the chain was opened with, and returns the arriving archive's path and
+    /// opener, or nil to have the full staged as the other links are.
     static func fetch(
         newest: ChainLink, destination: any BackupDestination, passwords: PasswordProvider?,
-        stage: @Sendable (String) async throws -> (path: String, downloaded: Bool)
+        stage: @Sendable (String) async throws -> (path: String, downloaded: Bool),
+        streamFull: (@Sendable (BackupListing) async throws -> ArrivingBase?)? = nil
     ) async throws -> StagedChain {
         guard let manifest = newest.manifest, manifest.isIncremental else { return StagedChain(links: [newest]) }
         var fetched: [ChainLink] = []
         do {
-            let available = Set(try await destination.sortedBackups().map(\.name))
+            let listed = try await destination.sortedBackups()
+            let available = Set(listed.map(\.name))
             var current = newest
             while let manifest = current.manifest, manifest.isIncremental {
                 guard let base = manifest.base else {
@@ -60,9 +74,20 @@ struct StagedChain: Sendable {
                     throw StoreBackupError.brokenChain(
                         name: current.name, reason: "its base \"\(base.name)\" is missing from \(destination.displayName)")
                 }
-                let staged = try await stage(base.name)
+                var arriving: ArrivingBase?
+                if !BackupName.isIncremental(base.name), let streamFull, let listing = listed.first(where: { $0.name == base.name }) {
+                    arriving = try await streamFull(listing)
+                }
+                let staged: (path: String, downloaded: Bool)
+                if let arriving { staged = (arriving.path, true) } else { staged = try await stage(base.name) }
                 let reader: ArchiveReader
-                do { reader = try await openBase(staged.path, name: base.name, opened: newest.reader, passwords: passwords) } catch {
+                do {
+                    let path = staged.path, opening = arriving
+                    reader = try await openBase(name: base.name, opened: newest.reader, passwords: passwords) { passwords in
+                        if let opening { return try opening.open(passwords) }
+                        return try ArchiveReader(path: path, backupName: base.name, passwords: passwords)
+                    }
+                } catch {
                     if staged.downloaded { unlink(staged.path) }
                     throw error
                 }
@@ -81,13 +106,16 @@ struct StagedChain: Sendable {
     /// Opens a base with the password of the chain's newest backup, then (when it does not
     /// fit, or the newest had none) with `passwords`.
     private static func openBase(
-        _ path: String, name: String, opened newest: ArchiveReader, passwords: PasswordProvider?
+        name: String, opened newest: ArchiveReader, passwords: PasswordProvider?,
+        open: @escaping @Sendable (PasswordProvider?) throws -> ArchiveReader
     ) async throws -> ArchiveReader {
-        guard let known = newest.password else { return try await open(path, name: name, passwords: passwords) }
-        do {
-            return try await open(path, name: name, passwords: .fixed(known))
-        } catch StoreBackupError.wrongPassword {
-            return try await open(path, name: name, passwords: passwords)
+        try await runBlocking(name: "storebackup-chain") { _ in
+            guard let known = newest.password else { return try open(passwords) }
+            do {
+                return try open(.fixed(known))
+            } catch StoreBackupError.wrongPassword {
+                return try open(passwords)
+            }
         }
     }
 

@@ -65,17 +65,20 @@ struct RestoreTransaction {
         return reportingDelta(try await install(chain: chain, throttle: ProgressThrottle(progress)))
     }
 
-    /// Opens the staged backup and, when it is incremental, fetches and checks its chain
-    /// down to a full (``StagedChain``): nothing is written before every link holds.
+    /// Opens the staged backup (unless `opened` is its reader already) and, when it is
+    /// incremental, fetches and checks its chain down to a full (``StagedChain``): nothing is
+    /// written before every link holds.
     func fetchChain(
-        newest name: String, staged: (path: String, downloaded: Bool), progress: ProgressHandler?
+        newest name: String, staged: (path: String, downloaded: Bool), opened: ArchiveReader? = nil, progress: ProgressHandler?,
+        streamFull: (@Sendable (BackupListing) async throws -> ArrivingBase?)? = nil
     ) async throws -> StagedChain {
-        let reader = try await StagedChain.open(staged.path, name: name, passwords: passwords)
+        let reader: ArchiveReader
+        if let opened { reader = opened } else { reader = try await StagedChain.open(staged.path, name: name, passwords: passwords) }
         let newest = ChainLink(name: name, path: staged.path, downloaded: staged.downloaded, reader: reader)
         let transaction = self
         return try await StagedChain.fetch(
             newest: newest, destination: source, passwords: passwords,
-            stage: { try await transaction.stage($0, progress: progress) })
+            stage: { try await transaction.stage($0, progress: progress) }, streamFull: streamFull)
     }
 
     /// The backup as a file on this machine: the source's own file when it keeps one here
@@ -95,8 +98,8 @@ struct RestoreTransaction {
 
     /// Unpacks, checks and swaps in the staged chain (one full, or a full and the
     /// incrementals on it), then reloads and commits or rolls back. `whenUnpacked` runs once a
-    /// full backup is unpacked, before the swap (a streamed restore waits there for the
-    /// rest of its download and checks it); a failure there fails the restore as any other.
+    /// full backup or a chain is unpacked, before the swap (a streamed restore waits there
+    /// for the rest of its download and checks it); a failure there fails the restore as any other.
     func install(
         chain: StagedChain, throttle: ProgressThrottle, whenUnpacked: (@Sendable (CancellationFlag) throws -> Void)? = nil
     ) async throws -> RestoreResult {
@@ -119,6 +122,7 @@ struct RestoreTransaction {
                     var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
                     applier.options = extraction
                     let databases = try applier.build(into: layout.new)
+                    try whenUnpacked?(cancel)
                     try TreeSync.sync(layout.new)
                     try cancel.throwIfCancelled()
                     TestPausePoint.reach("synced")
