@@ -131,6 +131,19 @@ def set_aside(*paths):
             os.rename(path, os.path.join(aside, f"{len(os.listdir(aside))}-{os.path.basename(path)}"))
 
 
+def restore_target_cleaner(target):
+    """A Tool's prepare step for restores into `target`: the last restore's tree and what
+    restore leaves beside it (_Old, _New, _FailedRestore, _Replaced, the lock) set aside,
+    the parent there, the disk synced."""
+    def clean(_):
+        parent, base = os.path.split(target)
+        set_aside(target, target + "_Old", target + "_New", target + "_FailedRestore", target + "_Replaced",
+                  os.path.join(parent, f".{base}.storebackup-lock"))
+        os.makedirs(parent, exist_ok=True)
+        os.sync()
+    return clean
+
+
 def discard_set_aside():
     """Deletes what set_aside() kept, after the timed rounds that needed it kept."""
     remove(os.path.join(ARGS.work, "set-aside"))

@@ -415,12 +415,7 @@ def restore_phase(args, env, server, credentials, backups, start, batches, initi
     copy_seconds = time.monotonic() - copied
     target = os.path.join(args.work, "restore-out", "Stores")
 
-    def clean(_):
-        parent, base = os.path.split(target)
-        bench.set_aside(target, target + "_Old", target + "_New", target + "_FailedRestore", target + "_Replaced",
-                        os.path.join(parent, f".{base}.storebackup-lock"))
-        os.makedirs(parent, exist_ok=True)
-        os.sync()
+    clean = bench.restore_target_cleaner(target)
 
     def holds(wanted):
         def check(_, __):

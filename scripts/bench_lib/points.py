@@ -397,12 +397,7 @@ def restore_phase(args, env, endpoint, credentials, backups, seqs, marks):
     source = ["--from", f"s3://{BUCKET}/{PREFIX}", "--s3-endpoint", endpoint, "--credentials", credentials,
               "--yes", "--no-keep"]
 
-    def clean(_):
-        parent, base = os.path.split(target)
-        bench.set_aside(target, target + "_Old", target + "_New", target + "_FailedRestore", target + "_Replaced",
-                        os.path.join(parent, f".{base}.storebackup-lock"))
-        os.makedirs(parent, exist_ok=True)
-        os.sync()
+    clean = bench.restore_target_cleaner(target)
 
     def holds(*wanted):
         def check(_, __):
