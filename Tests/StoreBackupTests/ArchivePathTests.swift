@@ -40,4 +40,19 @@ final class ArchivePathTests: XCTestCase {
         XCTAssertEqual(DestinationResolver.defaultFolder(environment: ["HOME": "/h"]), "/h/.local/share/storebackup/backups")
         XCTAssertThrowsError(try DestinationResolver.resolve("ftp://host/x"))
     }
+
+    func testS3URLsParseToBucketAndPrefix() throws {
+        let options = DestinationOptions(
+            s3Endpoint: "http://127.0.0.1:9", environment: ["AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret"])
+        XCTAssertEqual(try S3Destination.make(url: "s3://bucket/a//b/", options: options).displayName, "s3://bucket/a/b")
+        XCTAssertEqual(try S3Destination.make(url: "s3://my.bucket", options: options).displayName, "s3://my.bucket")
+        XCTAssertEqual(try S3Destination.make(url: "s3://bucket/with%20space", options: options).prefix, "with space")
+        for bad in ["s3://", "s3:///prefix", "s3://bucket:9000/x", "s3://bucket/x?versionId=1", "s3://bucket/../x", "s3://b%C3%BC/x"] {
+            XCTAssertThrowsError(try S3Destination.make(url: bad, options: options), bad)
+        }
+        // Keys in the URL are refused without being echoed.
+        XCTAssertThrowsError(try S3Destination.make(url: "s3://AKIA:s3cr3t@bucket/x", options: options)) { error in
+            XCTAssertFalse("\(error)".contains("s3cr3t"), "\(error)")
+        }
+    }
 }

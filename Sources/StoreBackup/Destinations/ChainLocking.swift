@@ -23,7 +23,7 @@ extension BackupDestination {
                 throw StoreBackupError.destination(
                     destination: displayName,
                     reason:
-                        "\"\(name)\" is locked until \(ISO8601DateFormatter().string(from: retention.until)), but the lock of its base \"\(base)\" could not be extended to match: \(StoreBackupError.wrapping(error).summary)"
+                        "\"\(name)\" is locked until \(UTCTimestamp.iso8601(retention.until)), but the lock of its base \"\(base)\" could not be extended to match: \(StoreBackupError.wrapping(error).summary)"
                 )
             }
         }

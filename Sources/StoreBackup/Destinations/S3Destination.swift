@@ -33,11 +33,14 @@ struct S3Destination: BlockingDestination {
 
     /// Parses `s3://BUCKET/PREFIX` and reads the credentials and region as ``DestinationOptions`` describes.
     static func make(url: String, options: DestinationOptions) throws -> S3Destination {
-        guard let components = URLComponents(string: url), components.scheme == "s3",
-            let bucket = components.host, !bucket.isEmpty
+        // Parsed by hand, not by URLComponents: its host runs through IDNA, which loads ICU's
+        // data (megabytes of the program's pages on every scheduled run); a bucket is ASCII.
+        guard let parts = RemoteURL(url), parts.scheme == "s3", parts.user == nil, !parts.hasPassword,
+            parts.port == nil, !parts.host.hasPrefix("["), parts.host.allSatisfy({ $0.isASCII && $0 != "%" })
         else {
-            throw StoreBackupError.invalidDestination(url: url, reason: "expected s3://BUCKET/PREFIX")
+            throw StoreBackupError.invalidDestination(url: RemoteURL.withoutUserInfo(url), reason: "expected s3://BUCKET/PREFIX")
         }
+        let bucket = parts.host
         guard let accessKey = try options.credential("AWS_ACCESS_KEY_ID"),
             let secretKey = try options.credential("AWS_SECRET_ACCESS_KEY")
         else {
@@ -50,7 +53,7 @@ struct S3Destination: BlockingDestination {
         guard endpoint.hasPrefix("http://") || endpoint.hasPrefix("https://") else {
             throw StoreBackupError.invalidDestination(url: endpoint, reason: "the S3 endpoint must be an http:// or https:// URL")
         }
-        let prefix = components.path.split(separator: "/").joined(separator: "/")
+        let prefix = parts.segments.joined(separator: "/")
         return S3Destination(
             bucket: bucket, prefix: prefix, endpoint: endpoint, region: region, accessKey: accessKey,
             secretKey: secretKey, sessionToken: try options.credential("AWS_SESSION_TOKEN"),

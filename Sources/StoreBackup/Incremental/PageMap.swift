@@ -111,8 +111,9 @@ final class PageMapWriter {
     func finish() throws -> Int64 { try output.finish() }
 }
 
-/// A file written front to back with a 1 MiB buffer, then fsynced: page maps and page
-/// deltas, which are written a page at a time. Made with O_EXCL and mode 0600.
+/// A file written front to back with a 256 KiB buffer, then fsynced: page maps and page
+/// deltas, which are written a page at a time. Made with O_EXCL and mode 0600. A point
+/// writes four at once (maps, quick map, delta), so the buffer is kept small.
 final class BufferedFileWriter {
     let path: String
     let descriptor: Int32
@@ -121,7 +122,7 @@ final class BufferedFileWriter {
     let durable: Bool
     private var buffer: [UInt8] = []
     private(set) var written: Int64 = 0
-    private static let capacity = 1 << 20
+    private static let capacity = 256 << 10
 
     init(path: String, durable: Bool = true) throws {
         self.path = path

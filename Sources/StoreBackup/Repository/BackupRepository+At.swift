@@ -42,7 +42,7 @@ extension BackupRepository {
         }
         guard let best else {
             throw StoreBackupError.backupNotFound(
-                name: "made at or before \(ISO8601DateFormatter().string(from: date))", destination: destination.displayName)
+                name: "made at or before \(UTCTimestamp.iso8601(date))", destination: destination.displayName)
         }
         return best.backup
     }

@@ -63,7 +63,7 @@ extension BackupService {
         while !Task.isCancelled {
             let next = settings.schedule.nextFire(after: Date())
             _ = try? stateStore.update(job.name, default: initialState(job)) { $0.nextVerify = next }
-            log.info("next restore drill at \(ISO8601DateFormatter().string(from: next))")
+            log.info("next restore drill at \(UTCTimestamp.iso8601(next))")
             guard await sleep(until: next) else { break }
             _ = await drill(job, at: Date())
         }

@@ -178,7 +178,7 @@ public final class BackupService: Service, Sendable {
         let state = stateStore.load(job.name)
         if let last = state?.lastSuccess?.at ?? state?.lastStarted {
             if job.schedule.missedRun(lastRun: last, now: now) {
-                log.info("a scheduled run was missed (last run \(ISO8601DateFormatter().string(from: last))); running now")
+                log.info("a scheduled run was missed (last run \(UTCTimestamp.iso8601(last))); running now")
                 return now
             }
             if case .every = job.schedule { return job.schedule.nextFire(after: last) + randomJitter(job) }
@@ -200,7 +200,7 @@ public final class BackupService: Service, Sendable {
         } catch {
             log.warning("cannot write the state file", metadata: ["error": "\(error)"])
         }
-        log.info("next backup at \(ISO8601DateFormatter().string(from: next))")
+        log.info("next backup at \(UTCTimestamp.iso8601(next))")
     }
 
     /// Sleeps until the wall-clock time `date`, in steps of at most a minute so a suspended

@@ -48,16 +48,19 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    /// The first time strictly after `date` at which this schedule fires.
-    public func nextFire(after date: Date, calendar: Calendar = .current) -> Date {
+    /// The first time strictly after `date` at which this schedule fires; `calendar` (by
+    /// default the local one) places daily and cron times.
+    public func nextFire(after date: Date, calendar: Calendar? = nil) -> Date {
+        // The local calendar is made only where it is needed: making it loads the time zone
+        // through ICU, megabytes of the program's pages in a service that fires every minute.
         switch self {
         case .daily(let hour, let minute):
             // .nextTime: on a day where HH:MM does not exist (DST gap) fire at the first time after it.
-            return calendar.nextDate(
+            return (calendar ?? .current).nextDate(
                 after: date, matching: DateComponents(hour: hour, minute: minute, second: 0),
                 matchingPolicy: .nextTime) ?? date.addingTimeInterval(86_400)
         case .cron(let expression):
-            return expression.nextFire(after: date, calendar: calendar)
+            return expression.nextFire(after: date, calendar: calendar ?? .current)
         case .every(let seconds):
             return date.addingTimeInterval(seconds)
         }
@@ -66,7 +69,7 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
     /// The next firing after a run that fired at `fired` and ended at `now`. An interval
     /// counts from when the run fired, not from when it ended, so points a minute apart stay a
     /// minute apart however long each takes; firings missed during a long run are skipped.
-    public func nextFire(afterRunFiredAt fired: Date, endedAt now: Date, calendar: Calendar = .current) -> Date {
+    public func nextFire(afterRunFiredAt fired: Date, endedAt now: Date, calendar: Calendar? = nil) -> Date {
         guard case .every(let seconds) = self, seconds > 0 else { return nextFire(after: max(fired, now), calendar: calendar) }
         let missed = max(0, (now.timeIntervalSince(fired) / seconds).rounded(.down))
         return fired.addingTimeInterval((missed + 1) * seconds)
@@ -74,7 +77,7 @@ public enum Schedule: Sendable, Equatable, CustomStringConvertible {
 
     /// Whether a firing was due between `lastRun` and `now` and did not happen (the machine
     /// was off or the service stopped): the service then runs once at start-up.
-    public func missedRun(lastRun: Date, now: Date, calendar: Calendar = .current) -> Bool {
+    public func missedRun(lastRun: Date, now: Date, calendar: Calendar? = nil) -> Bool {
         nextFire(after: lastRun, calendar: calendar) <= now
     }
 }

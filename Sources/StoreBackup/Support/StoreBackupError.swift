@@ -274,7 +274,7 @@ public enum StoreBackupError: Error, Equatable, Sendable, CustomStringConvertibl
             let list = paths.map { "\"\($0)\"" }.joined(separator: ", ")
             return "backup \"\(name)\" holds nothing at \(list) (see: storebackup ls \"\(name)\"); nothing was written"
         case .backupLocked(let name, let destination, let until):
-            let when = until.map { "until " + ISO8601DateFormatter().string(from: $0) } ?? "by a legal hold or a lock without a date"
+            let when = until.map { "until " + UTCTimestamp.iso8601($0) } ?? "by a legal hold or a lock without a date"
             return "backup \"\(name)\" at \(destination) is locked \(when) (S3 Object Lock); it cannot be deleted before then"
         case .backupHasDependents(let name, let destination, let dependents):
             let shown = dependents.prefix(3).map { "\"\($0)\"" }.joined(separator: ", ")
