@@ -1,9 +1,5 @@
 import Foundation
 
-#if canImport(FoundationXML)
-import FoundationXML
-#endif
-
 /// A parsed XML document as a small tree, for the listings S3 and WebDAV answer with.
 /// Element names are kept without namespace prefixes ("D:href" → "href"). A value: once
 /// parsed, a tree is never changed, and can be handed between threads.
@@ -25,42 +21,11 @@ struct XMLElement: Sendable {
     func value(_ name: String) -> String? { child(name)?.text.trimmingCharacters(in: .whitespacesAndNewlines) }
 
     static func parse(_ data: Data) throws -> XMLElement {
-        let builder = XMLTreeBuilder()
-        let parser = XMLParser(data: data)
-        parser.delegate = builder
-        parser.shouldProcessNamespaces = true
-        guard parser.parse(), let root = builder.root else {
-            throw StoreBackupError.transferFailed(.other, label: "", "the server's XML answer could not be parsed")
+        var reader = XMLReader(data)
+        do {
+            return try reader.read()
+        } catch let malformed as XMLReader.Malformed {
+            throw StoreBackupError.transferFailed(.other, label: "", "the server's XML answer could not be parsed: \(malformed.reason)")
         }
-        return root
-    }
-}
-
-/// Builds the tree bottom-up: an element joins its parent's children once it ends.
-private final class XMLTreeBuilder: NSObject, XMLParserDelegate {
-    var root: XMLElement?
-    /// The elements open at this point of the document, outermost first.
-    private var stack: [XMLElement] = []
-
-    func parser(
-        _ parser: XMLParser, didStartElement elementName: String, namespaceURI: String?,
-        qualifiedName: String?, attributes: [String: String] = [:]
-    ) {
-        let name = elementName.split(separator: ":").last.map(String.init) ?? elementName
-        stack.append(XMLElement(name: name))
-    }
-
-    func parser(_ parser: XMLParser, didEndElement elementName: String, namespaceURI: String?, qualifiedName: String?) {
-        guard let element = stack.popLast() else { return }
-        if stack.isEmpty {
-            if root == nil { root = element }
-        } else {
-            stack[stack.count - 1].children.append(element)
-        }
-    }
-
-    func parser(_ parser: XMLParser, foundCharacters string: String) {
-        guard !stack.isEmpty else { return }
-        stack[stack.count - 1].text += string
     }
 }
