@@ -7,8 +7,9 @@ struct CopyCommand: AsyncParsableCommand {
         commandName: "copy",
         abstract: "Copy backups from one destination to another without rebuilding them (3-2-1).",
         discussion: """
-            Copies the named backup, the newest one ("latest"), or with --all every backup the \
-            target lacks. A backup is read in place from a local folder or downloaded to a \
+            Copies the named backup, the newest one ("latest"), the newest made at or before \
+            --at TIME (an encrypted one's time is read with --password-file or a prompt), or \
+            with --all every backup the target lacks. A backup is read in place from a local folder or downloaded to a \
             temporary file, then uploaded under the same name; the target checks the copy \
             (S3: Content-MD5 and ETag; WebDAV: a read-back; SFTP: the size; Dropbox: the content \
             hash) and it is listed again to compare sizes. Nothing is ever overwritten: a backup \
@@ -39,22 +40,35 @@ struct CopyCommand: AsyncParsableCommand {
 
     @OptionGroup var connection: ConnectionOption
 
+    @OptionGroup var at: AtOption
+
+    @OptionGroup var password: PasswordOption
+
     @Flag(help: "Print JSON: an array of {name, size, status (\"copied\", \"already there\" or \"failed\"), error}.")
     var json = false
 
     func validate() throws {
         if all && name != nil { throw ValidationError("give a backup name or --all, not both") }
-        if !all && name == nil { throw ValidationError("give a backup name, \"latest\", or --all") }
+        if at.at != nil && (all || name != nil) { throw ValidationError("--at chooses the backup: give no name and no --all") }
+        if !all && name == nil && at.at == nil { throw ValidationError("give a backup name, \"latest\", --at TIME or --all") }
+        try at.validate()
     }
 
     func run() async throws {
         let ends = connection.resolve([from, to])
         let source = BackupRepository(destination: ends[0]), target = ends[1]
         let printer = ProgressPrinter.shared
-        let all = self.all, name = self.name
+        let all = self.all
+        var name = self.name
+        if let moment = at.date() {
+            // Chosen by the time its manifest records: an encrypted one's needs the password.
+            let chooser = BackupRepository(destination: ends[0], passwords: password.provider(confirm: false))
+            name = await Terminal.runCancellable { try await chooser.backup(at: moment).name }
+        }
+        let chosen = name
         let outcomes = await Terminal.runCancellable {
             if all { return try await source.copyAll(to: target, progress: printer.handler()) }
-            return try await source.copy(name!, to: target, progress: printer.handler())
+            return try await source.copy(chosen!, to: target, progress: printer.handler())
         }
         printer.finishLine()
         if json {

@@ -47,7 +47,7 @@ final class PointInTimeTests: XCTestCase {
     }
 
     /// `restore --at TIME DIR` (the one argument is the stores directory), `ls --at TIME` and
-    /// `extract --at TIME PATH` (every argument a path).
+    /// `extract --at TIME PATH` (every argument a path), and `copy --at TIME`.
     func testCommandLineAtPicksTheBackupOfThatTime() async throws {
         let work = try TestEnvironment.temporaryDirectory("at-cli")
         defer { try? FileManager.default.removeItem(atPath: work) }
@@ -81,6 +81,16 @@ final class PointInTimeTests: XCTestCase {
             environment: environment)
         XCTAssertEqual(extracted.status, 0, extracted.stderr)
         XCTAssertEqual(try StoreFixture.query(work + "/Out/Settings.sqlite", "SELECT v FROM kv"), "dark")
+        let copied = try runTool(
+            TestEnvironment.binary, ["copy", "--at", "2026-12-05T10:03:00Z", "--from", work + "/backups", "--to", work + "/copies"],
+            environment: environment)
+        XCTAssertEqual(copied.status, 0, copied.stderr)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: work + "/copies"), [early.name])
+        let both = try runTool(
+            TestEnvironment.binary,
+            ["copy", "latest", "--at", "2026-12-05T10:03:00Z", "--from", work + "/backups", "--to", work + "/copies"],
+            environment: environment)
+        XCTAssertNotEqual(both.status, 0, "a name and --at")
         let refused = try runTool(
             TestEnvironment.binary, ["restore", "--at", "soon", work + "/Restored", "--from", work + "/backups", "--yes"],
             environment: environment)
