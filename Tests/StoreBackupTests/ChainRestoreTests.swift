@@ -147,6 +147,30 @@ final class ChainRestoreTests: XCTestCase {
         try assertRefused(pageSize.names[3], from: pageSize.folder, saying: "App.sqlite is patched by pages of 8192 bytes")
     }
 
+    /// A chain's bases are opened ahead, several at once, by the dates their names give; the
+    /// chain itself is what each manifest names. A name pointing at another base, or a
+    /// second backup with a base's date, costs an open, never a wrong link.
+    func testBasesOpenedAheadByNameYieldToTheManifests() throws {
+        let chain = try makeChain("ahead")
+        let backups = chain.folder + "/backups"
+        // A full under the date the name of the newest's base gives as its own base: it is
+        // opened ahead (it sorts before the incremental of that date), and not used.
+        let decoy = "2026-11-21 020000 Stores.zip"
+        XCTAssertTrue(chain.names[1].hasPrefix("2026-11-21 020000 incremental on"), chain.names[1])
+        try FileManager.default.copyItem(atPath: backups + "/" + chain.names[0], toPath: backups + "/" + decoy)
+        let guessedWrong = work + "/guessed/Stores"
+        let restored = try restore(chain.names[3], from: chain.folder, into: guessedWrong)
+        XCTAssertEqual(restored.status, 0, restored.stderr)
+        XCTAssertEqual(try snapshot(guessedWrong), try snapshot(chain.folder + "/stores/night-3"))
+        // The newest renamed to point at the base of its base: its manifest still names its own.
+        let renamed = "2026-11-23 020000 incremental on 2026-11-21 020000 Stores.zip"
+        try FileManager.default.moveItem(atPath: backups + "/" + chain.names[3], toPath: backups + "/" + renamed)
+        let pointedElsewhere = work + "/renamed/Stores"
+        let again = try restore(renamed, from: chain.folder, into: pointedElsewhere)
+        XCTAssertEqual(again.status, 0, again.stderr)
+        XCTAssertEqual(try snapshot(pointedElsewhere), try snapshot(chain.folder + "/stores/night-3"))
+    }
+
     func testHostilePageDeltasAreRefused() throws {
         let cases = [
             "delta-beyond-pages": "is beyond its",

@@ -29,6 +29,10 @@ struct ChainApplier {
     /// Build only the paths this accepts (`extract` of a few files: the selected paths and
     /// the folders on their way); nil builds the whole tree.
     var selection: (@Sendable (String) -> Bool)? = nil
+    /// The caller syncs the tree once built (restore, extract): the full's step, most of the
+    /// bytes, is then made durable while it unpacks instead of all at the end, where the disk
+    /// would work alone.
+    var syncsFullAsItUnpacks = false
     /// Damaged-at-the-source databases found (path: SQLite's answer), as each step's.
     let damagedDatabases = Locked<[String: String]>([:])
     /// Each database judged: proven (its `integrity_check` skipped) or checked, and why.
@@ -39,8 +43,9 @@ struct ChainApplier {
     /// chain (the merges' deltas, the paths changed later) is taken from the manifests first;
     /// then the manifests between the full and the newest are let go and each backup is
     /// opened again (its manifest's SHA-256 checked against the one its link was checked
-    /// with) only for its own step, and released (``ArchiveReader/release()``) once the next
-    /// step no longer needs it: a long chain costs about the memory of two backups, not of all.
+    /// with) for its own step, while the step before it runs, and released
+    /// (``ArchiveReader/release()``) once the next step no longer needs it: a long chain
+    /// costs about the memory of three backups, not of all.
     func build(into target: String) throws -> [String] {
         let merged = mergePlans()
         // The newest manifest's proofs are of the databases as the chain leaves them.
@@ -49,7 +54,7 @@ struct ChainApplier {
             checkAnyway: options.checkDatabases)
         var inputs: [String: MergeInputs] = [:]
         for (path, plan) in merged { inputs[path] = try mergeInputs(of: path, plan: plan) }
-        let changed = chain.links.indices.map { changedLater(than: $0) }
+        let changed = changedLater()
         let links = chain.links
         let manifestSHA256 = links.map(\.reader.manifestSHA256)
         for link in links.dropFirst().dropLast() { link.reader.release() }
@@ -61,10 +66,20 @@ struct ChainApplier {
         // Files whose content changed since they were last checked against a SHA-256.
         var unchecked = Set<String>()
         let root = try ConfinedTree(opening: target)
+        // The backup after the one being applied is opened on the other core meanwhile: its
+        // directory and manifest are read again (see above) off the chain's critical path.
+        let reopening = { (index: Int) -> BackgroundResult<ArchiveReader>? in
+            guard index < links.count - 1 else { return nil }
+            let link = links[index], sha256 = manifestSHA256[index]
+            return BackgroundResult(name: "storebackup-reopen") { try Self.reopen(link, manifestSHA256: sha256) }
+        }
+        var ahead = reopening(1)
+        defer { ahead?.wait() }
         for index in links.indices.dropFirst() {
             try cancel.throwIfCancelled()
             let link = links[index]
-            let reader = index == links.count - 1 ? link.reader : try reopen(link, manifestSHA256: manifestSHA256[index])
+            let reader = try ahead?.value() ?? link.reader
+            ahead = reopening(index + 1)
             readers[index] = reader
             guard let previous = readers[index - 1]?.manifest, let manifest = reader.manifest else { continue }
             unchecked.subtract(try makeRoom(in: root, from: previous, for: manifest))
@@ -92,7 +107,7 @@ struct ChainApplier {
 
     /// Opens a backup of the chain again, with the password that opened it, and makes sure
     /// it is still the archive whose link was checked.
-    private func reopen(_ link: ChainLink, manifestSHA256: String?) throws -> ArchiveReader {
+    private static func reopen(_ link: ChainLink, manifestSHA256: String?) throws -> ArchiveReader {
         let reader = try ArchiveReader(path: link.path, backupName: link.name, passwords: link.reader.password.map { .fixed($0) })
         guard reader.manifestSHA256 == manifestSHA256 else {
             throw StoreBackupError.corruptArchive(name: link.name, reason: "it changed while its chain was restored")
@@ -113,8 +128,12 @@ struct ChainApplier {
     /// that last stored them whole (a database there too, so that its step unpacks it as one).
     private func mergePlans() -> [String: MergePlan] {
         guard let newest = chain.newest.manifest else { return [:] }
+        // Only the newest tree's databases are looked up: a link's other rows are not kept.
+        let databasePaths = Set(newest.databases.map(\.path).filter(isSelected))
         let files = chain.links.map { link in
-            Dictionary((link.manifest?.files ?? []).map { ($0.path, $0) }, uniquingKeysWith: { first, _ in first })
+            Dictionary(
+                (link.manifest?.files ?? []).lazy.filter { databasePaths.contains($0.path) }.map { ($0.path, $0) },
+                uniquingKeysWith: { first, _ in first })
         }
         var plans: [String: MergePlan] = [:]
         for database in newest.databases where isSelected(database.path) {
@@ -194,6 +213,7 @@ struct ChainApplier {
             selection: selection, options: options,
             cancel: cancel, progress: progress)
         step.patchedVerdicts = finalVerdicts.filter { patches[$0.key] != nil }
+        step.durable = syncsFullAsItUnpacks && index == 0
         try step.apply(into: target)
         for (path, patch) in step.patches {
             guard (patch as? PageDeltaMerge)?.isFinished == true else {
@@ -206,20 +226,21 @@ struct ChainApplier {
         databaseVerdicts.withLock { $0.merge(judged) { _, new in new } }
     }
 
-    /// The paths a backup after `index` patches, stores anew or drops: checking their
-    /// content as backup `index` leaves it would be done again (or for nothing) later.
-    private func changedLater(than index: Int) -> Set<String> {
-        guard let current = chain.links[index].manifest else { return [] }
-        var changed = Set<String>()
-        var present = Set(current.databases.map(\.path))
-        for link in chain.links[(index + 1)...] {
-            guard let manifest = link.manifest else { continue }
-            var next = Set<String>()
-            for file in manifest.files where present.contains(file.path) {
-                if file.source == "base" { next.insert(file.path) } else { changed.insert(file.path) }
-            }
-            changed.formUnion(present.subtracting(manifest.files.map(\.path)))
-            present = next
+    /// For each backup of the chain, the databases it holds that a later backup patches,
+    /// stores anew or drops (any that not every later backup marks `"base"`): checking their
+    /// content as that backup leaves it would be done again (or for nothing) later. One pass
+    /// from the newest down, over the paths that are a database somewhere in the chain.
+    private func changedLater() -> [Set<String>] {
+        let links = chain.links
+        let databasePaths = Set(links.flatMap { ($0.manifest?.databases ?? []).map(\.path) })
+        var changed = [Set<String>](repeating: [], count: links.count)
+        // The database paths every backup after the current one marks "base"; nil: all (none after).
+        var keptByAllAfter: Set<String>?
+        for index in links.indices.reversed() {
+            guard let manifest = links[index].manifest else { continue }
+            if let kept = keptByAllAfter { changed[index] = Set(manifest.databases.map(\.path)).subtracting(kept) }
+            let kept = Set(manifest.files.lazy.filter { $0.source == "base" && databasePaths.contains($0.path) }.map(\.path))
+            keptByAllAfter = keptByAllAfter.map { $0.intersection(kept) } ?? kept
         }
         return changed
     }
@@ -234,7 +255,7 @@ struct ChainApplier {
             try root.setDirectoryAttributes(folder.path, permissions: 0o700, modificationTime: folder.mtime)
         }
         try root.setDirectoryAttributes(nil, permissions: 0o700, modificationTime: previous.rootMtime ?? 0)
-        var next: [String: Manifest.File] = [:]
+        var next = [String: Manifest.File](minimumCapacity: manifest.files.count)
         for file in manifest.files { next[file.path] = file }
         var removed = Set<String>()
         for old in previous.files.sorted(by: { $0.path.utf8.count > $1.path.utf8.count }) where isSelected(old.path) {

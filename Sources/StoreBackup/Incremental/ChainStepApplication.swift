@@ -23,6 +23,10 @@ struct ChainStepApplication {
     /// The newest manifest's verdicts on the ``patches``' databases: their proofs are of the
     /// content the patches leave, not of this backup's.
     var patchedVerdicts: [String: DatabaseVerdict] = [:]
+    /// Start making what this step writes durable while it unpacks (``ParallelUnpacking``:
+    /// databases fsynced as written, the other files synced in passes), so that the sync
+    /// after the last step has only the later steps' changes left to write.
+    var durable = false
     /// Write only the paths this accepts (`extract` of a few files); nil writes every entry.
     /// The checks before writing still cover the whole archive.
     let selection: (@Sendable (String) -> Bool)?
@@ -59,7 +63,7 @@ struct ChainStepApplication {
             writer: EntryWriter(plan: plan, root: root, cancel: cancel, kept: .all), judge: judge, progress: progress)
         unpacking.deferredChecks = deferredChecks
         unpacking.patches = patches
-        try unpacking.run(files, tree: tree, durable: false)
+        try unpacking.run(files, tree: tree, durable: durable)
         // In an incremental, only the databases stored whole here were unpacked (and checked).
         let unpacked = incremental ? Set(files.map(\.path)) : nil
         return (reader.manifest?.databases ?? []).map(\.path).filter { path in isSelected(path) && (unpacked?.contains(path) ?? true) }

@@ -55,6 +55,7 @@ struct StagedChain: Sendable {
         do {
             let listed = try await destination.sortedBackups()
             let available = Set(listed.map(\.name))
+            let openedAhead = await openAhead(from: newest, among: listed.map(\.name), destination: destination)
             var current = newest
             while let manifest = current.manifest, manifest.isIncremental {
                 guard let base = manifest.base else {
@@ -81,15 +82,10 @@ struct StagedChain: Sendable {
                 let staged: (path: String, downloaded: Bool)
                 if let arriving { staged = (arriving.path, true) } else { staged = try await stage(base.name) }
                 let reader: ArchiveReader
-                do {
-                    let path = staged.path, opening = arriving
-                    reader = try await openBase(name: base.name, opened: newest.reader, passwords: passwords) { passwords in
-                        if let opening { return try opening.open(passwords) }
-                        return try ArchiveReader(path: path, backupName: base.name, passwords: passwords)
-                    }
-                } catch {
-                    if staged.downloaded { unlink(staged.path) }
-                    throw error
+                if let ahead = openedAhead[base.name], ahead.path == staged.path, !staged.downloaded {
+                    reader = ahead.reader
+                } else {
+                    reader = try await openStaged(base.name, staged: staged, arriving: arriving, opened: newest, passwords: passwords)
                 }
                 let link = ChainLink(name: base.name, path: staged.path, downloaded: staged.downloaded, reader: reader)
                 fetched.append(link)
@@ -101,6 +97,23 @@ struct StagedChain: Sendable {
             throw error
         }
         return StagedChain(links: fetched.reversed() + [newest])
+    }
+
+    /// Opens a staged base (its download removed if it does not open).
+    private static func openStaged(
+        _ name: String, staged: (path: String, downloaded: Bool), arriving: ArrivingBase?, opened newest: ChainLink,
+        passwords: PasswordProvider?
+    ) async throws -> ArchiveReader {
+        do {
+            let path = staged.path
+            return try await openBase(name: name, opened: newest.reader, passwords: passwords) { passwords in
+                if let arriving { return try arriving.open(passwords) }
+                return try ArchiveReader(path: path, backupName: name, passwords: passwords)
+            }
+        } catch {
+            if staged.downloaded { unlink(staged.path) }
+            throw error
+        }
     }
 
     /// Opens a base with the password of the chain's newest backup, then (when it does not

@@ -153,6 +153,7 @@ struct BackupBrowser: Sendable {
         let parent = FileSystem.parentDirectory(of: target)
         return try await runBlocking(name: "storebackup-extract") { cancel in
             var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
+            applier.syncsFullAsItUnpacks = true
             applier.options = options
             applier.options.acceptDamagedDatabases = true
             if !selection.selectsEverything { applier.selection = { selection.needs($0) } }

@@ -120,6 +120,7 @@ struct RestoreTransaction {
                 TestPausePoint.reach("extracting")
                 if chain.links.count > 1 {
                     var applier = ChainApplier(chain: chain, cancel: cancel, progress: throttle)
+                    applier.syncsFullAsItUnpacks = true
                     applier.options = extraction
                     let databases = try applier.build(into: layout.new)
                     try whenUnpacked?(cancel)
