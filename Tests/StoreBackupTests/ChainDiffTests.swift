@@ -40,8 +40,11 @@ final class ChainDiffTests: XCTestCase {
         try await fixture.extractedDiff(older, newer, from: try repository)
     }
 
-    private func chainDiff(_ older: String, _ newer: String) async throws -> DatabaseDiff {
+    /// `copying`: through scratch copies, as for a large database, else read in place.
+    private func chainDiff(_ older: String, _ newer: String, copying: Bool = false) async throws -> DatabaseDiff {
         let options = DiffOptions(database: "App.sqlite", keepRows: 1_000_000, includeUnchanged: true)
+        var repository = try repository
+        repository.diffCopyMinimumBytes = copying ? 0 : .max
         let diff = try await repository.diff(older, .backup(newer), options: options)
         return try XCTUnwrap(diff.databases.first)
     }
@@ -81,6 +84,8 @@ final class ChainDiffTests: XCTestCase {
             let viaChain = try await chainDiff(older, newer)
             let extracted = try await extractedDiff(older, newer)
             XCTAssertEqual(viaChain, extracted, "\(older) -> \(newer)")
+            let viaCopies = try await chainDiff(older, newer, copying: true)
+            XCTAssertEqual(viaCopies, extracted, "\(older) -> \(newer), through scratch copies")
             XCTAssertTrue(viaChain.hasChanges)
             try? FileManager.default.removeItem(atPath: work + "/extract-0")
             try? FileManager.default.removeItem(atPath: work + "/extract-1")
@@ -91,5 +96,36 @@ final class ChainDiffTests: XCTestCase {
         XCTAssertNil(try ChangedRowids.scopes(older: before, newer: after))
         before.close()
         after.close()
+    }
+
+    /// Copying two points of one chain reads, of the newer, only the pages its deltas
+    /// write, and lays over the older's copy exactly those whose bytes differ.
+    func testCopiesOfTwoPointsLayOnlyTheChangedPagesOver() async throws {
+        let full = try backup()
+        try update("UPDATE t SET name = name || '!' WHERE id % 50 = 1; INSERT INTO t(name, body) VALUES ('tail', 'b');")
+        let point = try backup()
+        let older = try await repository.openDatabase(full, path: "App.sqlite")
+        let newer = try await repository.openDatabase(point, path: "App.sqlite")
+        defer {
+            older.close()
+            newer.close()
+        }
+        let written = try XCTUnwrap(newer.pagesChanged(since: older))
+        let made = try ScratchCopies.make(older: older, newer: newer, changed: written, cancel: CancellationFlag())
+        defer { made.remove() }
+        let laid = try XCTUnwrap(made.changedPages)
+        let copy = try XCTUnwrap(made.newer)
+        XCTAssertFalse(laid.isEmpty)
+        XCTAssertTrue(laid.isSubset(of: written), "only pages the delta writes are read")
+        let pageSize = 4096
+        XCTAssertEqual(copy.size, newer.size)
+        for page in 1...Int(newer.size) / pageSize {
+            let offset = Int64(page - 1) * Int64(pageSize)
+            let newerBytes = try newer.bytes(at: offset, count: pageSize)
+            XCTAssertEqual(try copy.bytes(at: offset, count: pageSize), newerBytes, "page \(page)")
+            let olderBytes = Int64(page) * Int64(pageSize) > older.size ? nil : try older.bytes(at: offset, count: pageSize)
+            let differs = olderBytes != newerBytes
+            XCTAssertEqual(laid.contains(page), differs, "page \(page)")
+        }
     }
 }

@@ -36,6 +36,27 @@ final class InflatedBlockCacheTests: XCTestCase {
         XCTAssertNil(sibling.block(BlockKey(entry: 10, number: 0)))
     }
 
+    /// A dropped block's array is handed out once to be inflated into again; a reader that
+    /// still holds that block keeps its bytes when the next block is written into it.
+    func testADroppedBlockIsReusedWithoutChangingItsHolder() throws {
+        let cache = InflatedBlockCache(capacity: 1)
+        let (a, b) = (BlockKey(entry: 3, number: 0), BlockKey(entry: 3, number: 1))
+        cache.keep(bytes(1), as: a)
+        let held = cache.block(a)
+        XCTAssertNil(cache.takeSpare(count: 1000), "nothing dropped yet")
+        cache.keep(bytes(2), as: b)
+        XCTAssertNil(cache.takeSpare(count: 999), "a spare of another size is not handed out")
+        cache.keep(bytes(1), as: a)
+        var spare = try XCTUnwrap(cache.takeSpare(count: 1000))
+        XCTAssertNil(cache.takeSpare(count: 1000), "handed out once")
+        let heldAgain = cache.block(a)
+        cache.keep(bytes(4), as: b)
+        spare = cache.takeSpare(count: 1000) ?? spare
+        spare.withUnsafeMutableBytes { $0.initializeMemory(as: UInt8.self, repeating: 0xEE) }
+        XCTAssertEqual(held, bytes(1))
+        XCTAssertEqual(heldAgain, bytes(1), "the holder's block is not overwritten")
+    }
+
     func testEntryKeysAreNeverReused() {
         let first = BlockKey.newEntry(), second = BlockKey.newEntry()
         XCTAssertNotEqual(first, second)

@@ -137,7 +137,7 @@ final class EntryBlockReader: @unchecked Sendable {
     private func inflate(_ number: Int, _ input: UnsafeRawBufferPointer) throws -> [UInt8] {
         let block = index.blocks[number]
         if inflater == nil { inflater = try BlockInflater() }
-        var plain = [UInt8](repeating: 0, count: block.plainSize)
+        var plain = cache.takeSpare(count: block.plainSize) ?? [UInt8](repeating: 0, count: block.plainSize)
         let isLast = number == index.blocks.count - 1
         let inflated = plain.withUnsafeMutableBytes { output in
             inflater!.inflate(input.baseAddress!, count: input.count, into: output.baseAddress!, capacity: output.count, isLast: isLast)

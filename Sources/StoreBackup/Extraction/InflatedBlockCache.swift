@@ -14,6 +14,10 @@ final class InflatedBlockCache: @unchecked Sendable {
     private var blocks: [BlockKey: [UInt8]] = [:]
     /// Least recently used first.
     private var recency: [BlockKey] = []
+    /// The last block dropped, whose array the next block is inflated into: a fresh 1 MiB
+    /// array for every block costs the kernel's page faults on every block, as the
+    /// allocator hands such arrays back to it when they are freed.
+    private var spare: [UInt8]?
 
     init(capacity: Int, spill: BlockSpill? = nil) {
         self.capacity = max(1, capacity)
@@ -53,7 +57,19 @@ final class InflatedBlockCache: @unchecked Sendable {
         }
         recency.append(key)
         lock.unlock()
+        guard let dropped else { return }
         // Written outside the lock: other readers' blocks need not wait for the disk.
-        if let spill, let dropped, !spill.holds(dropped.key) { spill.store(dropped.bytes, as: dropped.key) }
+        if let spill, !spill.holds(dropped.key) { spill.store(dropped.bytes, as: dropped.key) }
+        lock.withLock { spare = dropped.bytes }
+    }
+
+    /// An array of `count` bytes (stale ones) to inflate a block into, if a dropped block
+    /// left one. A reader still holding that block keeps its bytes: writing into the
+    /// array copies it first then.
+    func takeSpare(count: Int) -> [UInt8]? {
+        lock.withLock {
+            defer { spare = nil }
+            return spare?.count == count ? spare : nil
+        }
     }
 }

@@ -103,9 +103,11 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
     }
 
     /// A reader of the database's bytes (as ``bytes(at:count:)`` reads them) for one more
-    /// thread, with its own inflater and a block cache of `cacheBytes`.
+    /// thread, with its own inflater and a block cache of `cacheBytes`; for reading in page
+    /// order, so the page deltas' blocks it drops are not kept on disk to be read again.
     func threadReader(cacheBytes: Int) -> @Sendable (UnsafeMutableRawBufferPointer, Int64) throws -> Void {
-        let file = file, base = file.base.sibling(cacheBytes: cacheBytes), chain = file.chain?.sibling(cacheBytes: cacheBytes)
+        let file = file, base = file.base.sibling(cacheBytes: cacheBytes)
+        let chain = file.chain?.sibling(cacheBytes: cacheBytes, spilling: false)
         return { buffer, offset in try file.read(into: buffer, at: offset, base: base, chain: chain) }
     }
 

@@ -102,9 +102,10 @@ final class ChainPages: @unchecked Sendable {
 
     /// The same pages read through block readers of their own, which keep their inflated
     /// blocks in one cache (``deltaCache(bytes:deltas:spill:)``) and spill them where this one's
-    /// do: one per thread.
-    func sibling(cacheBytes: Int) -> ChainPages {
-        let cache = Self.deltaCache(bytes: cacheBytes, deltas: deltas.count, spill: spill)
+    /// do (`spilling`; a reader that reads in page order needs no block twice): one per
+    /// thread.
+    func sibling(cacheBytes: Int, spilling: Bool = true) -> ChainPages {
+        let cache = Self.deltaCache(bytes: cacheBytes, deltas: deltas.count, spill: spilling ? spill : nil)
         return ChainPages(sharing: self, deltas: deltas.map { $0.sibling(cache: cache) })
     }
 

@@ -36,12 +36,28 @@ enum ScratchCopies {
     /// Copies `older` (and the pages of `newer` that differ from it) into new scratch
     /// files; they are deleted again when this throws.
     static func make(older: BackupDatabase, newer: BackupDatabase?, cancel: CancellationFlag) throws -> Made {
+        try make(older: older, newer: newer, changed: nil, cancel: cancel)
+    }
+
+    /// Two points of one chain: `older` copied whole, and of `newer` only the pages in
+    /// `changed` (those the page deltas between them write,
+    /// ``BackupDatabase/pagesChanged(since:)``) read, from those deltas, and laid over it
+    /// where their bytes differ. No block of the chain's full is read for the newer side.
+    static func make(older: BackupDatabase, newer: BackupDatabase, changed: Set<Int>, cancel: CancellationFlag) throws -> Made {
+        try make(older: older, newer: newer, changed: Optional(changed), cancel: cancel)
+    }
+
+    private static func make(older: BackupDatabase, newer: BackupDatabase?, changed: Set<Int>?, cancel: CancellationFlag) throws -> Made {
         ScratchFiles.sweep(ScratchFiles.temporaryDirectory)
         let olderCopy = try ScratchDatabaseCopy(size: older.size)
         do {
             let pageSize = try newer.flatMap { try commonPageSize(older, $0) }
             let newerCopy = try newer.map { try ScratchOverlayCopy(size: $0.size, unit: pageSize ?? chunkBytes, base: olderCopy) }
-            try copy(older: older, into: olderCopy, newer: newer.map { ($0, newerCopy!) }, cancel: cancel)
+            var reading: PageSet?
+            if let pageSize, let newer, let changed {
+                reading = pagesToRead(changed, olderPages: Int(older.size / Int64(pageSize)), newerPages: Int(newer.size / Int64(pageSize)))
+            }
+            try copy(older: older, into: olderCopy, newer: newer.map { ($0, newerCopy!, reading) }, cancel: cancel)
             let changed = pageSize == nil ? nil : newerCopy.map { Set($0.overlaidUnits.map { $0 + 1 }) }
             return Made(older: olderCopy, newer: newerCopy, changedPages: changed)
         } catch {
@@ -50,41 +66,65 @@ enum ScratchCopies {
         }
     }
 
+    /// The newer point's pages to read: the changed ones it holds, and any beyond the
+    /// older's end (a delta writes those, but the overlay must have them whatever it says).
+    private static func pagesToRead(_ changed: Set<Int>, olderPages: Int, newerPages: Int) -> PageSet {
+        var pages = PageSet(pageCount: newerPages)
+        for page in changed where page >= 1 && page <= newerPages { pages.insert(page) }
+        for page in min(olderPages, newerPages) + 1..<newerPages + 1 { pages.insert(page) }
+        return pages
+    }
+
     /// Bytes copied at a time per thread: the entries' own block size, so that each
     /// thread inflates each block it reads once.
     private static let chunkBytes = CompressionPipeline.blockSize
 
+    /// Chunks a thread takes at a time: consecutive, so that the blocks of a point's page
+    /// deltas (each spanning many chunks) are inflated by one thread, not by every one.
+    private static let chunksPerTake = 32
+
+    /// Copies `older` whole into `olderCopy` and lays the newer database's pages over it
+    /// where they differ: every page compared, or (`pages`) only those read.
     private static func copy(
-        older: BackupDatabase, into olderCopy: ScratchDatabaseCopy, newer: (database: BackupDatabase, copy: ScratchOverlayCopy)?,
-        cancel: CancellationFlag
+        older: BackupDatabase, into olderCopy: ScratchDatabaseCopy,
+        newer: (database: BackupDatabase, copy: ScratchOverlayCopy, pages: PageSet?)?, cancel: CancellationFlag
     ) throws {
         let largest = max(older.size, newer?.database.size ?? 0)
-        let chunks = Array(0..<Int((largest + Int64(chunkBytes) - 1) / Int64(chunkBytes)))
+        let chunkCount = Int((largest + Int64(chunkBytes) - 1) / Int64(chunkBytes))
+        let takes = stride(from: 0, to: chunkCount, by: chunksPerTake).map { $0..<min($0 + chunksPerTake, chunkCount) }
         let width = min(WorkerPool.cores, 4)
-        try WorkerPool.forEach(chunks, name: "storebackup-diff-copy", width: width, cancel: cancel) {
+        try WorkerPool.forEach(takes, name: "storebackup-diff-copy", width: width, cancel: cancel) {
             // A thread's readers keep only the block they are copying (the minimum cache).
             let readOlder = older.threadReader(cacheBytes: 0)
             let readNewer = newer?.database.threadReader(cacheBytes: 0)
             let buffers = ChunkBuffers(count: chunkBytes, both: newer != nil)
-            return { chunk in
-                let start = Int64(chunk) * Int64(chunkBytes)
-                let olderCount = Int(max(0, min(Int64(chunkBytes), older.size - start)))
-                if olderCount > 0 {
-                    let piece = UnsafeMutableRawBufferPointer(rebasing: buffers.older[0..<olderCount])
-                    try readOlder(piece, start)
-                    try olderCopy.write(UnsafeRawBufferPointer(piece), at: start)
-                }
-                guard let newer, let readNewer else { return }
-                let newerCount = Int(max(0, min(Int64(chunkBytes), newer.database.size - start)))
-                guard newerCount > 0 else { return }
-                let piece = UnsafeMutableRawBufferPointer(rebasing: buffers.newer[0..<newerCount])
-                try readNewer(piece, start)
-                let unit = newer.copy.unit
-                let first = Int(start / Int64(unit))
-                for offset in stride(from: 0, to: newerCount, by: unit) {
-                    let count = min(unit, newerCount - offset)
-                    guard !buffers.same(at: offset, count: count, olderCount: olderCount) else { continue }
-                    try newer.copy.overlay(unit: first + offset / unit, UnsafeRawBufferPointer(rebasing: piece[offset..<offset + count]))
+            return { take in
+                for chunk in take {
+                    try cancel.throwIfCancelled()
+                    let start = Int64(chunk) * Int64(chunkBytes)
+                    let olderCount = Int(max(0, min(Int64(chunkBytes), older.size - start)))
+                    if olderCount > 0 {
+                        let piece = UnsafeMutableRawBufferPointer(rebasing: buffers.older[0..<olderCount])
+                        try readOlder(piece, start)
+                        try olderCopy.write(UnsafeRawBufferPointer(piece), at: start)
+                    }
+                    guard let newer, let readNewer else { continue }
+                    let newerCount = Int(max(0, min(Int64(chunkBytes), newer.database.size - start)))
+                    guard newerCount > 0 else { continue }
+                    if newer.pages == nil { try readNewer(UnsafeMutableRawBufferPointer(rebasing: buffers.newer[0..<newerCount]), start) }
+                    let unit = newer.copy.unit
+                    let first = Int(start / Int64(unit))
+                    for offset in stride(from: 0, to: newerCount, by: unit) {
+                        let count = min(unit, newerCount - offset)
+                        let piece = UnsafeMutableRawBufferPointer(rebasing: buffers.newer[offset..<offset + count])
+                        if let pages = newer.pages {
+                            // Units are pages here.
+                            guard pages.contains(first + offset / unit + 1) else { continue }
+                            try readNewer(piece, start + Int64(offset))
+                        }
+                        guard !buffers.same(at: offset, count: count, olderCount: olderCount) else { continue }
+                        try newer.copy.overlay(unit: first + offset / unit, UnsafeRawBufferPointer(piece))
+                    }
                 }
             }
         }

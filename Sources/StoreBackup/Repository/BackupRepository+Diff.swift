@@ -99,18 +99,24 @@ extension BackupRepository {
     ) async throws -> DatabaseDiff {
         let newerBackup: BackupDatabase? = if case .backup(let database) = newer { database } else { nil }
         let chainPages = newerBackup.flatMap { $0.pagesChanged(since: older) }
-        let copying = chainPages == nil && shouldCopy(older, newerBackup)
+        let copying = shouldCopy(older, newerBackup)
         do {
             return try await Self.runDiffWork { cancel in
                 var scopes: [String: [ClosedRange<Int64>]] = [:]
                 var olderURI = older.uri, newerURI = newer.uri
                 var copies: ScratchCopies.Made?
                 defer { copies?.remove() }
-                if let newerBackup, let chainPages {
+                if let newerBackup, let chainPages, !copying {
                     // Two points of one chain: only rows on pages that changed between them.
                     scopes = try ChangedRowids.scopes(older: older, newer: newerBackup, changed: chainPages) ?? [:]
                 } else if copying {
-                    let made = try ScratchCopies.make(older: older, newer: newerBackup, cancel: cancel)
+                    // Two points of one chain: of the newer, only the pages changed since the older.
+                    let made =
+                        if let newerBackup, let chainPages {
+                            try ScratchCopies.make(older: older, newer: newerBackup, changed: chainPages, cancel: cancel)
+                        } else {
+                            try ScratchCopies.make(older: older, newer: newerBackup, cancel: cancel)
+                        }
                     copies = made
                     olderURI = made.older.uri
                     if let newerCopy = made.newer {
