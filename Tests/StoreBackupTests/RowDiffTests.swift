@@ -177,6 +177,11 @@ final class RowDiffTests: XCTestCase {
                 XCTAssertTrue(line.hasPrefix(ours), "seed \(seed): sqldiff says \(line), we say \(ours)")
                 XCTAssertTrue(table.hasChanges, table.name)
             }
+            // Counting alone (deleted and changed from one scan) counts as listing the rows does.
+            let listed = try RowDiffer(older: older, newer: newer).compare(includeUnchanged: true, keepRows: 1)
+            XCTAssertEqual(
+                listed.tables.map { "\($0.name) \($0.inserted) \($0.deleted) \($0.changed)" },
+                diff.tables.map { "\($0.name) \($0.inserted) \($0.deleted) \($0.changed)" }, "seed \(seed)")
             let nocase = try XCTUnwrap(diff.tables.first { $0.name == "t_nocase" })
             XCTAssertEqual(nocase.comparison, .primaryKey)
             XCTAssertGreaterThanOrEqual(nocase.changed, 2, "a key whose case changed is a changed row")

@@ -65,18 +65,25 @@ struct RowDiffQueries {
     /// Rows only in the newer side (inserted), with the newer side's columns.
     var inserted: String { onlyIn(Self.newer, other: Self.older, columns: newerColumns) }
 
+    /// Whether the older and the newer row (aliased `storebackup_older_row` and
+    /// `storebackup_newer_row`) differ in a common column.
+    private var rowsDiffer: String {
+        let (old, new) = (Self.olderRow, Self.newerRow)
+        let differs = commonColumns.map { column in
+            let value = "\(old).\(column) IS NOT \(new).\(column) COLLATE BINARY"
+            guard typeChecked.contains(column) else { return value }
+            return value + " OR typeof(\(old).\(column)) IS NOT typeof(\(new).\(column))"
+        }
+        return "(" + (differs.isEmpty ? "0" : differs.joined(separator: " OR ")) + ")"
+    }
+
     /// Rows on both sides whose common columns differ: the newer key literals, then for
     /// each common column its older and newer literal.
     var changed: String {
         let (old, new) = (Self.olderRow, Self.newerRow)
         var selected = quoted(new, keys)
         for column in commonColumns { selected += ["quote(\(old).\(column))", "quote(\(new).\(column))"] }
-        let differs = commonColumns.map { column in
-            let value = "\(old).\(column) IS NOT \(new).\(column) COLLATE BINARY"
-            guard typeChecked.contains(column) else { return value }
-            return value + " OR typeof(\(old).\(column)) IS NOT typeof(\(new).\(column))"
-        }
-        var condition = inScope(old) + "(" + (differs.isEmpty ? "0" : differs.joined(separator: " OR ")) + ")"
+        var condition = inScope(old) + rowsDiffer
         if let filter {
             // The row is selected when either side's version matches; each EXISTS scans an
             // unaliased table, so the filter's bare names are that side's columns.
@@ -87,6 +94,19 @@ struct RowDiffQueries {
         }
         return "SELECT \(selected.joined(separator: ", ")) FROM \(scanned("\(Self.older).\(table) AS \(old)")) "
             + "JOIN \(Self.newer).\(table) AS \(new) ON \(keyMatch(new, old)) WHERE \(condition)"
+    }
+
+    /// The counts of ``deleted`` and ``changed`` rows (without a filter) from one scan of
+    /// the older side: each row's key is looked up on the newer side once, not once for
+    /// each count. A matched row's key is not NULL (`=` matched it), so a NULL key on the
+    /// newer side means no row there.
+    var deletedAndChangedCounts: String {
+        let (old, new) = (Self.olderRow, Self.newerRow)
+        let absent = "\(new).\(keys[0]) IS NULL"
+        let scope = scopeRowid.map { " WHERE \(old).\($0) BETWEEN storebackup_low AND storebackup_high" } ?? ""
+        return "SELECT count(*) FILTER (WHERE \(absent)), count(*) FILTER (WHERE NOT \(absent) AND \(rowsDiffer)) "
+            + "FROM \(scanned("\(Self.older).\(table) AS \(old)")) LEFT JOIN \(Self.newer).\(table) AS \(new) "
+            + "ON \(keyMatch(new, old))\(scope)"
     }
 
     /// Whole rows (the common columns) of `schema` that the other side lacks, as a set.

@@ -211,13 +211,23 @@ public final class RowDiffer {
             try connection.setScope(scope)
             queries.scopeRowid = rowid
         }
-        diff.deleted = try stream(queries.deleted, listing: listing, keyCount: keys.count) { key, values in
-            try found(RowChange(kind: .deleted, key: key, keyColumns: keyNames, before: values, after: nil, columns: old.columns), &diff)
-        }
-        diff.changed = try stream(queries.changed, listing: listing, keyCount: keys.count) { key, values in
-            let before = stride(from: 0, to: values.count, by: 2).map { values[$0] }
-            let after = stride(from: 1, to: values.count, by: 2).map { values[$0] }
-            try found(RowChange(kind: .changed, key: key, keyColumns: keyNames, before: before, after: after, columns: common), &diff)
+        if !listing && filter == nil {
+            // Counts only: one scan of the older side for both.
+            let counts = try connection.rows(queries.deletedAndChangedCounts).first ?? []
+            guard counts.count == 2, let deleted = counts[0].flatMap({ Int($0) }), let changed = counts[1].flatMap({ Int($0) }) else {
+                throw StoreBackupError.sqlite(path: "diff", operation: "count rows of \(name)", message: "no counts")
+            }
+            (diff.deleted, diff.changed) = (deleted, changed)
+        } else {
+            diff.deleted = try stream(queries.deleted, listing: listing, keyCount: keys.count) { key, values in
+                try found(
+                    RowChange(kind: .deleted, key: key, keyColumns: keyNames, before: values, after: nil, columns: old.columns), &diff)
+            }
+            diff.changed = try stream(queries.changed, listing: listing, keyCount: keys.count) { key, values in
+                let before = stride(from: 0, to: values.count, by: 2).map { values[$0] }
+                let after = stride(from: 1, to: values.count, by: 2).map { values[$0] }
+                try found(RowChange(kind: .changed, key: key, keyColumns: keyNames, before: before, after: after, columns: common), &diff)
+            }
         }
         diff.inserted = try stream(queries.inserted, listing: listing, keyCount: keys.count) { key, values in
             try found(RowChange(kind: .inserted, key: key, keyColumns: keyNames, before: nil, after: values, columns: new.columns), &diff)
