@@ -41,8 +41,9 @@ final class ChainDiffTests: XCTestCase {
     }
 
     /// `copying`: through scratch copies, as for a large database, else read in place.
-    private func chainDiff(_ older: String, _ newer: String, copying: Bool = false) async throws -> DatabaseDiff {
-        let options = DiffOptions(database: "App.sqlite", keepRows: 1_000_000, includeUnchanged: true)
+    /// `counting`: counts only, no rows kept.
+    private func chainDiff(_ older: String, _ newer: String, copying: Bool = false, counting: Bool = false) async throws -> DatabaseDiff {
+        let options = DiffOptions(database: "App.sqlite", keepRows: counting ? 0 : 1_000_000, includeUnchanged: true)
         var repository = try repository
         repository.diffCopyMinimumBytes = copying ? 0 : .max
         let diff = try await repository.diff(older, .backup(newer), options: options)
@@ -86,6 +87,10 @@ final class ChainDiffTests: XCTestCase {
             XCTAssertEqual(viaChain, extracted, "\(older) -> \(newer)")
             let viaCopies = try await chainDiff(older, newer, copying: true)
             XCTAssertEqual(viaCopies, extracted, "\(older) -> \(newer), through scratch copies")
+            let counted = try await chainDiff(older, newer, copying: true, counting: true)
+            XCTAssertEqual(
+                counted.tables.map { "\($0.name) \($0.inserted) \($0.deleted) \($0.changed)" },
+                extracted.tables.map { "\($0.name) \($0.inserted) \($0.deleted) \($0.changed)" }, "\(older) -> \(newer), counted")
             XCTAssertTrue(viaChain.hasChanges)
             try? FileManager.default.removeItem(atPath: work + "/extract-0")
             try? FileManager.default.removeItem(atPath: work + "/extract-1")

@@ -88,6 +88,13 @@ final class ScratchCopyDiffTests: XCTestCase {
         let copied = try XCTUnwrap(copiedDiff.databases.first)
         let extracted = try await extractedDiff(first, second)
         XCTAssertEqual(copied, extracted)
+        // Counting only (inserted rows counted on a second connection at the same time as
+        // the rest): the same counts.
+        let counting = DiffOptions(database: "App.sqlite", includeUnchanged: true)
+        let counted = try await repository.diff(first, .backup(second), options: counting)
+        XCTAssertEqual(
+            try XCTUnwrap(counted.databases.first).tables.map { "\($0.name) \($0.inserted) \($0.deleted) \($0.changed)" },
+            copied.tables.map { "\($0.name) \($0.inserted) \($0.deleted) \($0.changed)" })
         let t = try XCTUnwrap(copied.tables.first { $0.name == "t" })
         XCTAssertGreaterThan(t.changed, 100)
         XCTAssertEqual(t.inserted, 2, "id 20050 is deleted and inserted again: changed")

@@ -19,6 +19,14 @@ public final class RowDiffer {
     let connection: RowDiffConnection
     let older: RowDiffSchema
     let newer: RowDiffSchema
+    /// What the connection attached, for a second one (``sidesAreFixed``).
+    private let locations: (older: String, newer: String)
+    private let cancel: CancellationFlag?
+    /// Whether neither side can change while the differ reads it and any thread may read
+    /// it (scratch copies of backups; not a live database): a second connection then sees
+    /// the same rows, and a table's inserted rows are counted on it at the same time as
+    /// the deleted and changed ones.
+    private let sidesAreFixed: Bool
 
     /// Opens both databases read-only. `older` and `newer` are paths or `file:` URIs (a
     /// live database: `file:PATH?mode=ro`, percent-encoded); a path is opened read-only.
@@ -29,9 +37,13 @@ public final class RowDiffer {
         try self.init(older: older, newer: newer, cancel: nil)
     }
 
-    /// ``init(older:newer:)``, whose queries stop when `cancel` is set.
-    init(older: String, newer: String, cancel: CancellationFlag?) throws {
-        connection = try RowDiffConnection(older: Self.readOnly(older), newer: Self.readOnly(newer), cancel: cancel)
+    /// ``init(older:newer:)``, whose queries stop when `cancel` is set; `sidesAreFixed` when
+    /// neither side can change (see ``sidesAreFixed``).
+    init(older: String, newer: String, cancel: CancellationFlag?, sidesAreFixed: Bool = false) throws {
+        locations = (Self.readOnly(older), Self.readOnly(newer))
+        self.cancel = cancel
+        self.sidesAreFixed = sidesAreFixed
+        connection = try RowDiffConnection(older: locations.older, newer: locations.newer, cancel: cancel)
         self.older = try RowDiffSchema.read(connection, schema: RowDiffConnection.older)
         self.newer = try RowDiffSchema.read(connection, schema: RowDiffConnection.newer)
     }
@@ -212,12 +224,18 @@ public final class RowDiffer {
             queries.scopeRowid = rowid
         }
         if !listing && filter == nil {
+            let inserting = sidesAreFixed ? countElsewhere(queries.inserted, scope: queries.scopeRowid == nil ? nil : scope) : nil
+            defer { inserting?.wait() }
             // Counts only: one scan of the older side for both.
             let counts = try connection.rows(queries.deletedAndChangedCounts).first ?? []
             guard counts.count == 2, let deleted = counts[0].flatMap({ Int($0) }), let changed = counts[1].flatMap({ Int($0) }) else {
                 throw StoreBackupError.sqlite(path: "diff", operation: "count rows of \(name)", message: "no counts")
             }
             (diff.deleted, diff.changed) = (deleted, changed)
+            if let inserting {
+                diff.inserted = try inserting.value()
+                return diff
+            }
         } else {
             diff.deleted = try stream(queries.deleted, listing: listing, keyCount: keys.count) { key, values in
                 try found(
@@ -233,6 +251,18 @@ public final class RowDiffer {
             try found(RowChange(kind: .inserted, key: key, keyColumns: keyNames, before: nil, after: values, columns: new.columns), &diff)
         }
         return diff
+    }
+
+    /// Counts the rows of `query` on a connection and a thread of their own, with
+    /// ``RowDiffConnection/scope`` holding `scope` there when the query reads in scope.
+    private func countElsewhere(_ query: String, scope: [ClosedRange<Int64>]?) -> BackgroundResult<Int> {
+        let (locations, cancel) = (locations, cancel)
+        return BackgroundResult(name: "storebackup-diff-count") {
+            let other = try RowDiffConnection(older: locations.older, newer: locations.newer, cancel: cancel)
+            defer { other.close() }
+            if let scope { try other.setScope(scope) }
+            return Int(try other.scalar(RowDiffQueries.count(query)) ?? "0") ?? 0
+        }
     }
 
     /// Runs `query` and hands each row on as (key literals, value literals); only counts

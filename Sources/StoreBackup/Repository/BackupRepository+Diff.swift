@@ -127,7 +127,8 @@ extension BackupRepository {
                         }
                     }
                 }
-                let differ = try RowDiffer(older: olderURI, newer: newerURI, cancel: cancel)
+                // Two scratch copies can be read by a second connection on another thread.
+                let differ = try RowDiffer(older: olderURI, newer: newerURI, cancel: cancel, sidesAreFixed: copies?.newer != nil)
                 defer { differ.close() }
                 let listen: ((String, RowChange) throws -> Void)? = onRow.map { onRow in { table, change in onRow(path, table, change) } }
                 return try differ.compare(
