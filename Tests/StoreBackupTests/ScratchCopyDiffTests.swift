@@ -126,6 +126,31 @@ final class ScratchCopyDiffTests: XCTestCase {
         XCTAssertEqual(leftScratchFiles, [])
     }
 
+    /// A block whose SHA-256 is the same in both fulls is not read on the newer side; the
+    /// answer is the same.
+    func testBlocksWithTheSameHashAreNotReadTwice() async throws {
+        let first = try backup()
+        try update("INSERT INTO quiet VALUES (2, 'changed once')")
+        let second = try backup()
+        let older = try await repository.openDatabase(first, path: "App.sqlite")
+        let newer = try await repository.openDatabase(second, path: "App.sqlite")
+        let copies = try ScratchCopies.make(older: older, newer: newer, cancel: CancellationFlag())
+        let blocks = Int((newer.size + (1 << 20) - 1) >> 20)
+        XCTAssertGreaterThan(blocks, 3)
+        XCTAssertGreaterThanOrEqual(copies.sameBlocks, blocks - 2, "only the header's block and quiet's can differ")
+        let newerCopy = try XCTUnwrap(copies.newer)
+        XCTAssertEqual(try newerCopy.bytes(at: 0, count: Int(newer.size)), try newer.bytes(at: 0, count: Int(newer.size)))
+        copies.remove()
+        older.close()
+        newer.close()
+        let options = DiffOptions(database: "App.sqlite", keepRows: 1_000_000, includeUnchanged: true)
+        let copied = try await repository.diff(first, .backup(second), options: options)
+        let extracted = try await extractedDiff(first, second)
+        XCTAssertEqual(copied.databases.first, extracted)
+        XCTAssertEqual(extracted.tables.first { $0.name == "quiet" }?.inserted, 1)
+        XCTAssertEqual(extracted.tables.filter(\.hasChanges).map(\.name), ["quiet"])
+    }
+
     func testNoRoomInTMPDIRIsSaid() {
         let lack = ScratchCopies.lackOfSpace(for: Int64.max / 2)
         XCTAssertTrue(lack?.contains(ScratchFiles.temporaryDirectory) == true, lack ?? "nil")

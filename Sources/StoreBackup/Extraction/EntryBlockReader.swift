@@ -64,6 +64,14 @@ final class EntryBlockReader: @unchecked Sendable {
         return (blocksRead, compressedBytesRead, span.fetchedBytes)
     }
 
+    /// The SHA-256 of block `number`'s plain bytes as the manifest gives it; nil before an
+    /// older format's hashes are made (``verifyWhole(sha256:)``).
+    func blockHash(_ number: Int) -> RawSHA256? {
+        lock.lock()
+        defer { lock.unlock() }
+        return hashes.count == index.blocks.count && number < hashes.count ? hashes[number] : nil
+    }
+
     /// Copies the plain bytes at `offset` into `buffer` (which must end within the entry).
     func read(into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) throws {
         lock.lock()

@@ -111,6 +111,14 @@ public final class BackupDatabase: @unchecked Sendable {  // every use of the co
         return { buffer, offset in try file.read(into: buffer, at: offset, base: base, chain: chain) }
     }
 
+    /// The SHA-256 of the database's bytes in block `number` of `blockSize`, when this
+    /// backup's entry holds them whole (no page deltas laid over it) in blocks of that size
+    /// whose hashes the manifest gives; nil otherwise.
+    func blockHash(_ number: Int, blockSize: Int) -> RawSHA256? {
+        guard file.chain == nil, file.base.index.blockSize == blockSize else { return nil }
+        return file.base.blockHash(number)
+    }
+
     /// The backup that stores this database whole (this one, or its chain's full), and
     /// the reader of that entry's blocks.
     var baseBackup: String? { file.lineage.backups.last }

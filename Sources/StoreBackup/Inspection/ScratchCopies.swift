@@ -14,6 +14,8 @@ enum ScratchCopies {
         /// The pages (1-based) whose bytes differ between the two, or that only the newer
         /// has; nil with one database, or when the two have different page sizes.
         let changedPages: Set<Int>?
+        /// Chunks of the newer not read at all: their blocks' hashes are the older's.
+        var sameBlocks = 0
 
         /// Deletes the files.
         func remove() {
@@ -57,9 +59,9 @@ enum ScratchCopies {
             if let pageSize, let newer, let changed {
                 reading = pagesToRead(changed, olderPages: Int(older.size / Int64(pageSize)), newerPages: Int(newer.size / Int64(pageSize)))
             }
-            try copy(older: older, into: olderCopy, newer: newer.map { ($0, newerCopy!, reading) }, cancel: cancel)
+            let sameBlocks = try copy(older: older, into: olderCopy, newer: newer.map { ($0, newerCopy!, reading) }, cancel: cancel)
             let changed = pageSize == nil ? nil : newerCopy.map { Set($0.overlaidUnits.map { $0 + 1 }) }
-            return Made(older: olderCopy, newer: newerCopy, changedPages: changed)
+            return Made(older: olderCopy, newer: newerCopy, changedPages: changed, sameBlocks: sameBlocks)
         } catch {
             olderCopy.remove()
             throw error
@@ -84,11 +86,14 @@ enum ScratchCopies {
     private static let chunksPerTake = 32
 
     /// Copies `older` whole into `olderCopy` and lays the newer database's pages over it
-    /// where they differ: every page compared, or (`pages`) only those read.
+    /// where they differ: every page compared, or (`pages`) only those read. A chunk whose
+    /// block has the same SHA-256 in both entries is not read on the newer side; returns
+    /// how many were not.
     private static func copy(
         older: BackupDatabase, into olderCopy: ScratchDatabaseCopy,
         newer: (database: BackupDatabase, copy: ScratchOverlayCopy, pages: PageSet?)?, cancel: CancellationFlag
-    ) throws {
+    ) throws -> Int {
+        let sameBlocks = Locked(0)
         let largest = max(older.size, newer?.database.size ?? 0)
         let chunkCount = Int((largest + Int64(chunkBytes) - 1) / Int64(chunkBytes))
         let takes = stride(from: 0, to: chunkCount, by: chunksPerTake).map { $0..<min($0 + chunksPerTake, chunkCount) }
@@ -111,6 +116,12 @@ enum ScratchCopies {
                     guard let newer, let readNewer else { continue }
                     let newerCount = Int(max(0, min(Int64(chunkBytes), newer.database.size - start)))
                     guard newerCount > 0 else { continue }
+                    if newer.pages == nil, newerCount == olderCount, let hash = older.blockHash(chunk, blockSize: chunkBytes),
+                        hash == newer.database.blockHash(chunk, blockSize: chunkBytes)
+                    {
+                        sameBlocks.withLock { $0 += 1 }
+                        continue
+                    }
                     if newer.pages == nil { try readNewer(UnsafeMutableRawBufferPointer(rebasing: buffers.newer[0..<newerCount]), start) }
                     let unit = newer.copy.unit
                     let first = Int(start / Int64(unit))
@@ -128,6 +139,7 @@ enum ScratchCopies {
                 }
             }
         }
+        return sameBlocks.current
     }
 
     /// The page size both databases' headers give; nil when they differ or are not valid.
