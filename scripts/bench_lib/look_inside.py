@@ -172,8 +172,12 @@ def main():
     sqldiff = bench.find_tool("sqldiff") if hasattr(bench, "find_tool") else "sqldiff"
 
     def clean(_):
+        # Before every diff command, ours too: the last by-hand command's extracted
+        # databases deleted and the disk idle, so no command is timed beside another's
+        # writeback.
         remove(scratch)
         os.makedirs(scratch)
+        os.sync()
 
     def by_hand(source, older, newer):
         script = (f'"$0" extract "$1" App.sqlite --into "$4/a" --from "$3" >/dev/null && '
@@ -185,9 +189,10 @@ def main():
         return lambda _: [sb, "diff", older, newer, "App.sqlite", "--from", source]
 
     diffs = [
-        Tool("diff_fulls", "diff", "diff of two nightly fulls one day apart", ours(fulls, *full_names), env=env),
+        Tool("diff_fulls", "diff", "diff of two nightly fulls one day apart", ours(fulls, *full_names), prepare=clean, env=env),
         Tool("hand_fulls", "diff", "extract both + sqldiff (the two fulls)", by_hand(fulls, *full_names), prepare=clean, env=env),
-        Tool("diff_chain", "diff", "diff of the chain's points after days 5 and 6", ours(chain, points[-2], points[-1]), env=env),
+        Tool("diff_chain", "diff", "diff of the chain's points after days 5 and 6", ours(chain, points[-2], points[-1]),
+             prepare=clean, env=env),
         Tool("hand_chain", "diff", "extract both + sqldiff (the two points)", by_hand(chain, points[-2], points[-1]),
              prepare=clean, env=env),
     ]
