@@ -223,19 +223,17 @@ public final class RowDiffer {
             try connection.setScope(scope)
             queries.scopeRowid = rowid
         }
-        if !listing && filter == nil {
-            let inserting = sidesAreFixed ? countElsewhere(queries.inserted, scope: queries.scopeRowid == nil ? nil : scope) : nil
-            defer { inserting?.wait() }
-            // Counts only: one scan of the older side for both.
+        let counting = !listing && filter == nil
+        // Counting between fixed sides: the inserted rows on another thread meanwhile.
+        let inserting = counting && sidesAreFixed ? countElsewhere(queries.inserted, scope: queries.scopeRowid == nil ? nil : scope) : nil
+        defer { inserting?.wait() }
+        if counting {
+            // One scan of the older side for both counts.
             let counts = try connection.rows(queries.deletedAndChangedCounts).first ?? []
             guard counts.count == 2, let deleted = counts[0].flatMap({ Int($0) }), let changed = counts[1].flatMap({ Int($0) }) else {
                 throw StoreBackupError.sqlite(path: "diff", operation: "count rows of \(name)", message: "no counts")
             }
             (diff.deleted, diff.changed) = (deleted, changed)
-            if let inserting {
-                diff.inserted = try inserting.value()
-                return diff
-            }
         } else {
             diff.deleted = try stream(queries.deleted, listing: listing, keyCount: keys.count) { key, values in
                 try found(
@@ -247,9 +245,12 @@ public final class RowDiffer {
                 try found(RowChange(kind: .changed, key: key, keyColumns: keyNames, before: before, after: after, columns: common), &diff)
             }
         }
-        diff.inserted = try stream(queries.inserted, listing: listing, keyCount: keys.count) { key, values in
-            try found(RowChange(kind: .inserted, key: key, keyColumns: keyNames, before: nil, after: values, columns: new.columns), &diff)
-        }
+        diff.inserted =
+            try inserting?.value()
+            ?? stream(queries.inserted, listing: listing, keyCount: keys.count) { key, values in
+                try found(
+                    RowChange(kind: .inserted, key: key, keyColumns: keyNames, before: nil, after: values, columns: new.columns), &diff)
+            }
         return diff
     }
 
